@@ -1,0 +1,15 @@
+"""seqlab: sequence models from the equations, proven against PyTorch, as fast as its fused kernels.
+
+Shape legend (used by every docstring and reshape comment in the package):
+
+    B  batch size                    T  target / time steps
+    S  source steps                  E  embedding (input feature) size
+    H  hidden size                   D  d_model
+    N  attention heads               Dh head dimension (D // N)
+    V  vocabulary size               L  layers
+    K  beams / hypotheses per input  C  directions (1 or 2)
+
+Masks are boolean and True where a position is real / may be attended (the SDPA convention).
+"""
+
+__version__ = "0.1.0"

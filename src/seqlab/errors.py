@@ -1,0 +1,28 @@
+"""Exceptions that the command line turns into one clear line and exit code 2.
+
+Every message names what is wrong and where (file and line, argument, or directory), so the CLI can print
+``seqlab: error: <message>`` and nothing else.
+"""
+
+
+class SeqlabError(Exception):
+    """Base class: a problem with the user's input, reported as one line without a traceback."""
+
+
+class DataError(SeqlabError, ValueError):
+    """A data file is missing, empty, binary or malformed; the message names the file and line."""
+
+
+class ConfigError(SeqlabError, ValueError):
+    """A bad recipe name, ``--set`` key or value, or configuration file."""
+
+
+class CheckpointError(SeqlabError, ValueError):
+    """A checkpoint directory is missing, incomplete or was not written by seqlab."""
+
+
+class UnknownSymbolError(SeqlabError, KeyError):
+    """A symbol that the vocabulary never saw (for example a letter absent from the training words)."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0]) if self.args else ""
