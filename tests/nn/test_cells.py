@@ -1,0 +1,221 @@
+"""RNNCell, LSTMCell and GRUCell against torch.nn cells and a transcription of the textbook GRU equations."""
+
+import pytest
+import torch
+from torch import nn
+from torch.testing import assert_close
+
+from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState, RNNCell
+
+E, H, B = 3, 4, 5
+EXACT = {"atol": 1e-10, "rtol": 0.0}
+
+# (seqlab factory, torch factory) pairs with torch.nn semantics.
+TORCH_EQUIVALENTS = {
+    "rnn_tanh": (lambda bias: RNNCell(E, H, bias=bias), lambda bias: nn.RNNCell(E, H, bias=bias)),
+    "rnn_relu": (
+        lambda bias: RNNCell(E, H, bias=bias, nonlinearity="relu"),
+        lambda bias: nn.RNNCell(E, H, bias=bias, nonlinearity="relu"),
+    ),
+    "lstm": (lambda bias: LSTMCell(E, H, bias=bias), lambda bias: nn.LSTMCell(E, H, bias=bias)),
+    "gru": (lambda bias: GRUCell(E, H, bias=bias), lambda bias: nn.GRUCell(E, H, bias=bias)),
+}
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    torch.manual_seed(0)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def _hidden(out):
+    return out.h if isinstance(out, LSTMState) else out
+
+
+def _random_state(kind: str):
+    if kind == "lstm":
+        return LSTMState(torch.randn(B, H), torch.randn(B, H))
+    return torch.randn(B, H)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("kind", list(TORCH_EQUIVALENTS))
+def test_cell_matches_torch_forward_and_gradients(kind, bias):
+    make_seqlab, make_torch = TORCH_EQUIVALENTS[kind]
+    cell, reference = make_seqlab(bias), make_torch(bias)
+    reference.load_state_dict(cell.state_dict())  # same names and layout, so state_dicts copy 1:1
+    x = torch.randn(B, E, requires_grad=True)
+    state = _random_state(kind)
+
+    out = cell(x, state)
+    expected = reference(x, tuple(state) if kind == "lstm" else state)
+    if kind == "lstm":
+        assert_close(out.h, expected[0], **EXACT)
+        assert_close(out.c, expected[1], **EXACT)
+        loss, expected_loss = (out.h * out.c).sum(), (expected[0] * expected[1]).sum()
+    else:
+        assert_close(out, expected, **EXACT)
+        loss, expected_loss = out.square().sum(), expected.square().sum()
+
+    grads = torch.autograd.grad(loss, [x, *cell.parameters()])
+    expected_grads = torch.autograd.grad(expected_loss, [x, *reference.parameters()])
+    for grad, expected_grad in zip(grads, expected_grads, strict=True):
+        assert_close(grad, expected_grad, **EXACT)
+
+
+@pytest.mark.parametrize("kind", list(TORCH_EQUIVALENTS))
+def test_cell_zero_state_by_default_matches_torch(kind):
+    make_seqlab, make_torch = TORCH_EQUIVALENTS[kind]
+    cell, reference = make_seqlab(True), make_torch(True)
+    reference.load_state_dict(cell.state_dict())
+    x = torch.randn(B, E)
+    expected = reference(x)
+    assert_close(_hidden(cell(x)), expected[0] if kind == "lstm" else expected, **EXACT)
+
+
+@pytest.mark.parametrize("kind", ["rnn_tanh", "lstm", "gru"])
+def test_step_on_hoisted_projection_equals_forward(kind):
+    cell = TORCH_EQUIVALENTS[kind][0](True)
+    x, state = torch.randn(B, E), _random_state(kind)
+    xw = cell.input_projection(x)
+    assert xw.shape == (B, cell.num_gates * H)
+    assert_close(_hidden(cell.step(xw, state)), _hidden(cell(x, state)), **EXACT)
+    assert_close(_hidden(cell.recurrence()(xw, state)), _hidden(cell(x, state)), **EXACT)
+
+
+def test_lstm_forget_bias_shifts_only_the_forget_gate_bias():
+    torch.manual_seed(1)
+    shifted = LSTMCell(E, H, forget_bias=1.5)
+    torch.manual_seed(1)
+    plain = LSTMCell(E, H, forget_bias=0.0)
+    expected = plain.bias_ih.detach().clone()
+    expected[H : 2 * H] += 1.5  # gate order i, f, g, o
+    assert_close(shifted.bias_ih, expected, atol=0.0, rtol=0.0)
+    for name in ("weight_ih", "weight_hh", "bias_hh"):
+        assert_close(getattr(shifted, name), getattr(plain, name), atol=0.0, rtol=0.0)
+
+
+def test_parameter_layout_is_torch_layout():
+    for cell, gates in ((RNNCell(E, H), 1), (LSTMCell(E, H), 4), (GRUCell(E, H, variant="textbook"), 3)):
+        shapes = {name: tuple(p.shape) for name, p in cell.named_parameters()}
+        assert shapes == {
+            "weight_ih": (gates * H, E),
+            "weight_hh": (gates * H, H),
+            "bias_ih": (gates * H,),
+            "bias_hh": (gates * H,),
+        }
+    assert [name for name, _ in LSTMCell(E, H, bias=False).named_parameters()] == ["weight_ih", "weight_hh"]
+
+
+def textbook_gru_transcription(x, h, cell):
+    """Cho et al. (2014) GRU written out gate by gate, with torch.nn's z convention."""
+    W_ir, W_iz, W_in = cell.weight_ih.chunk(3)
+    W_hr, W_hz, W_hn = cell.weight_hh.chunk(3)
+    b_ir, b_iz, b_in = cell.bias_ih.chunk(3)
+    b_hr, b_hz, b_hn = cell.bias_hh.chunk(3)
+    r = torch.sigmoid(x @ W_ir.T + b_ir + h @ W_hr.T + b_hr)
+    z = torch.sigmoid(x @ W_iz.T + b_iz + h @ W_hz.T + b_hz)
+    n = torch.tanh(x @ W_in.T + b_in + (r * h) @ W_hn.T + b_hn)
+    return (1 - z) * n + z * h
+
+
+def test_textbook_gru_matches_equation_transcription():
+    cell = GRUCell(E, H, variant="textbook")
+    x, h = torch.randn(B, E), torch.randn(B, H)
+    assert_close(cell(x, h), textbook_gru_transcription(x, h, cell), **EXACT)
+    assert_close(cell(x), textbook_gru_transcription(x, torch.zeros(B, H), cell), **EXACT)
+
+
+def test_textbook_and_reset_after_differ_only_in_where_r_applies():
+    textbook = GRUCell(E, H, variant="textbook")
+    reset_after = GRUCell(E, H, variant="reset_after")
+    reset_after.load_state_dict(textbook.state_dict())
+    x, h = torch.randn(B, E), torch.randn(B, H)
+    assert (textbook(x, h) - reset_after(x, h)).abs().max() > 1e-3
+    # With W_hn = 0 and b_hn = 0 the recurrent term of n_t vanishes and r_t has nothing to act on.
+    with torch.no_grad():
+        for cell in (textbook, reset_after):
+            cell.weight_hh[2 * H :] = 0.0
+            cell.bias_hh[2 * H :] = 0.0
+    assert_close(textbook(x, h), reset_after(x, h), **EXACT)
+
+
+def test_textbook_gru_gradcheck():
+    cell = GRUCell(2, 3, variant="textbook")
+    x = torch.randn(2, 2, requires_grad=True)
+    h = torch.randn(2, 3, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda x, h, *params: torch.func.functional_call(
+            cell, dict(zip(["weight_ih", "weight_hh", "bias_ih", "bias_hh"], params, strict=True)), (x, h)
+        ),
+        (x, h, *(p.detach().clone().requires_grad_() for p in cell.parameters())),
+    )
+
+
+@pytest.mark.parametrize("kind", list(TORCH_EQUIVALENTS))
+def test_from_torch_to_torch_round_trip(kind):
+    reference = TORCH_EQUIVALENTS[kind][1](True)
+    cell = type(TORCH_EQUIVALENTS[kind][0](True)).from_torch(reference)
+    assert cell.weight_ih.dtype == torch.float64
+    back = cell.to_torch()
+    assert type(back) is type(reference)
+    assert getattr(back, "nonlinearity", None) == getattr(reference, "nonlinearity", None)
+    for (name, p), (ref_name, ref_p) in zip(back.state_dict().items(), reference.state_dict().items(), strict=True):
+        assert name == ref_name
+        assert_close(p, ref_p, atol=0.0, rtol=0.0)
+    x, state = torch.randn(B, E), _random_state(kind)
+    expected = reference(x, tuple(state) if kind == "lstm" else state)
+    assert_close(_hidden(cell(x, state)), expected[0] if kind == "lstm" else expected, **EXACT)
+
+
+def test_from_torch_copies_weights_not_shares_them():
+    reference = nn.GRUCell(E, H)
+    cell = GRUCell.from_torch(reference)
+    with torch.no_grad():
+        cell.weight_hh.add_(1.0)
+    assert (cell.weight_hh - reference.weight_hh).abs().min() > 0.5
+
+
+def test_textbook_gru_to_torch_raises():
+    with pytest.raises(
+        ValueError,
+        match=r"^torch.nn.GRUCell implements only variant='reset_after'; this cell is variant='textbook'$",
+    ):
+        GRUCell(E, H, variant="textbook").to_torch()
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda: RNNCell(E, H, nonlinearity="sigmoid"),
+            r"nonlinearity must be one of \('tanh', 'relu'\), got 'sigmoid'",
+        ),
+        (
+            lambda: GRUCell(E, H, variant="cho"),
+            r"variant must be one of \('reset_after', 'textbook'\), got 'cho'",
+        ),
+        (lambda: LSTMCell(0, H), r"input_size \(0\) and hidden_size \(4\) must be >= 1"),
+    ],
+)
+def test_bad_construction_arguments(make, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        make()
+
+
+@pytest.mark.parametrize("cell", [RNNCell(E, H), LSTMCell(E, H), GRUCell(E, H, variant="textbook")])
+def test_wrong_input_size_message(cell):
+    with pytest.raises(ValueError, match=r"^expected x with 3 features \(input_size\), got 7$"):
+        cell(torch.randn(B, 7))
+    with pytest.raises(ValueError, match=r"^expected x of shape \(B, E\), got shape \(2, 5, 3\)$"):
+        cell(torch.randn(2, 5, 3))
+
+
+def test_wrong_state_shape_messages():
+    with pytest.raises(ValueError, match=r"^state h must have shape \(B, H\) = \(5, 4\), got \(5, 3\)$"):
+        GRUCell(E, H)(torch.randn(B, E), torch.randn(B, 3))
+    with pytest.raises(ValueError, match=r"^state c must have shape \(B, H\) = \(5, 4\), got \(1, 4\)$"):
+        LSTMCell(E, H)(torch.randn(B, E), (torch.randn(B, H), torch.randn(1, H)))
