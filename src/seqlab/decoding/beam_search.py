@@ -1,0 +1,129 @@
+"""Batched beam search with length-normalised n-best lists (Hugging Face conventions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from seqlab.decoding.interface import SearchOutput, StepModel, check_search_inputs, next_token_log_probs
+
+
+@torch.no_grad()
+def beam_search(
+    model: StepModel,
+    state: Any,
+    start_tokens: Tensor,
+    *,
+    eos_id: int,
+    max_length: int,
+    beam_size: int = 4,
+    length_penalty: float = 1.0,
+    num_return_sequences: int = 1,
+) -> SearchOutput:
+    """Keep the ``beam_size`` most probable unfinished prefixes per row, extend them by every token, repeat.
+
+    A hypothesis y of n generated tokens (EOS included) is ranked by
+    score(y) = log p(y | x) / n ** length_penalty (the Hugging Face form of Wu et al., 2016's normaliser).
+    Each step takes the K = beam_size best extensions of the live prefixes over K x V: those ending in EOS
+    join the row's pool of K finished hypotheses, and the K best that do not end in EOS stay live. Live
+    prefixes that reach ``max_length`` join the pool too. A row stops once its pool is full and no live
+    prefix can beat the pool's worst score; the bound is exact: the best of
+    log p(prefix) / n ** length_penalty over every length n in [t + 1, max_length].
+    With beam_size = 1 and length_penalty = 0 this is greedy search.
+
+    Args:
+        model: implements the ``StepModel`` interface.
+        state: the model's initial state for the B rows; expanded once to B * K rows by ``reorder_state``.
+        start_tokens: (B,) the first input token: BOS for seq2seq, the last prompt token for a language model.
+        eos_id: the end-of-sequence token; it ends hypotheses and pads them.
+        max_length: the most tokens generated per hypothesis (EOS included).
+        beam_size: K, live prefixes kept per row.
+        length_penalty: exponent of the length normaliser; 0 ranks by the raw sum of log-probs, > 0 favours
+            longer hypotheses.
+        num_return_sequences: hypotheses returned per row, at most beam_size.
+    Returns: ``SearchOutput`` with num_return_sequences hypotheses per row, best first; tokens (B, K', T),
+        T the longest returned hypothesis. If a row has fewer possible hypotheses, the rest score -inf.
+    Raises: ValueError if beam_size < 1, num_return_sequences is not in [1, beam_size], max_length < 1,
+        start_tokens is not (B,), the model's logits are not (B * K, V), or eos_id is outside the vocabulary.
+    """
+    check_search_inputs(start_tokens, max_length)
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if not 1 <= num_return_sequences <= beam_size:
+        raise ValueError(f"num_return_sequences ({num_return_sequences}) must be in [1, {beam_size}] (beam_size)")
+    B, K, device = start_tokens.shape[0], beam_size, start_tokens.device
+    state = model.reorder_state(state, torch.arange(B, device=device).repeat_interleave(K))  # B * K rows
+    tokens = start_tokens.repeat_interleave(K)  # (B * K,)
+    # Only the first copy of each row is live at first, or the first top-k would pick K identical hypotheses.
+    live_log_probs = torch.full((B, K), float("-inf"), device=device)
+    live_log_probs[:, 0] = 0.0
+    history = torch.full((B, K, max_length), eos_id, device=device)  # live prefixes; columns >= t hold eos_id
+    pool = SearchOutput(
+        tokens=history.clone(),
+        lengths=torch.zeros(B, K, dtype=torch.long, device=device),
+        scores=torch.full((B, K), float("-inf"), device=device),
+        log_probs=torch.full((B, K), float("-inf"), device=device),
+    )
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    row_offset = torch.arange(B, device=device).unsqueeze(1) * K  # (B, 1)
+    for t in range(1, max_length + 1):
+        logits, state = model.step(tokens, state)
+        log_probs = next_token_log_probs(logits, rows=B * K, eos_id=eos_id)  # (B * K, V)
+        V = log_probs.shape[1]
+        total = (live_log_probs.view(B * K, 1) + log_probs).view(B, K, V)
+        # EOS joins the pool only from among the K best extensions (as in Hugging Face): beam 1 is greedy.
+        best, flat = total.view(B, K * V).topk(K, dim=1)  # (B, K)
+        ends = (flat % V == eos_id) & ~done.unsqueeze(1)
+        finished = best.masked_fill(~ends, float("-inf"))
+        # Column t - 1 of each prefix still holds eos_id, which is the hypothesis' last token.
+        pool = _add_to_pool(pool, _take(history, flat // V), finished, t, length_penalty)
+
+        total[:, :, eos_id] = float("-inf")
+        live_log_probs, flat = total.view(B, K * V).topk(K, dim=1)  # (B, K)
+        origin, next_tokens = flat // V, flat % V
+        history = _take(history, origin)
+        history[:, :, t - 1] = next_tokens
+        if t == max_length:
+            live = live_log_probs.masked_fill(done.unsqueeze(1), float("-inf"))
+            pool = _add_to_pool(pool, history, live, t, length_penalty)
+            break
+        # Log-probs are <= 0: a continuation of n tokens scores at most log p(prefix) / n ** length_penalty,
+        # which over n in [t + 1, max_length] is largest at one end.
+        shortest, longest = (t + 1) ** length_penalty, max_length**length_penalty
+        bound = torch.maximum(live_log_probs / shortest, live_log_probs / longest)
+        done |= pool.scores[:, -1] >= bound.amax(dim=1)
+        if done.all():
+            break
+        state = model.reorder_state(state, (origin + row_offset).view(B * K))
+        tokens = next_tokens.view(B * K)
+
+    tokens, lengths, scores, log_probs = (x[:, :num_return_sequences] for x in pool)
+    impossible = scores.isneginf()  # slots never filled, or filled from the -inf copies of the first step
+    lengths = lengths.masked_fill(impossible, 0)
+    T = max(int(lengths.max()), 1)
+    tokens = tokens[:, :, :T].masked_fill(impossible.unsqueeze(-1), eos_id)
+    return SearchOutput(tokens, lengths, scores, log_probs)
+
+
+def _take(x: Tensor, index: Tensor) -> Tensor:
+    """x[b, index[b, k], ...] for x (B, M, ...) and index (B, K): gather whole entries along dim 1."""
+    index = index.view(*index.shape, *[1] * (x.dim() - 2)).expand(*index.shape, *x.shape[2:])
+    return x.gather(1, index)
+
+
+def _add_to_pool(
+    pool: SearchOutput, tokens: Tensor, log_probs: Tensor, length: int, length_penalty: float
+) -> SearchOutput:
+    """The K best of the pool (B, K) and K new hypotheses of ``length`` tokens (-inf log_probs: none)."""
+    K = pool.scores.shape[1]
+    scores = log_probs / length**length_penalty
+    merged_scores, index = torch.cat([pool.scores, scores], dim=1).topk(K, dim=1)  # (B, K) of (B, 2K)
+    lengths = torch.full_like(pool.lengths, length)
+    return SearchOutput(
+        tokens=_take(torch.cat([pool.tokens, tokens], dim=1), index),
+        lengths=_take(torch.cat([pool.lengths, lengths], dim=1), index),
+        scores=merged_scores,
+        log_probs=_take(torch.cat([pool.log_probs, log_probs], dim=1), index),
+    )
