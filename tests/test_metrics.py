@@ -1,0 +1,92 @@
+import math
+import random
+
+import pytest
+
+from seqlab.metrics import G2PScores, g2p_scores, perplexity, phoneme_error_rate, word_error_rate
+
+
+def brute_force_edit_distance(a, b):
+    """Textbook Wagner-Fischer table: the independent reference for rapidfuzz."""
+    table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i in range(len(a) + 1):
+        for j in range(len(b) + 1):
+            if i == 0 or j == 0:
+                table[i][j] = i + j
+            else:
+                table[i][j] = min(
+                    table[i - 1][j] + 1, table[i][j - 1] + 1, table[i - 1][j - 1] + (a[i - 1] != b[j - 1])
+                )
+    return table[len(a)][len(b)]
+
+
+def test_hand_computed_closest_reference_tie_goes_to_shorter():
+    # d([A,B,C], [A,B,D]) = 1 (a substitution), d([A,B,C], [A,C]) = 1 (a deletion): tie -> [A,C], length 2.
+    assert phoneme_error_rate([["A", "B", "C"]], [[["A", "B", "D"], ["A", "C"]]]) == 50.0
+    assert word_error_rate([["A", "B", "C"]], [[["A", "B", "D"], ["A", "C"]]]) == 100.0
+
+
+def test_closest_reference_beats_shorter_reference():
+    # d to [A] is 3, d to [A,B,C,E] is 1: the closer, longer reference counts (1 / 4).
+    assert phoneme_error_rate([["A", "B", "C", "D"]], [[["A"], ["A", "B", "C", "E"]]]) == 25.0
+
+
+def test_a_word_is_right_if_it_matches_any_reference():
+    hypotheses = [["R", "EH", "D"], ("R", "IY", "D"), ["R", "AH", "D"]]
+    references = [[("R", "IY", "D"), ("R", "EH", "D")]] * 3
+    assert word_error_rate(hypotheses, references) == pytest.approx(100 / 3)
+    assert phoneme_error_rate(hypotheses, references) == pytest.approx(100 / 9)
+    assert g2p_scores(hypotheses, references) == G2PScores(pytest.approx(100 / 9), pytest.approx(100 / 3))
+
+
+def test_per_sums_errors_over_words_before_dividing():
+    hypotheses = [["A", "B", "C"], ["A", "B"], []]
+    references = [[["A", "B", "D"], ["A", "C"]], [["A", "B"], ["X"]], [["K", "L", "M", "N"]]]
+    # (1 + 0 + 4) / (2 + 2 + 4), not the mean of per-word rates.
+    assert phoneme_error_rate(hypotheses, references) == 62.5
+    assert word_error_rate(hypotheses, references) == pytest.approx(200 / 3)
+
+
+def test_per_against_brute_force_dynamic_programming():
+    rng = random.Random(0)
+    alphabet = ["AA", "B", "CH", "D", "EH"]
+
+    def sequence(min_length):
+        return [rng.choice(alphabet) for _ in range(rng.randint(min_length, 7))]
+
+    hypotheses = [sequence(0) for _ in range(60)]
+    references = [[sequence(1) for _ in range(rng.randint(1, 3))] for _ in range(60)]
+    errors = length = 0
+    for hypothesis, variants in zip(hypotheses, references, strict=True):
+        distance, reference_length = min((brute_force_edit_distance(hypothesis, v), len(v)) for v in variants)
+        errors += distance
+        length += reference_length
+    assert phoneme_error_rate(hypotheses, references) == pytest.approx(100.0 * errors / length, rel=1e-12)
+    wrong = sum(all(list(v) != h for v in variants) for h, variants in zip(hypotheses, references, strict=True))
+    assert word_error_rate(hypotheses, references) == pytest.approx(100.0 * wrong / 60, rel=1e-12)
+
+
+@pytest.mark.parametrize("metric", [phoneme_error_rate, word_error_rate, g2p_scores])
+def test_input_errors(metric):
+    with pytest.raises(ValueError, match=r"^2 hypotheses but 1 reference sets$"):
+        metric([["A"], ["B"]], [[["A"]]])
+    with pytest.raises(ValueError, match=r"^no words to score$"):
+        metric([], [])
+    with pytest.raises(ValueError, match=r"^word 1 has no reference pronunciation$"):
+        metric([["A"], ["B"]], [[["A"]], []])
+    with pytest.raises(ValueError, match=r"^word 0 has an empty reference pronunciation$"):
+        metric([["A"]], [[["A"], []]])
+    with pytest.raises(ValueError, match=r"^word 0: pass phonemes as a sequence of symbols, not a string$"):
+        metric(["A B"], [[["A", "B"]]])
+    with pytest.raises(ValueError, match=r"^word 0: pass phonemes as a sequence of symbols, not a string$"):
+        metric([["A", "B"]], [["AB"]])
+
+
+def test_perplexity():
+    assert perplexity(5 * math.log(10.0), 5) == pytest.approx(10.0, rel=1e-12)
+    assert perplexity(0.0, 3) == 1.0
+    assert perplexity(1e6, 1) == math.inf
+    with pytest.raises(ValueError, match=r"^num_tokens \(0\) must be at least 1$"):
+        perplexity(1.0, 0)
+    with pytest.raises(ValueError, match=r"^total_nll_nats \(-0.5\) must be >= 0$"):
+        perplexity(-0.5, 2)
