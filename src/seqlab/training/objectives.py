@@ -1,0 +1,41 @@
+"""Training objectives for sequence transduction.
+
+Teacher forcing (Williams & Zipser 1989): the decoder reads the gold previous token y_{t-1} at every step and is
+trained on the token-level negative log-likelihood
+
+    loss = -(1 / N) sum_{b, t : t < len_b} log p(y_{b,t} | y_{b,<t}, x_b)
+
+over the N real (non-padding) target tokens, in nats per token; with label smoothing eps the target distribution is
+(1 - eps) one-hot + eps / V (Szegedy et al. 2016), as in ``torch.nn.functional.cross_entropy``.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import nn
+
+from seqlab.data.batching import Seq2SeqBatch
+from seqlab.training.trainer import LossOutput
+
+
+def teacher_forcing_loss(
+    model: nn.Module, batch: Seq2SeqBatch, *, pad_id: int = 0, label_smoothing: float = 0.0
+) -> LossOutput:
+    """Mean token cross-entropy of a seq2seq model under teacher forcing.
+
+    Args:
+        model: called as model(src, src_lengths, tgt_in) and returning an object with ``logits`` (B, T, V).
+        batch: Seq2SeqBatch with tgt_in = [BOS] + y and tgt_out = y + [EOS], padded with ``pad_id``.
+        pad_id: target positions equal to it are ignored.
+        label_smoothing: eps in [0, 1).
+    Returns:
+        LossOutput(loss: scalar, nats per real target token; num_tokens: N).
+    """
+    logits = model(batch.src, batch.src_lengths, batch.tgt_in).logits  # (B, T, V)
+    loss = F.cross_entropy(
+        logits.flatten(0, 1),  # (B*T, V)
+        batch.tgt_out.flatten(),  # (B*T,)
+        ignore_index=pad_id,
+        label_smoothing=label_smoothing,
+    )
+    return LossOutput(loss, int((batch.tgt_out != pad_id).sum()))
