@@ -1,0 +1,159 @@
+"""The ``seqlab`` command: train, evaluate, predict and list recipes.
+
+Every problem with the user's input ends with one line ``seqlab: error: ...`` naming the file, line or argument,
+and exit code 2; no traceback, and no existing output directory is touched without ``--overwrite``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from seqlab.config import apply_overrides, describe, flatten, load_toml, parse_assignments
+from seqlab.errors import ConfigError, SeqlabError
+from seqlab.recipes import RECIPES, get_recipe, recipe_of_checkpoint
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line (not usage text plus message) and exits 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(f"{self.prog}: {message}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``seqlab`` console script; returns the exit code."""
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return args.handler(args)
+    except SeqlabError as e:
+        print(f"seqlab: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("seqlab: interrupted", file=sys.stderr)
+        return 130
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="seqlab", description="Sequence models from the equations: train, evaluate, predict.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    train = commands.add_parser("train", help="train a recipe end to end and score it on its test split")
+    train.add_argument("recipe", help=f"recipe name ({', '.join(sorted(RECIPES))})")
+    train.add_argument("--config", type=Path, help="TOML file with [data] [model] [train] [decode] tables")
+    train.add_argument(
+        "--set",
+        dest="assignments",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value (after --config)",
+    )
+    train.add_argument("--out", type=Path, help="checkpoint directory (default: the first free runs/RECIPE[-N])")
+    train.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.set_defaults(handler=_train)
+
+    evaluate = commands.add_parser("evaluate", help="score a checkpoint on a data file")
+    evaluate.add_argument("checkpoint", type=Path)
+    evaluate.add_argument("--data", required=True, help="data file in the recipe's format")
+    evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    evaluate.set_defaults(handler=_evaluate)
+
+    predict = commands.add_parser("predict", help="run a checkpoint on inputs given on the command line")
+    predict.add_argument("checkpoint", type=Path)
+    predict.add_argument("inputs", nargs="+", metavar="INPUT")
+    predict.add_argument("--beam-size", type=int, help="beam width (default: the checkpoint's; 1 = greedy)")
+    predict.add_argument("--nbest", type=int, default=1, help="hypotheses printed per input")
+    predict.set_defaults(handler=_predict)
+
+    recipes = commands.add_parser("recipes", help="list recipes, or show one recipe's defaults")
+    recipes.add_argument("name", nargs="?")
+    recipes.set_defaults(handler=_recipes)
+    return parser
+
+
+def _train(args: argparse.Namespace) -> int:
+    recipe = get_recipe(args.recipe)
+    config = recipe.Config()
+    if args.config is not None:
+        config = apply_overrides(config, flatten(load_toml(args.config)), source=str(args.config))
+    config = apply_overrides(config, parse_assignments(args.assignments))
+    out_dir = _output_directory(args.out, recipe.NAME, overwrite=args.overwrite)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"seqlab train {recipe.NAME} -> {out_dir}", file=sys.stderr)
+    report = recipe.train(config, out_dir, progress=not args.no_progress, log=lambda s: print(s, file=sys.stderr))
+    print(_table(["metric", "value"], [(k, _fmt(v)) for k, v in report.results.items()]))
+    print()
+    print(_table(["input", "reference", "predicted"], report.examples))
+    print(f"\ncheckpoint: {out_dir}")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    metrics = recipe_of_checkpoint(args.checkpoint).evaluate(args.checkpoint, args.data)
+    if args.json:
+        print(json.dumps(metrics))
+    else:
+        print(_table(["metric", "value"], [(k, _fmt(v)) for k, v in metrics.items()]))
+    return 0
+
+
+def _predict(args: argparse.Namespace) -> int:
+    for name, value in (("--beam-size", args.beam_size), ("--nbest", args.nbest)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} ({value}) must be >= 1")
+    recipe = recipe_of_checkpoint(args.checkpoint)
+    for line in recipe.predict(args.checkpoint, args.inputs, beam_size=args.beam_size, nbest=args.nbest):
+        print(line)
+    return 0
+
+
+def _recipes(args: argparse.Namespace) -> int:
+    if args.name is None:
+        print(_table(["recipe", "description"], [(name, r.DESCRIPTION) for name, r in sorted(RECIPES.items())]))
+        return 0
+    recipe = get_recipe(args.name)
+    print(f"{recipe.NAME}: {recipe.DESCRIPTION}\n")
+    print(_table(["key", "default"], [(k, repr(v)) for k, v in describe(recipe.Config())]))
+    return 0
+
+
+def _output_directory(requested: Path | None, recipe: str, *, overwrite: bool) -> Path:
+    """The checkpoint directory: ``requested`` (refused if it holds files, unless ``overwrite``), else a fresh one."""
+    if requested is not None:
+        if requested.exists() and not requested.is_dir():
+            raise ConfigError(f"--out {requested}: exists and is not a directory")
+        if requested.is_dir() and any(requested.iterdir()) and not overwrite:
+            raise ConfigError(f"--out {requested}: already exists and is not empty; pass --overwrite to replace it")
+        return requested
+    candidate, n = Path("runs") / recipe, 1
+    while candidate.exists():
+        n += 1
+        candidate = Path("runs") / f"{recipe}-{n}"
+    return candidate
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.0f}" if value.is_integer() and abs(value) >= 1 else f"{value:.3f}"
+    return str(value)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [list(map(str, headers))] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""Typed configuration: frozen dataclasses in sections, set from TOML files and ``section.key=value`` overrides.
+
+A recipe's configuration is a frozen dataclass whose fields are section dataclasses (``data``, ``model``,
+``train``, ``decode``). Users change it with a TOML file (one table per section) and with command-line
+``--set section.key=value`` pairs; both go through :func:`apply_overrides`, which converts each value to the
+field's declared type and lets the section's ``__post_init__`` validate it. Every problem is a
+:class:`~seqlab.errors.ConfigError` whose message names the key and the bad value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from seqlab.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+ConfigT = TypeVar("ConfigT")
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+_NONE = {"none", "null"}
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read a TOML configuration file into nested dicts.
+
+    Raises:
+        ConfigError: the file is missing or is not valid TOML (message names the file and TOML's reason).
+    """
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a config file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not valid TOML ({e})") from None
+
+
+def parse_assignments(assignments: list[str]) -> dict[str, str]:
+    """Turn ``["train.lr=0.001", ...]`` into ``{"train.lr": "0.001", ...}``.
+
+    Raises:
+        ConfigError: an item has no ``=`` or an empty key.
+    """
+    parsed: dict[str, str] = {}
+    for item in assignments:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected section.key=value")
+        parsed[key.strip()] = value.strip()
+    return parsed
+
+
+def flatten(nested: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"train": {"lr": 1e-3}}`` -> ``{"train.lr": 1e-3}`` (TOML tables to dotted keys)."""
+    flat: dict[str, Any] = {}
+    for key, value in nested.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, prefix=f"{dotted}."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def apply_overrides(config: ConfigT, overrides: Mapping[str, Any], *, source: str = "--set") -> ConfigT:
+    """Return a copy of a sectioned config with dotted-key overrides applied and validated.
+
+    Args:
+        config: a frozen dataclass whose fields are frozen dataclasses (the sections).
+        overrides: ``{"section.key": value}``; string values are converted to the field's type
+            (``int``, ``float``, ``bool``, ``str`` and ``X | None``, where ``none`` means None).
+        source: where the overrides came from, for messages (``--set`` or a file name).
+
+    Raises:
+        ConfigError: unknown section or key (the message lists the valid ones), a value that does not convert,
+            or a value the section's validation rejects.
+    """
+    sections = {f.name: f for f in dataclasses.fields(config)}
+    changes: dict[str, dict[str, Any]] = {}
+    for dotted, raw in overrides.items():
+        section, _, key = dotted.partition(".")
+        if section not in sections or not key:
+            raise ConfigError(f"{source} {dotted}: unknown key; sections are {', '.join(sections)}")
+        section_config = getattr(config, section)
+        hints = typing.get_type_hints(type(section_config))
+        field_names = [f.name for f in dataclasses.fields(section_config)]
+        if key not in field_names:
+            raise ConfigError(f"{source} {dotted}: unknown key in [{section}]; valid keys are {', '.join(field_names)}")
+        changes.setdefault(section, {})[key] = _convert(raw, hints[key], f"{source} {dotted}")
+    replaced = {}
+    for section, fields in changes.items():
+        try:
+            replaced[section] = dataclasses.replace(getattr(config, section), **fields)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"{source}: [{section}] {e}") from None
+    return dataclasses.replace(config, **replaced)
+
+
+def describe(config: Any) -> list[tuple[str, Any]]:
+    """``[("section.key", value), ...]`` for every field of a sectioned config, in declaration order."""
+    rows = []
+    for section in dataclasses.fields(config):
+        value = getattr(config, section.name)
+        rows.extend((f"{section.name}.{f.name}", getattr(value, f.name)) for f in dataclasses.fields(value))
+    return rows
+
+
+def _convert(raw: Any, annotation: Any, where: str) -> Any:
+    """Convert ``raw`` (a string from the command line, or a TOML value) to ``annotation``'s type."""
+    options = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
+    optional = type(None) in options
+    kinds = [t for t in options if t is not type(None)]
+    if raw is None or (isinstance(raw, str) and raw.lower() in _NONE):
+        if optional:
+            return None
+        raise ConfigError(f"{where}: a value is required (this key cannot be none)")
+    kind = kinds[0]
+    if typing.get_origin(kind) is typing.Literal:
+        allowed = typing.get_args(kind)
+        if raw not in allowed:
+            raise ConfigError(f"{where}: {raw!r} is not one of {', '.join(map(str, allowed))}")
+        return raw
+    if kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).lower()
+        if text in _TRUE | _FALSE:
+            return text in _TRUE
+        raise ConfigError(f"{where}: expected true or false, got {raw!r}")
+    if kind in (int, float):
+        if isinstance(raw, bool):
+            raise ConfigError(f"{where}: expected {kind.__name__}, got {raw!r}")
+        try:
+            value = kind(raw)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected {kind.__name__}, got {raw!r}") from None
+        if kind is int and isinstance(raw, float) and raw != value:
+            raise ConfigError(f"{where}: expected int, got {raw!r}")
+        return value
+    return str(raw)
+
+
+def _is_union(annotation: Any) -> bool:
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType)

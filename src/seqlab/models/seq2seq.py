@@ -1,0 +1,249 @@
+"""RNN encoder-decoder with attention (Bahdanau et al. 2015; Luong et al. 2015) or a fixed context (Cho et al. 2014).
+
+Encoder: embeddings -> a (by default bidirectional, stacked) RNN/GRU/LSTM giving the memory m_1..m_S.
+Decoder (Luong et al. 2015, Sec. 3, without input feeding, so teacher-forced training runs the recurrent layer over
+the whole target at once, on the fused kernel where there is one):
+
+    s_t       = RNN(s_{t-1}, [e(y_{t-1}); c])        (c only in the fixed-context model)
+    alpha_t   = softmax_j score(s_t, m_j)             (masked: padded source steps get weight 0)
+    context_t = sum_j alpha_tj m_j                    (or the fixed c = [h_S fwd; h_1 bwd] when attention is None)
+    h~_t      = tanh(W_c [s_t; context_t])
+    p(y_t | y_<t, x) = softmax(W_y h~_t + b_y)
+
+The decoder's initial state is a learned bridge from the encoder's final state: s_0 = tanh(W_b [h_S fwd; h_1 bwd] + b_b)
+in every decoder layer (LSTM cell state c_0 = 0), as in Bahdanau et al. (2015, appendix A.2.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from seqlab.decoding.interface import StepOutput, select_rows
+from seqlab.models.pretrained import PretrainedMixin
+from seqlab.nn.attention import AdditiveAttention, BilinearAttention, DotProductAttention
+from seqlab.nn.cells import LSTMState
+from seqlab.nn.recurrent import GRU, LSTM, RNN
+
+CellName = Literal["rnn", "gru", "lstm"]
+AttentionName = Literal["additive", "dot", "scaled_dot", "bilinear", "none"]
+_LAYERS = {"rnn": RNN, "gru": GRU, "lstm": LSTM}
+
+
+@dataclass(frozen=True)
+class RNNSeq2SeqConfig:
+    """Hyperparameters of :class:`RNNSeq2Seq`; saved as ``config.json`` with every checkpoint."""
+
+    src_vocab_size: int  # V_src, including the special symbols
+    tgt_vocab_size: int  # V_tgt, including the special symbols
+    embedding_size: int = 128  # E, source and target embeddings
+    hidden_size: int = 256  # H, per direction in the encoder; the decoder's size
+    cell: CellName = "lstm"  # recurrent unit of encoder and decoder
+    encoder_layers: int = 2  # stacked encoder layers
+    decoder_layers: int = 1  # stacked decoder layers
+    bidirectional: bool = True  # bidirectional encoder
+    attention: AttentionName = "additive"  # score function, or "none" for the fixed-context baseline
+    dropout: float = 0.2  # on embeddings, between layers and before the output layer
+    pad_id: int = 0  # padding symbol in both vocabularies
+    bos_id: int = 1  # start-of-sequence symbol fed to the decoder first
+    eos_id: int = 2  # end-of-sequence symbol the decoder emits last
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "embedding_size", "hidden_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} ({getattr(self, name)}) must be >= 1")
+        for name in ("encoder_layers", "decoder_layers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} ({getattr(self, name)}) must be >= 1")
+        if self.cell not in _LAYERS:
+            raise ValueError(f"cell ({self.cell!r}) must be one of rnn, gru, lstm")
+        if self.attention not in ("additive", "dot", "scaled_dot", "bilinear", "none"):
+            raise ValueError(f"attention ({self.attention!r}) must be additive, dot, scaled_dot, bilinear or none")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout ({self.dropout}) must be in [0, 1)")
+
+
+class Seq2SeqOutput(NamedTuple):
+    """logits (B, T, V) for every target step; attention (B, T, S) weights, or None for the fixed-context model."""
+
+    logits: Tensor
+    attention: Tensor | None
+
+
+class EncoderOutput(NamedTuple):
+    """memory (B, S, C*H): per-step outputs, zero past each length; final (B, C*H): top layer [h_S fwd; h_1 bwd]."""
+
+    memory: Tensor
+    final: Tensor
+
+
+class RNNDecoderState(NamedTuple):
+    """What one decoding step needs: the decoder's recurrent state and the encoded source.
+
+    hidden: (L, B, H), or LSTMState of two such tensors. memory: (B, S, C*H). keys: (B, S, Hk), the memory as the
+    score function sees it. src_mask: (B, S), True at real source steps. context: (B, C*H) fixed context, or None.
+    """
+
+    hidden: Tensor | LSTMState
+    memory: Tensor
+    keys: Tensor
+    src_mask: Tensor
+    context: Tensor | None
+
+
+class RNNEncoder(nn.Module):
+    """Embeddings and a recurrent layer over the source.
+
+    Inputs: src (B, S) token ids, src_lengths (B,).
+    Outputs: EncoderOutput(memory (B, S, C*H), final (B, C*H)).
+    """
+
+    def __init__(self, embedding: nn.Embedding, rnn: RNN | GRU | LSTM, *, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.embedding = embedding
+        self.rnn = rnn
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, src: Tensor, src_lengths: Tensor) -> EncoderOutput:
+        memory, state = self.rnn(self.dropout(self.embedding(src)), src_lengths)
+        h_n = state.h if isinstance(state, LSTMState) else state  # (L*C, B, H)
+        C = 2 if self.rnn.bidirectional else 1
+        top = h_n[-C:]  # (C, B, H), forward then backward direction of the top layer
+        return EncoderOutput(memory, top.transpose(0, 1).reshape(src.shape[0], -1))  # (B, C*H)
+
+
+class AttentionDecoder(nn.Module):
+    """Recurrent decoder that attends over the encoder memory, or conditions on a fixed context when attention is None.
+
+    Equations in the module docstring. Inputs of forward: tgt_in (B, T) previous tokens (teacher forcing) and an
+    RNNDecoderState. Outputs: Seq2SeqOutput(logits (B, T, V), attention (B, T, S) or None).
+    """
+
+    def __init__(
+        self,
+        embedding: nn.Embedding,
+        rnn: RNN | GRU | LSTM,
+        attention: nn.Module | None,
+        *,
+        memory_size: int,
+        vocab_size: int,
+        key_projection: nn.Module | None = None,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.embedding = embedding
+        self.rnn = rnn
+        self.attention = attention
+        self.key_projection = key_projection
+        self.dropout = nn.Dropout(dropout)
+        hidden_size = rnn.hidden_size
+        self.bridge = nn.Linear(memory_size, rnn.num_layers * hidden_size)
+        self.combine = nn.Linear(hidden_size + memory_size, hidden_size, bias=False)  # W_c
+        self.output = nn.Linear(hidden_size, vocab_size)  # W_y, b_y
+
+    def init_state(self, encoded: EncoderOutput, src_mask: Tensor) -> RNNDecoderState:
+        """s_0 from the encoder's final state; keys computed once per source."""
+        B = encoded.final.shape[0]
+        L, H = self.rnn.num_layers, self.rnn.hidden_size
+        s_0 = torch.tanh(self.bridge(encoded.final)).view(B, L, H).transpose(0, 1).contiguous()  # (L, B, H)
+        hidden = LSTMState(s_0, torch.zeros_like(s_0)) if isinstance(self.rnn, LSTM) else s_0
+        keys = encoded.memory if self.key_projection is None else self.key_projection(encoded.memory)
+        context = encoded.final if self.attention is None else None
+        return RNNDecoderState(hidden, encoded.memory, keys, src_mask, context)
+
+    def forward(self, tgt_in: Tensor, state: RNNDecoderState) -> tuple[Seq2SeqOutput, RNNDecoderState]:
+        embedded = self.dropout(self.embedding(tgt_in))  # (B, T, E)
+        T = tgt_in.shape[1]
+        if state.context is not None:
+            fixed = state.context.unsqueeze(1).expand(-1, T, -1)  # (B, T, C*H)
+            embedded = torch.cat([embedded, fixed], dim=-1)
+        s, hidden = self.rnn(embedded, state=state.hidden)  # (B, T, H)
+        if self.attention is None:
+            context, weights = fixed, None
+        else:
+            context, weights = self.attention(s, state.keys, state.memory, mask=state.src_mask)
+        h_tilde = torch.tanh(self.combine(torch.cat([s, context], dim=-1)))  # (B, T, H)
+        logits = self.output(self.dropout(h_tilde))  # (B, T, V)
+        return Seq2SeqOutput(logits, weights), state._replace(hidden=hidden)
+
+
+class RNNSeq2Seq(PretrainedMixin, nn.Module):
+    """RNN encoder-decoder for sequence transduction (e.g. grapheme-to-phoneme), trained with teacher forcing.
+
+    Implements the decoding step interface (``step`` / ``reorder_state``), so ``seqlab.decoding.greedy_search``
+    and ``beam_search`` decode it: ``state = model.encode(src, src_lengths)`` then search from ``bos_id``.
+
+    Args:
+        config: RNNSeq2SeqConfig.
+    Inputs of forward: src (B, S) ids, src_lengths (B,), tgt_in (B, T) = [BOS] + target (teacher forcing).
+    Outputs: Seq2SeqOutput(logits (B, T, V), attention (B, T, S) or None).
+    """
+
+    config_class: ClassVar[type] = RNNSeq2SeqConfig
+
+    def __init__(self, config: RNNSeq2SeqConfig) -> None:
+        super().__init__()
+        self.config = config
+        H, E = config.hidden_size, config.embedding_size
+        C = 2 if config.bidirectional else 1
+        layer = _LAYERS[config.cell]
+        self.encoder = RNNEncoder(
+            nn.Embedding(config.src_vocab_size, E, padding_idx=config.pad_id),
+            layer(
+                E,
+                H,
+                num_layers=config.encoder_layers,
+                bidirectional=config.bidirectional,
+                dropout=config.dropout,
+            ),
+            dropout=config.dropout,
+        )
+        memory_size = C * H
+        attention, key_projection = _make_attention(config.attention, query_size=H, memory_size=memory_size)
+        decoder_input = E + (memory_size if attention is None else 0)
+        self.decoder = AttentionDecoder(
+            nn.Embedding(config.tgt_vocab_size, E, padding_idx=config.pad_id),
+            layer(decoder_input, H, num_layers=config.decoder_layers, dropout=config.dropout),
+            attention,
+            memory_size=memory_size,
+            vocab_size=config.tgt_vocab_size,
+            key_projection=key_projection,
+            dropout=config.dropout,
+        )
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> RNNDecoderState:
+        """Run the encoder; the returned state starts decoding. src (B, S), src_lengths (B,)."""
+        S = src.shape[1]
+        src_mask = torch.arange(S, device=src.device) < src_lengths.to(src.device).unsqueeze(1)  # (B, S)
+        return self.decoder.init_state(self.encoder(src, src_lengths), src_mask)
+
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Seq2SeqOutput:
+        output, _ = self.decoder(tgt_in, self.encode(src, src_lengths))
+        return output
+
+    def step(self, tokens: Tensor, state: RNNDecoderState) -> StepOutput:
+        """One decoding step: tokens (B,) previous outputs -> StepOutput(logits (B, V), next state)."""
+        output, state = self.decoder(tokens.unsqueeze(1), state)
+        return StepOutput(output.logits.squeeze(1), state)
+
+    def reorder_state(self, state: RNNDecoderState, index: Tensor) -> RNNDecoderState:
+        """Rows ``index`` (B',) of the state: hidden is (L, B, H), everything else batch-first."""
+        return RNNDecoderState(
+            select_rows(state.hidden, index, dim=1),
+            *(select_rows(part, index) for part in state[1:]),
+        )
+
+
+def _make_attention(name: str, *, query_size: int, memory_size: int) -> tuple[nn.Module | None, nn.Module | None]:
+    """The score module, and for dot scores a key projection W_k m_j when the memory and decoder sizes differ."""
+    if name == "none":
+        return None, None
+    if name == "additive":
+        return AdditiveAttention(query_size, memory_size, query_size), None
+    if name == "bilinear":
+        return BilinearAttention(query_size, memory_size), None
+    key_projection = None if memory_size == query_size else nn.Linear(memory_size, query_size, bias=False)
+    return DotProductAttention(scaled=name == "scaled_dot"), key_projection

