@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 from torch import nn
 
@@ -43,7 +43,7 @@ class PretrainedMixin:
 
     @classmethod
     def from_pretrained(cls: type[ModelT], directory: str | Path) -> ModelT:
-        """Build the model from ``directory``'s config and load its weights (in eval mode).
+        """Build the model from ``directory``'s config and load its weights (float32 parameters, eval mode).
 
         Raises:
             CheckpointError: the directory or one of its files is missing, the config was written for another
@@ -57,27 +57,49 @@ class PretrainedMixin:
             payload = json.loads(config_path.read_text())
         except FileNotFoundError:
             raise CheckpointError(f"{config_path}: missing; is {directory} a seqlab checkpoint?") from None
+        except IsADirectoryError:
+            raise CheckpointError(f"{config_path}: is a directory, not a file") from None
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise CheckpointError(f"{config_path}: not valid JSON") from None
-        if not isinstance(payload, dict) or payload.get("model_type") != cls.__name__:
-            found = payload.get("model_type") if isinstance(payload, dict) else None
+        found = payload.get("model_type") if isinstance(payload, dict) else None
+        if found != cls.__name__:
             raise CheckpointError(f"{config_path}: holds a {found!r} model, expected {cls.__name__!r}")
+        if not isinstance(payload.get("config"), dict):
+            raise CheckpointError(f"{config_path}: no 'config' object")
         try:
             config = cls.config_class(**payload["config"])
+            model = cls(config)
         except (TypeError, ValueError) as e:
             raise CheckpointError(f"{config_path}: bad config ({e})") from None
-        model = cls(config)
         weights_path = directory / WEIGHTS_FILE
         if not weights_path.is_file():
             raise CheckpointError(f"{weights_path}: missing")
-        try:
-            missing, unexpected = load_model(model, str(weights_path), strict=False)
-        except (SafetensorError, OSError, RuntimeError) as e:
-            raise CheckpointError(f"{weights_path}: cannot load weights ({e})") from None
-        if missing or unexpected:
-            raise CheckpointError(
-                f"{weights_path}: weights do not match the config (missing {sorted(missing)[:3]}, "
-                f"unexpected {sorted(unexpected)[:3]})"
-            )
+        _check_weight_shapes(model, weights_path)
+        load_model(model, str(weights_path))
         model.eval()
         return model
+
+
+def _check_weight_shapes(model: nn.Module, weights_path: Path) -> None:
+    """Raise CheckpointError (one line) unless the file holds exactly the model's tensors, with its shapes."""
+    state = model.state_dict()
+    expected = {name: tuple(t.shape) for name, t in state.items()}
+    try:
+        with safe_open(str(weights_path), framework="pt") as f:
+            stored = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(f"{weights_path}: cannot load weights ({e})") from None
+    # save_model keeps one name of tensors that share memory (tied weights): the others are not missing.
+    kept = {state[name].data_ptr() for name in stored if name in state}
+    missing = sorted(name for name in set(expected) - set(stored) if state[name].data_ptr() not in kept)
+    unexpected = sorted(set(stored) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{weights_path}: weights do not match the config (missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
+    for name, shape in stored.items():
+        if shape != expected[name]:
+            raise CheckpointError(
+                f"{weights_path}: weights do not match the config ({name} is {list(shape)}, "
+                f"the config needs {list(expected[name])})"
+            )

@@ -52,18 +52,32 @@ class RNNSeq2SeqConfig:
     eos_id: int = 2  # end-of-sequence symbol the decoder emits last
 
     def __post_init__(self) -> None:
-        for name in ("src_vocab_size", "tgt_vocab_size", "embedding_size", "hidden_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} ({getattr(self, name)}) must be >= 1")
+        sizes = (
+            "src_vocab_size",
+            "tgt_vocab_size",
+            "embedding_size",
+            "hidden_size",
+            "encoder_layers",
+            "decoder_layers",
+        )
+        for name in sizes:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} ({value!r}) must be an integer >= 1")
         for name in ("encoder_layers", "decoder_layers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} ({getattr(self, name)}) must be >= 1")
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} ({getattr(self, name)!r}) must be an integer >= 1")
+        smallest = min(self.src_vocab_size, self.tgt_vocab_size)
+        for name, size in (("pad_id", smallest), ("bos_id", self.tgt_vocab_size), ("eos_id", self.tgt_vocab_size)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not 0 <= value < size:
+                raise ValueError(f"{name} ({value!r}) must be in [0, {size})")
         if self.cell not in _LAYERS:
             raise ValueError(f"cell ({self.cell!r}) must be one of rnn, gru, lstm")
         if self.attention not in ("additive", "dot", "scaled_dot", "bilinear", "none"):
             raise ValueError(f"attention ({self.attention!r}) must be additive, dot, scaled_dot, bilinear or none")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout ({self.dropout}) must be in [0, 1)")
+        if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout ({self.dropout!r}) must be in [0, 1)")
 
 
 class Seq2SeqOutput(NamedTuple):

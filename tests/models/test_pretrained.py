@@ -1,0 +1,165 @@
+import dataclasses
+import json
+import re
+
+import pytest
+import torch
+from safetensors import safe_open
+from torch.testing import assert_close
+
+from seqlab.errors import CheckpointError
+from seqlab.models.seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig
+
+CONFIG = RNNSeq2SeqConfig(11, 9, embedding_size=5, hidden_size=8, encoder_layers=2, decoder_layers=2, dropout=0.3)
+
+
+def make_model(config=CONFIG, seed=0):
+    torch.manual_seed(seed)
+    return RNNSeq2Seq(config)
+
+
+def batch():
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(3, 11, (3, 5), generator=g)
+    tgt_in = torch.randint(3, 9, (3, 4), generator=g)
+    return src, torch.tensor([3, 5, 2]), tgt_in
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    """A saved model's directory, config.json path, weights path and config payload."""
+    directory = tmp_path / "ckpt"
+    make_model().save_pretrained(directory)
+    config_path = directory / "config.json"
+    return directory, config_path, directory / "model.safetensors", json.loads(config_path.read_text())
+
+
+def expect_error(directory, message):
+    with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
+        RNNSeq2Seq.from_pretrained(directory)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"cell": "gru", "attention": "dot"}, {"cell": "rnn", "attention": "none", "bidirectional": False}],
+)
+def test_round_trip_restores_config_weights_and_outputs(tmp_path, overrides):
+    model = make_model(dataclasses.replace(CONFIG, **overrides))
+    directory = tmp_path / "nested" / "ckpt"  # parents are created
+    model.save_pretrained(directory)
+    assert sorted(p.name for p in directory.iterdir()) == ["config.json", "model.safetensors"]
+    payload = json.loads((directory / "config.json").read_text())
+    assert payload == {"model_type": "RNNSeq2Seq", "config": dataclasses.asdict(model.config)}
+    with safe_open(directory / "model.safetensors", framework="pt") as f:
+        assert sorted(f.keys()) == sorted(model.state_dict())
+
+    loaded = RNNSeq2Seq.from_pretrained(directory)
+    assert loaded.config == model.config
+    assert not loaded.training and not any(m.training for m in loaded.modules())
+    expected, got = model.state_dict(), loaded.state_dict()
+    assert expected.keys() == got.keys()
+    for name in expected:
+        assert torch.equal(got[name], expected[name]), name
+    src, lengths, tgt_in = batch()
+    model.eval()  # dropout is 0.3: outputs agree only if from_pretrained left the model in eval mode
+    with torch.no_grad():
+        assert_close(loaded(src, lengths, tgt_in).logits, model(src, lengths, tgt_in).logits, rtol=0, atol=0)
+
+
+def test_missing_directory(tmp_path):
+    expect_error(tmp_path / "nowhere", f"{tmp_path / 'nowhere'}: no such checkpoint directory")
+
+
+def test_missing_config(checkpoint):
+    directory, config_path, _, _ = checkpoint
+    config_path.unlink()
+    expect_error(directory, f"{config_path}: missing; is {directory} a seqlab checkpoint?")
+
+
+@pytest.mark.parametrize("content", [b'{"model_type": "RNNSeq2Seq", ', b"\xff\xfe\x00binary"])
+def test_config_that_is_not_json(checkpoint, content):
+    directory, config_path, _, _ = checkpoint
+    config_path.write_bytes(content)
+    expect_error(directory, f"{config_path}: not valid JSON")
+
+
+@pytest.mark.parametrize(("payload", "found"), [({"model_type": "GPT", "config": {}}, "'GPT'"), ([1, 2], "None")])
+def test_config_for_another_model_type(checkpoint, payload, found):
+    directory, config_path, _, _ = checkpoint
+    config_path.write_text(json.dumps(payload))
+    expect_error(directory, f"{config_path}: holds a {found} model, expected 'RNNSeq2Seq'")
+
+
+def test_config_with_an_unknown_field(checkpoint):
+    directory, config_path, _, payload = checkpoint
+    payload["config"]["num_heads"] = 4
+    config_path.write_text(json.dumps(payload))
+    message = "RNNSeq2SeqConfig.__init__() got an unexpected keyword argument 'num_heads'"
+    expect_error(directory, f"{config_path}: bad config ({message})")
+
+
+def test_config_with_an_invalid_value(checkpoint):
+    directory, config_path, _, payload = checkpoint
+    payload["config"]["dropout"] = 1.5
+    config_path.write_text(json.dumps(payload))
+    expect_error(directory, f"{config_path}: bad config (dropout (1.5) must be in [0, 1))")
+
+
+def test_config_without_its_config_object(checkpoint):
+    """Currently a bare KeyError('config') escapes from_pretrained."""
+    directory, config_path, _, _ = checkpoint
+    config_path.write_text(json.dumps({"model_type": "RNNSeq2Seq"}))
+    with pytest.raises(CheckpointError, match=f"^{re.escape(str(config_path))}: "):
+        RNNSeq2Seq.from_pretrained(directory)
+
+
+def test_config_with_a_pad_id_outside_the_vocabulary(checkpoint):
+    """Currently nn.Embedding's AssertionError('Padding_idx must be within num_embeddings') escapes."""
+    directory, config_path, _, payload = checkpoint
+    payload["config"]["pad_id"] = 99
+    config_path.write_text(json.dumps(payload))
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(str(config_path))}: bad config \(pad_id \(99\)"):
+        RNNSeq2Seq.from_pretrained(directory)
+
+
+def test_missing_weights(checkpoint):
+    directory, _, weights_path, _ = checkpoint
+    weights_path.unlink()
+    expect_error(directory, f"{weights_path}: missing")
+
+
+def test_corrupt_weights(checkpoint):
+    directory, _, weights_path, _ = checkpoint
+    weights_path.write_bytes(b"not a safetensors file")
+    with pytest.raises(CheckpointError, match=f"^{re.escape(str(weights_path))}: cannot load weights \\("):
+        RNNSeq2Seq.from_pretrained(directory)
+
+
+def test_weights_with_other_parameter_names(checkpoint):
+    directory, config_path, weights_path, payload = checkpoint
+    payload["config"]["attention"] = "dot"  # drops the additive scorer, adds the dot scorer's key projection
+    config_path.write_text(json.dumps(payload))
+    missing = ["decoder.key_projection.weight"]
+    unexpected = [
+        "decoder.attention.key_proj.weight",
+        "decoder.attention.query_proj.weight",
+        "decoder.attention.v.weight",
+    ]
+    expect_error(
+        directory, f"{weights_path}: weights do not match the config (missing {missing}, unexpected {unexpected})"
+    )
+
+
+def test_weights_with_other_shapes(checkpoint):
+    """hidden_size 8 saved, 6 in config.json: one line that says the weights do not match the config.
+
+    Currently the message is "cannot load weights (" followed by torch's ~30-line list of size mismatches.
+    """
+    directory, config_path, weights_path, payload = checkpoint
+    payload["config"]["hidden_size"] = 6
+    config_path.write_text(json.dumps(payload))
+    with pytest.raises(CheckpointError) as info:
+        RNNSeq2Seq.from_pretrained(directory)
+    message = str(info.value)
+    assert message.startswith(f"{weights_path}: weights do not match the config"), message
+    assert "\n" not in message
