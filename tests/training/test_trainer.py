@@ -283,8 +283,36 @@ def test_reported_grad_norm_is_the_pre_clip_global_norm(clip_norm):
         torch.testing.assert_close(post, torch.stack(pre_norms), rtol=0, atol=0)
     else:
         assert bool((torch.stack(pre_norms) > clip_norm).all())  # so clipping was active
-        assert bool((post <= clip_norm).all())
-        torch.testing.assert_close(post, torch.full_like(post, clip_norm), rtol=1e-4, atol=0)
+        # The scale is exactly clip_norm / ||g|| (no epsilon), so the clipped norm is clip_norm up to rounding.
+        torch.testing.assert_close(post, torch.full_like(post, clip_norm), rtol=1e-12, atol=0)
+
+
+def test_clip_value_clamps_after_norm_clipping_and_the_reported_norm_is_before_both():
+    model = mlp(dropout=0.0).double()
+    data = make_data(dtype=torch.float64)
+    clip_norm, clip_value = 0.5, 0.05
+    config = TrainConfig(lr=0.01, max_steps=3, clip_norm=clip_norm, clip_value=clip_value, validate_every=1)
+    trainer = make_trainer(model, config, data=data, validate=mse_on(*data))
+    accumulated, expected, stepped, pre_norms = {}, [], [], []
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(lambda p: accumulated.__setitem__(p, p.grad.clone()))
+
+    def before_step(optimizer, args, kwargs):
+        params = list(model.parameters())
+        g = torch.cat([accumulated[p].flatten() for p in params])
+        norm = torch.linalg.vector_norm(g)
+        pre_norms.append(norm)
+        expected.append((g * min(1.0, clip_norm / norm.item())).clamp(-clip_value, clip_value))
+        stepped.append(torch.cat([p.grad.flatten() for p in params]))
+
+    trainer.optimizer.register_step_pre_hook(before_step)
+    result = trainer.fit()
+    reported = torch.tensor([r["grad_norm"] for r in result.history], dtype=torch.float64)
+    torch.testing.assert_close(reported, torch.stack(pre_norms))
+    torch.testing.assert_close(torch.stack(stepped), torch.stack(expected))
+    assert bool((torch.stack(pre_norms) > clip_norm).all())
+    # Value clipping was active after norm clipping at every step, so the order (norm first) matters.
+    assert all(bool((e.abs() == clip_value).any()) for e in expected)
 
 
 # ---------------------------------------------------------------- modes
@@ -400,6 +428,7 @@ def test_trainer_rejects_frozen_model_and_empty_monitor():
         ("validate_every", -3, "validate_every (-3) must be None or an integer >= 1"),
         ("time_budget", 0.0, "time_budget (0.0) must be None or > 0"),
         ("clip_norm", -1.0, "clip_norm (-1.0) must be None or > 0"),
+        ("clip_value", 0.0, "clip_value (0.0) must be None or > 0"),
         ("weight_decay", -0.1, "weight_decay (-0.1) must be >= 0"),
         ("seed", -1, "seed (-1) must be an integer in [0, 2**32)"),
         ("seed", 2**32, "seed (4294967296) must be an integer in [0, 2**32)"),
@@ -412,7 +441,7 @@ def test_train_config_messages_show_the_bad_value(field, value, message):
 
 def test_train_config_accepts_optional_limits_off():
     config = TrainConfig(max_steps=None, time_budget=None, clip_norm=None, patience=None, validate_every=None)
-    assert config.lr == 1e-3 and config.max_epochs == 30
+    assert config.lr == 1e-3 and config.max_epochs == 30 and config.clip_value is None
 
 
 # ---------------------------------------------------------------- logging and progress

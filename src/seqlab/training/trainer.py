@@ -23,6 +23,7 @@ from torch import nn
 from tqdm import tqdm
 
 from seqlab.errors import ConfigError
+from seqlab.training.clipping import clip_grad_norm, clip_grad_value
 from seqlab.training.seeding import seed_everything
 
 StopReason = Literal["max_epochs", "max_steps", "time_budget", "early_stopping"]
@@ -51,6 +52,9 @@ class TrainConfig:
     Training stops at the first of: ``max_epochs`` epochs, ``max_steps`` optimizer steps, ``time_budget``
     seconds, or ``patience`` validations in a row without improvement of the monitored metric.
 
+    Gradient clipping happens in this order: first by global norm (``clip_norm``), then by value
+    (``clip_value``) on the norm-clipped gradient; the logged ``grad_norm`` is the norm before both.
+
     Raises:
         ConfigError: (a ValueError) for a value of the wrong type or out of range; the message shows it.
     """
@@ -61,6 +65,7 @@ class TrainConfig:
     max_steps: int | None = None  # optimizer-step budget; None = unlimited
     time_budget: float | None = None  # wall-clock seconds, validation included; None = unlimited
     clip_norm: float | None = 1.0  # clip the global gradient norm to this (None = no clipping)
+    clip_value: float | None = None  # then clamp each gradient entry to [-clip_value, clip_value] (None = no)
     patience: int | None = 5  # early stopping: validations without improvement (one per epoch by default)
     weight_decay: float = 0.0  # L2 penalty Adam adds to the gradient (coupled, unlike AdamW)
     seed: int = 0  # seeds Python, NumPy and torch when fit() starts, and the data-shuffling generator
@@ -77,7 +82,7 @@ class TrainConfig:
                 value is None or (_is_int(value) and value >= 1),
                 f"{name} ({value!r}) must be None or an integer >= 1",
             )
-        for name in ("time_budget", "clip_norm"):
+        for name in ("time_budget", "clip_norm", "clip_value"):
             value = getattr(self, name)
             _require(value is None or (_is_real(value) and value > 0), f"{name} ({value!r}) must be None or > 0")
         _require(
@@ -161,11 +166,13 @@ class Trainer:
     """Mini-batch training with Adam, global-norm gradient clipping, validation and early stopping.
 
     Each step: ``loss = loss_fn(model, batch)``; backpropagate; clip the gradient g of all trainable
-    parameters to ``g <- g * min(1, clip_norm / ||g||_2)`` (Pascanu et al., 2013, Algorithm 1); take an Adam
-    step (Kingma & Ba, 2015, Algorithm 1). Validation runs at every epoch end, every ``validate_every`` steps
-    if set, and once more when a step or time budget ends training between validations; never twice at the
-    same step. Training stops early after ``patience`` validations in a row without a strictly lower monitored
-    metric (Prechelt, 1998), and ``fit()`` loads the best validated parameters back into the model.
+    parameters to ``g <- g * min(1, clip_norm / ||g||_2)`` (Pascanu et al., 2013, Algorithm 1), then, if
+    ``clip_value`` is set, clamp each entry to [-clip_value, clip_value] (see ``seqlab.training.clipping``);
+    take an Adam step (Kingma & Ba, 2015, Algorithm 1). Validation runs at every epoch end, every
+    ``validate_every`` steps if set, and once more when a step or time budget ends training between
+    validations; never twice at the same step. Training stops early after ``patience`` validations in a row
+    without a strictly lower monitored metric (Prechelt, 1998), and ``fit()`` loads the best validated
+    parameters back into the model.
 
     Args:
         model: the module to train, already on its device (the batches must be on the same device).
@@ -297,8 +304,10 @@ class Trainer:
             raise ValueError(f"loss_fn returned num_tokens={num_tokens} at step {run.step}; it must be >= 1")
         loss.backward()
         max_norm = math.inf if self.config.clip_norm is None else self.config.clip_norm
-        # clip_grad_norm_ returns the norm before clipping; with max_norm=inf it scales by exactly 1.
-        grad_norm = nn.utils.clip_grad_norm_(self._params, max_norm).item()
+        # clip_grad_norm returns the norm before clipping; with max_norm=inf it changes nothing.
+        grad_norm = clip_grad_norm(self._params, max_norm).item()
+        if self.config.clip_value is not None:
+            clip_grad_value(self._params, self.config.clip_value)
         loss_value = loss.item()
         # Checked before optimizer.step() so that a NaN never reaches the parameters.
         if not math.isfinite(loss_value):
