@@ -1,0 +1,153 @@
+"""Seq2vec classifier: a recurrent encoder, a pooling over the real steps, and a softmax output layer.
+
+Forward pass, for a sequence of n real steps:
+
+    e_t = E[x_t] for token ids, or x_t itself for continuous features (e.g. 12 speech channels)
+    h_1..h_n = RNN(e_1..e_n)                    (stacked, optionally bidirectional; padded steps are skipped)
+    s = pool(h_1..h_n)                          (last | mean | max | attention, see ``seqlab.nn.pooling``)
+    p(y | x) = softmax(W_y dropout(s) + b_y)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from seqlab.models.pretrained import PretrainedMixin
+from seqlab.nn.pooling import POOLING_NAMES, PoolingName, make_pooling
+from seqlab.nn.recurrent import GRU, LSTM, RNN
+
+CellName = Literal["rnn", "gru", "lstm"]
+_LAYERS = {"rnn": RNN, "gru": GRU, "lstm": LSTM}
+
+
+def _is_positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+@dataclass(frozen=True)
+class Seq2VecClassifierConfig:
+    """Hyperparameters of :class:`Seq2VecClassifier`; saved as ``config.json`` with every checkpoint.
+
+    Give either ``input_size`` (continuous input, x (B, T, E)) or ``vocab_size`` and ``embedding_size`` (token
+    input, x (B, T) ids), not both.
+    """
+
+    num_classes: int  # number of classes, >= 2
+    input_size: int | None = None  # E, features per step of continuous input (e.g. 12 channels)
+    vocab_size: int | None = None  # V, token vocabulary size for token input
+    embedding_size: int | None = None  # E, token embedding size for token input
+    hidden_size: int = 64  # H, per direction
+    cell: CellName = "gru"  # recurrent unit
+    num_layers: int = 1  # stacked recurrent layers
+    bidirectional: bool = True  # add a backward direction (C = 2)
+    dropout: float = 0.0  # between recurrent layers and on the pooled vector
+    pooling: PoolingName = "mean"  # last | mean | max | attention
+    attention_size: int | None = None  # A of attention pooling; None means C*H (Yang et al., 2016)
+
+    def __post_init__(self) -> None:
+        if not _is_positive_int(self.num_classes) or self.num_classes < 2:
+            raise ValueError(f"num_classes ({self.num_classes!r}) must be an integer >= 2")
+        for name in ("input_size", "vocab_size", "embedding_size", "attention_size"):
+            value = getattr(self, name)
+            if value is not None and not _is_positive_int(value):
+                raise ValueError(f"{name} ({value!r}) must be an integer >= 1 or None")
+        for name in ("hidden_size", "num_layers"):
+            value = getattr(self, name)
+            if not _is_positive_int(value):
+                raise ValueError(f"{name} ({value!r}) must be an integer >= 1")
+        if self.input_size is not None and (self.vocab_size is not None or self.embedding_size is not None):
+            raise ValueError(
+                f"give input_size ({self.input_size}) for continuous input or vocab_size ({self.vocab_size}) and "
+                f"embedding_size ({self.embedding_size}) for token input, not both"
+            )
+        if self.input_size is None and (self.vocab_size is None or self.embedding_size is None):
+            raise ValueError(
+                f"token input needs both vocab_size ({self.vocab_size}) and embedding_size "
+                f"({self.embedding_size}); continuous input needs input_size"
+            )
+        if self.cell not in _LAYERS:
+            raise ValueError(f"cell ({self.cell!r}) must be one of rnn, gru, lstm")
+        if self.pooling not in POOLING_NAMES:
+            raise ValueError(f"pooling ({self.pooling!r}) must be one of {', '.join(POOLING_NAMES)}")
+        if not isinstance(self.bidirectional, bool):
+            raise ValueError(f"bidirectional ({self.bidirectional!r}) must be true or false")
+        if not isinstance(self.dropout, (int, float)) or isinstance(self.dropout, bool) or not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout ({self.dropout!r}) must be in [0, 1)")
+
+    @property
+    def token_input(self) -> bool:
+        """True when the model reads token ids through an embedding, False for continuous features."""
+        return self.input_size is None
+
+
+class ClassifierOutput(NamedTuple):
+    """logits (B, num_classes), unnormalised; attention (B, T) pooling weights, or None for other poolings."""
+
+    logits: Tensor
+    attention: Tensor | None
+
+
+class Seq2VecClassifier(PretrainedMixin, nn.Module):
+    """Sequence classifier: embedding (token input) -> recurrent layer -> pooling -> dropout -> W_y s + b_y.
+
+    Equations in the module docstring.
+
+    Args:
+        config: Seq2VecClassifierConfig.
+    Inputs:
+        x: (B, T) integer token ids (token input) or (B, T, E) floating features (continuous input).
+        lengths: (B,) integers in [1, T], the real steps of each row; None means all T are real.
+    Outputs: ClassifierOutput(logits (B, num_classes), attention (B, T) or None).
+    Raises:
+        ValueError: x of the wrong rank or dtype for the configured input, or any shape or length problem the
+            recurrent layer reports (``seqlab.nn.recurrent``). Messages show the numbers.
+    """
+
+    config_class: ClassVar[type] = Seq2VecClassifierConfig
+
+    def __init__(self, config: Seq2VecClassifierConfig) -> None:
+        super().__init__()
+        self.config = config
+        C = 2 if config.bidirectional else 1
+        if config.token_input:
+            self.embedding: nn.Module = nn.Embedding(config.vocab_size, config.embedding_size)
+            E = config.embedding_size
+        else:
+            self.embedding = nn.Identity()
+            E = config.input_size
+        self.rnn = _LAYERS[config.cell](
+            E,
+            config.hidden_size,
+            num_layers=config.num_layers,
+            bidirectional=config.bidirectional,
+            dropout=config.dropout,
+        )
+        features = C * config.hidden_size
+        self.pooling = make_pooling(
+            config.pooling, features, bidirectional=config.bidirectional, attention_size=config.attention_size
+        )
+        self.dropout = nn.Dropout(config.dropout)
+        self.output = nn.Linear(features, config.num_classes)  # W_y, b_y
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None) -> ClassifierOutput:
+        self._check_input(x)
+        B, T = x.shape[:2]
+        if lengths is None:
+            lengths = torch.full((B,), T, dtype=torch.long, device=x.device)
+        h, _ = self.rnn(self.embedding(x), lengths)  # (B, T, C*H)
+        keep_mask = torch.arange(T, device=x.device) < lengths.to(x.device).unsqueeze(1)  # (B, T)
+        pooled, weights = self.pooling(h, keep_mask)  # (B, C*H), (B, T) or None
+        return ClassifierOutput(self.output(self.dropout(pooled)), weights)
+
+    def _check_input(self, x: Tensor) -> None:
+        if self.config.token_input:
+            if x.dim() != 2 or x.dtype.is_floating_point or x.dtype == torch.bool:
+                raise ValueError(f"token input x must be (B, T) integer ids, got shape {tuple(x.shape)} {x.dtype}")
+        elif x.dim() != 3 or not x.dtype.is_floating_point:
+            raise ValueError(
+                f"continuous input x must be (B, T, E) floating features, got shape {tuple(x.shape)} {x.dtype}"
+            )
