@@ -1,10 +1,11 @@
 """Forward+backward throughput of seqlab's recurrent layers against torch.nn, measured in the same run.
 
 For each shape and each of LSTM, GRU and RNN (tanh) it times torch.nn, seqlab's fused path and seqlab's
-reference path (hoisted input projection + Python time loop), plus the textbook GRU (reference only, compared
-with torch.nn.GRU). One iteration is forward, ``outputs.sum().backward()`` and clearing the gradients. Rows
-take turns; the table shows the median of ``--repeats`` iterations in tokens/s (B*T per iteration) and the
-ratio to torch.nn.
+reference path (hoisted input projection + Python time loop), plus the layer-norm LSTM (reference only,
+compared with torch.nn.LSTM), the LSTM with a projection to P = H/4 features (torch.nn.LSTM(proj_size=P),
+both seqlab paths) and the textbook GRU (reference only, compared with torch.nn.GRU). One iteration is
+forward, ``outputs.sum().backward()`` and clearing the gradients. Rows take turns; the table shows the
+median of ``--repeats`` iterations in tokens/s (B*T per iteration) and the ratio to the torch.nn row above.
 
     python benchmarks/recurrent.py --repeats 5
 """
@@ -60,13 +61,23 @@ def median_seconds(rows: list[Row], x: Tensor, *, warmup: int, repeats: int) -> 
 def rows_for(shape: Shape, device: torch.device) -> list[Row]:
     """Rows to time; the first row of each family is its torch.nn baseline."""
     options = {"num_layers": shape.L, "batch_first": True, "device": device}
+    proj = {"proj_size": shape.H // 4}
     rows = []
-    for name, torch_cls, seqlab_cls in (("LSTM", nn.LSTM, LSTM), ("GRU", nn.GRU, GRU), ("RNN", nn.RNN, RNN)):
-        baseline = torch_cls(shape.E, shape.H, **options)
+    families = (
+        ("LSTM", nn.LSTM, LSTM, {}),
+        ("LSTM proj", nn.LSTM, LSTM, proj),
+        ("GRU", nn.GRU, GRU, {}),
+        ("RNN", nn.RNN, RNN, {}),
+    )
+    for name, torch_cls, seqlab_cls, extra in families:
+        baseline = torch_cls(shape.E, shape.H, **options, **extra)
         rows.append(Row(name, "torch.nn", baseline, lambda x, m=baseline: m(x)[0]))
         for path, use_fused in (("seqlab fused", True), ("seqlab reference", False)):
-            layer = seqlab_cls(shape.E, shape.H, use_fused=use_fused, **options)
+            layer = seqlab_cls(shape.E, shape.H, use_fused=use_fused, **options, **extra)
             rows.append(Row(name, path, layer, lambda x, m=layer: m(x).outputs))
+        if name == "LSTM":
+            layer_norm = LSTM(shape.E, shape.H, layer_norm=True, **options)
+            rows.append(Row("LSTM layernorm", "seqlab reference", layer_norm, lambda x, m=layer_norm: m(x).outputs))
         if name == "GRU":
             textbook = GRU(shape.E, shape.H, variant="textbook", **options)
             rows.append(Row("GRU textbook", "seqlab reference", textbook, lambda x, m=textbook: m(x).outputs))
@@ -88,7 +99,7 @@ def main() -> None:
     device = torch.device(args.device)
     print(f"torch {torch.__version__}, device {device}, float32, {torch.get_num_threads()} CPU threads")
     print(f"forward+backward, median of {args.repeats} interleaved rounds after {args.warmup} warmup\n")
-    header = f"{'shape (B,T,E,H,L)':<22} {'model':<13} {'path':<17} {'tokens/s':>12} {'vs torch.nn':>12}"
+    header = f"{'shape (B,T,E,H,L)':<22} {'model':<15} {'path':<17} {'tokens/s':>12} {'vs torch.nn':>12}"
     print(header)
     print("-" * len(header))
     for shape in SHAPES:
@@ -101,7 +112,7 @@ def main() -> None:
             tps = shape.B * shape.T / row_seconds
             if row.path == "torch.nn":
                 baseline_tps = tps
-            print(f"{label:<22} {row.model:<13} {row.path:<17} {tps:>12,.0f} {tps / baseline_tps:>11.2f}x")
+            print(f"{label:<22} {row.model:<15} {row.path:<17} {tps:>12,.0f} {tps / baseline_tps:>11.2f}x")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,10 @@ def _hidden(out):
     return out.h if isinstance(out, LSTMState) else out
 
 
+def state_parts(state):
+    return tuple(state) if isinstance(state, LSTMState) else (state,)
+
+
 def _random_state(kind: str):
     if kind == "lstm":
         return LSTMState(torch.randn(B, H), torch.randn(B, H))
@@ -219,3 +223,174 @@ def test_wrong_state_shape_messages():
         GRUCell(E, H)(torch.randn(B, E), torch.randn(B, 3))
     with pytest.raises(ValueError, match=r"^state c must have shape \(B, H\) = \(5, 4\), got \(1, 4\)$"):
         LSTMCell(E, H)(torch.randn(B, E), (torch.randn(B, H), torch.randn(1, H)))
+
+
+P = 2  # proj_size
+
+
+def test_projected_lstm_cell_matches_one_step_of_torch_lstm():
+    cell = LSTMCell(E, H, proj_size=P)
+    reference = nn.LSTM(E, H, proj_size=P)  # torch.nn.LSTMCell has no projection: one step of the layer
+    with torch.no_grad():
+        for name, p in cell.named_parameters():
+            getattr(reference, f"{name}_l0").copy_(p)
+    x = torch.randn(B, E, requires_grad=True)
+    state = LSTMState(torch.randn(B, P), torch.randn(B, H))
+
+    out = cell(x, state)
+    _, (h_n, c_n) = reference(x[None], (state.h[None], state.c[None]))
+    assert out.h.shape == (B, P) and out.c.shape == (B, H)
+    assert_close(out.h, h_n[0], **EXACT)
+    assert_close(out.c, c_n[0], **EXACT)
+
+    grads = torch.autograd.grad((out.h * out.h.cos()).sum() + out.c.sum(), [x, *cell.parameters()])
+    expected_grads = torch.autograd.grad((h_n * h_n.cos()).sum() + c_n.sum(), [x, *reference.parameters()])
+    assert [name for name, _ in cell.named_parameters()] == [
+        "weight_ih",
+        "weight_hh",
+        "bias_ih",
+        "bias_hh",
+        "weight_hr",
+    ]
+    for grad, expected_grad in zip(grads, expected_grads, strict=True):
+        assert_close(grad, expected_grad, **EXACT)
+
+
+def test_projected_lstm_parameter_shapes_and_zero_state():
+    cell = LSTMCell(E, H, proj_size=P, bias=False)
+    assert {name: tuple(p.shape) for name, p in cell.named_parameters()} == {
+        "weight_ih": (4 * H, E),
+        "weight_hh": (4 * H, P),
+        "weight_hr": (P, H),
+    }
+    x = torch.randn(B, E)
+    assert_close(cell(x).h, cell(x, (torch.zeros(B, P), torch.zeros(B, H))).h, **EXACT)
+
+
+def test_projected_lstm_gradcheck():
+    cell = LSTMCell(2, 3, proj_size=1)
+    names = [name for name, _ in cell.named_parameters()]
+    x, h, c = torch.randn(2, 2), torch.randn(2, 1), torch.randn(2, 3)
+    assert torch.autograd.gradcheck(
+        lambda x, h, c, *params: tuple(
+            torch.func.functional_call(cell, dict(zip(names, params, strict=True)), (x, (h, c)))
+        ),
+        tuple(t.requires_grad_() for t in (x, h, c, *(p.detach().clone() for p in cell.parameters()))),
+    )
+
+
+def assert_orthogonal_blocks(weight_hh, num_gates):
+    for block in weight_hh.chunk(num_gates):  # (H, R) per gate
+        rows, cols = block.shape
+        # square: W W^T = W^T W = I; taller than wide (H, P): orthonormal columns, W^T W = I
+        assert_close(block.T @ block, torch.eye(cols), **EXACT)
+        if rows == cols:
+            assert_close(block @ block.T, torch.eye(rows), **EXACT)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda init: RNNCell(E, H, recurrent_init=init),
+        lambda init: LSTMCell(E, H, recurrent_init=init),
+        lambda init: LSTMCell(E, H, proj_size=P, recurrent_init=init),
+        lambda init: GRUCell(E, H, variant="textbook", recurrent_init=init),
+    ],
+    ids=["rnn", "lstm", "lstm_proj", "gru"],
+)
+def test_orthogonal_recurrent_init_makes_each_gate_block_orthogonal(make):
+    cell = make("orthogonal")
+    assert_orthogonal_blocks(cell.weight_hh, cell.num_gates)
+    bound = H**-0.5
+    for name, p in cell.named_parameters():
+        if name != "weight_hh":
+            shift = 1.0 if name == "bias_ih" else 0.0  # LSTMCell's default forget_bias
+            assert p.min() >= -bound and p.max() <= bound + shift, name
+    uniform = make("uniform")
+    with pytest.raises(AssertionError):
+        assert_orthogonal_blocks(uniform.weight_hh, uniform.num_gates)
+    assert uniform.weight_hh.abs().max() <= bound
+
+
+def test_orthogonal_init_keeps_forget_bias():
+    torch.manual_seed(3)
+    cell = LSTMCell(E, H, forget_bias=2.0, recurrent_init="orthogonal")
+    assert cell.bias_ih[H : 2 * H].min() >= 2.0 - H**-0.5
+    assert cell.bias_ih[:H].max() <= H**-0.5
+
+
+def gru_with_dropped_h(x, h, h_in, cell):
+    """GRU equations with h_in = h * mask in every recurrent matmul and the full h in the interpolation."""
+    W_ir, W_iz, W_in = cell.weight_ih.chunk(3)
+    W_hr, W_hz, W_hn = cell.weight_hh.chunk(3)
+    b_ir, b_iz, b_in = cell.bias_ih.chunk(3)
+    b_hr, b_hz, b_hn = cell.bias_hh.chunk(3)
+    r = torch.sigmoid(x @ W_ir.T + b_ir + h_in @ W_hr.T + b_hr)
+    z = torch.sigmoid(x @ W_iz.T + b_iz + h_in @ W_hz.T + b_hz)
+    if cell.variant == "textbook":
+        n = torch.tanh(x @ W_in.T + b_in + (r * h_in) @ W_hn.T + b_hn)
+    else:
+        n = torch.tanh(x @ W_in.T + b_in + r * (h_in @ W_hn.T + b_hn))
+    return (1 - z) * n + z * h
+
+
+@pytest.mark.parametrize("variant", ["reset_after", "textbook"])
+def test_gru_recurrence_h_mask_drops_only_the_matmul_inputs(variant):
+    cell = GRUCell(E, H, variant=variant)
+    x, h = torch.randn(B, E), torch.randn(B, H)
+    mask = torch.bernoulli(torch.full((B, H), 0.5)) * 2.0
+    out = cell.recurrence(h_mask=mask)(cell.input_projection(x), h)
+    assert_close(out, gru_with_dropped_h(x, h, h * mask, cell), **EXACT)
+    assert_close(cell.recurrence()(cell.input_projection(x), h), gru_with_dropped_h(x, h, h, cell), **EXACT)
+
+
+@pytest.mark.parametrize("kind", ["rnn_tanh", "lstm", "lstm_proj"])
+def test_h_mask_equals_masking_h_where_h_enters_only_through_w_hh(kind):
+    cell = LSTMCell(E, H, proj_size=P) if kind == "lstm_proj" else TORCH_EQUIVALENTS[kind][0](True)
+    h = torch.randn(B, cell.weight_hh.shape[1])
+    mask = torch.bernoulli(torch.full_like(h, 0.5)) * 2.0
+    if kind == "rnn_tanh":
+        state, masked_state = h, h * mask
+    else:
+        c = torch.randn(B, H)
+        state, masked_state = LSTMState(h, c), LSTMState(h * mask, c)  # c_{t-1} is never masked
+    xw = cell.input_projection(torch.randn(B, E))
+    out, expected = cell.recurrence(h_mask=mask)(xw, state), cell.step(xw, masked_state)
+    for part, expected_part in zip(state_parts(out), state_parts(expected), strict=True):
+        assert_close(part, expected_part, **EXACT)
+
+
+def test_cell_extra_repr_shows_options():
+    assert repr(LSTMCell(E, H, proj_size=P, recurrent_init="orthogonal")) == (
+        "LSTMCell(3, 4, bias=True, recurrent_init='orthogonal', forget_bias=1.0, proj_size=2)"
+    )
+    assert repr(GRUCell(E, H)) == "GRUCell(3, 4, bias=True, variant='reset_after')"
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: LSTMCell(E, H, proj_size=H), r"proj_size must be in \[0, hidden_size\) = \[0, 4\), got 4"),
+        (lambda: LSTMCell(E, H, proj_size=-1), r"proj_size must be in \[0, hidden_size\) = \[0, 4\), got -1"),
+        (
+            lambda: GRUCell(E, H, recurrent_init="identity"),
+            r"recurrent_init must be one of \('uniform', 'orthogonal'\), got 'identity'",
+        ),
+        (
+            lambda: LSTMCell(E, H, proj_size=P).to_torch(),
+            r"torch.nn.LSTMCell has no projection; this cell has proj_size=2",
+        ),
+    ],
+)
+def test_projection_and_init_errors(make, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        make()
+
+
+def test_projected_state_shape_messages():
+    cell = LSTMCell(E, H, proj_size=P)
+    x = torch.randn(B, E)
+    with pytest.raises(ValueError, match=r"^state h must have shape \(B, proj_size\) = \(5, 2\), got \(5, 4\)$"):
+        cell(x, (torch.zeros(B, H), torch.zeros(B, H)))
+    with pytest.raises(ValueError, match=r"^state c must have shape \(B, H\) = \(5, 4\), got \(5, 2\)$"):
+        cell(x, (torch.zeros(B, P), torch.zeros(B, P)))

@@ -7,9 +7,11 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torch.testing import assert_close
 
 from seqlab.nn.cells import GRUCell, LSTMState
+from seqlab.nn.layer_norm_cells import LayerNormGRUCell, LayerNormLSTMCell
 from seqlab.nn.recurrent import GRU, LSTM, RNN, RecurrentOutput
 
 E, H, B, T = 3, 4, 4, 5
+P = 2  # proj_size
 LENGTHS = [5, 2, 4, 1]  # unsorted, with the longest == T and a length-1 sequence
 EXACT = {"atol": 1e-10, "rtol": 0.0}
 
@@ -18,6 +20,7 @@ KINDS = {
     "rnn_tanh": (RNN, {}, nn.RNN, {}),
     "rnn_relu": (RNN, {"nonlinearity": "relu"}, nn.RNN, {"nonlinearity": "relu"}),
     "lstm": (LSTM, {}, nn.LSTM, {}),
+    "lstm_proj": (LSTM, {"proj_size": P}, nn.LSTM, {"proj_size": P}),
     "gru": (GRU, {}, nn.GRU, {}),
 }
 ALL_KINDS = [*KINDS, "gru_textbook"]
@@ -55,8 +58,8 @@ def torch_copy(layer, kind):
         for layer_index in range(layer.num_layers):
             for d, suffix in enumerate(["", "_reverse"][:C]):
                 cell = layer.cells[layer_index * C + d]
-                for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
-                    getattr(reference, f"{name}_l{layer_index}{suffix}").copy_(getattr(cell, name))
+                for name, p in cell.named_parameters():
+                    getattr(reference, f"{name}_l{layer_index}{suffix}").copy_(p)
     return reference
 
 
@@ -71,8 +74,8 @@ def grads_by_torch_name(layer):
 
 def random_state(layer, batch=B):
     C = 2 if layer.bidirectional else 1
-    h = torch.randn(layer.num_layers * C, batch, H)
-    return LSTMState(h, torch.randn_like(h)) if isinstance(layer, LSTM) else h
+    h = torch.randn(layer.num_layers * C, batch, layer.proj_size or H)
+    return LSTMState(h, torch.randn(layer.num_layers * C, batch, H)) if isinstance(layer, LSTM) else h
 
 
 def state_parts(state):
@@ -124,7 +127,7 @@ def test_time_major_without_lengths_or_state_matches_torch(kind, use_fused):
     x = torch.randn(T, B, E)
     out = layer(x)
     expected_outputs, expected_state = reference(x)
-    assert out.outputs.shape == (T, B, 2 * H)
+    assert out.outputs.shape == (T, B, 2 * (P if kind == "lstm_proj" else H))
     assert_close(out.outputs, expected_outputs, **EXACT)
     for part, expected in zip(state_parts(out.state), state_parts(expected_state), strict=True):
         assert_close(part, expected, **EXACT)
@@ -148,30 +151,60 @@ def test_fused_path_equals_reference_path(kind):
         assert_close(p.grad, q.grad, **EXACT, msg=name)
 
 
-def textbook_gru_by_cells(cells, x, length):
-    """One sequence x (T, E) through a bidirectional textbook GRU layer, step by step with the cells."""
-    forward_cell, backward_cell = cells
-    h_f, h_b = torch.zeros(1, H), torch.zeros(1, H)
-    forward_steps, backward_steps = [], []
-    for t in range(length):
-        h_f = forward_cell(x[t : t + 1], h_f)
-        forward_steps.append(h_f)
-    for t in reversed(range(length)):
-        h_b = backward_cell(x[t : t + 1], h_b)
-        backward_steps.insert(0, h_b)
-    outputs = torch.cat([torch.cat(forward_steps), torch.cat(backward_steps)], dim=1)  # (length, 2H)
-    return outputs, torch.cat([h_f, h_b])  # (2, H)
+MERGES = {"concat": lambda f, b: torch.cat([f, b], dim=-1), "sum": torch.add, "mean": lambda f, b: (f + b) / 2}
 
 
-def test_textbook_gru_layer_matches_cell_by_cell_loop():
-    layer = GRU(E, H, variant="textbook", bidirectional=True)
-    assert all(isinstance(cell, GRUCell) and cell.variant == "textbook" for cell in layer.cells)
-    x = torch.randn(B, T, E)
-    out = layer(x, torch.tensor(LENGTHS))
-    for b, length in enumerate(LENGTHS):
-        expected_outputs, expected_state = textbook_gru_by_cells(layer.cells, x[b], length)
+def layer_by_cells(layer, x, length, state):
+    """One sequence x (T, E) through every layer and direction, step by step with the cells' own forward;
+    state holds the sequence's initial states, (L*C, 1, ...) each. Returns outputs (length, ...) and the
+    final states (L*C, 1, ...) in the layer's cell order."""
+    C = 2 if layer.bidirectional else 1
+    layer_input, finals = x[:length], []
+    for layer_index in range(layer.num_layers):
+        directions = []
+        for d in range(C):
+            index = layer_index * C + d
+            cell_state = LSTMState(*(part[index] for part in state)) if isinstance(state, tuple) else state[index]
+            h_steps = {}
+            for t in range(length) if d == 0 else reversed(range(length)):
+                cell_state = layer.cells[index](layer_input[t : t + 1], cell_state)
+                h_steps[t] = cell_state.h if isinstance(cell_state, LSTMState) else cell_state
+            directions.append(torch.cat([h_steps[t] for t in range(length)]))  # (length, H)
+            finals.append(cell_state)
+        layer_input = MERGES[layer.merge_mode](*directions) if C == 2 else directions[0]
+    if isinstance(state, tuple):
+        return layer_input, LSTMState(*(torch.stack([s[i] for s in finals]) for i in range(2)))
+    return layer_input, torch.stack(finals)
+
+
+def assert_matches_cell_by_cell_loop(layer, x, lengths, state):
+    out = layer(x, torch.tensor(lengths), state)
+    for b, length in enumerate(lengths):
+        alone_state = tuple(part[:, b : b + 1] for part in state_parts(state))
+        alone_state = LSTMState(*alone_state) if isinstance(state, LSTMState) else alone_state[0]
+        expected_outputs, expected_state = layer_by_cells(layer, x[b], length, alone_state)
         assert_close(out.outputs[b, :length], expected_outputs, **EXACT)
-        assert_close(out.state[:, b], expected_state, **EXACT)
+        assert torch.all(out.outputs[b, length:] == 0.0)
+        for part, expected in zip(state_parts(out.state), state_parts(expected_state), strict=True):
+            assert_close(part[:, b : b + 1], expected, **EXACT)
+
+
+@pytest.mark.parametrize("merge_mode", ["concat", "mean"])
+def test_textbook_gru_layer_matches_cell_by_cell_loop(merge_mode):
+    layer = GRU(E, H, variant="textbook", bidirectional=True, num_layers=2, merge_mode=merge_mode)
+    assert all(isinstance(cell, GRUCell) and cell.variant == "textbook" for cell in layer.cells)
+    assert_matches_cell_by_cell_loop(layer, torch.randn(B, T, E), LENGTHS, random_state(layer))
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "gru_textbook"])
+def test_layer_norm_layers_match_cell_by_cell_loop(kind):
+    layer = make_layer(kind, num_layers=2, bidirectional=True, layer_norm=True, use_fused=True)
+    expected_class = LayerNormLSTMCell if kind == "lstm" else LayerNormGRUCell
+    assert all(type(cell) is expected_class for cell in layer.cells)
+    if kind != "lstm":
+        assert {cell.variant for cell in layer.cells} == {"textbook" if kind == "gru_textbook" else "reset_after"}
+    assert not layer.fused
+    assert_matches_cell_by_cell_loop(layer, torch.randn(B, T, E), LENGTHS, random_state(layer))
 
 
 @pytest.mark.parametrize("use_fused", [True, False], ids=["fused", "reference"])
@@ -184,7 +217,9 @@ def test_padding_changes_nothing_and_padded_outputs_are_zero(kind, use_fused):
         assert torch.all(out.outputs[b, length:] == 0.0)
         assert out.outputs[b, :length].abs().sum() > 0.0
         alone_state = tuple(part[:, b : b + 1] for part in state_parts(state))
-        alone = layer(x[b : b + 1, :length], state=LSTMState(*alone_state) if kind == "lstm" else alone_state[0])
+        alone = layer(
+            x[b : b + 1, :length], state=LSTMState(*alone_state) if isinstance(layer, LSTM) else alone_state[0]
+        )
         assert_close(out.outputs[b : b + 1, :length], alone.outputs, **EXACT)
         for part, alone_part in zip(state_parts(out.state), state_parts(alone.state), strict=True):
             assert_close(part[:, b : b + 1], alone_part, **EXACT)
@@ -225,6 +260,7 @@ def test_from_torch_to_torch_round_trip(kind):
     back = layer.to_torch()
     assert type(back) is torch_cls
     assert (back.num_layers, back.bidirectional, back.dropout, back.batch_first) == (2, True, 0.25, True)
+    assert layer.proj_size == back.proj_size == reference.proj_size
     assert getattr(back, "nonlinearity", None) == getattr(reference, "nonlinearity", None)
     for (name, p), (ref_name, ref_p) in zip(back.named_parameters(), reference.named_parameters(), strict=True):
         assert name == ref_name
@@ -236,15 +272,10 @@ def test_from_torch_to_torch_round_trip(kind):
 
 
 def test_to_torch_and_from_torch_refusals():
-    with pytest.raises(
-        ValueError,
-        match=r"^torch.nn.GRU implements only variant='reset_after'; this layer is variant='textbook'$",
-    ):
+    with pytest.raises(ValueError, match=r"^torch.nn.GRU has no equivalent of variant='textbook'$"):
         GRU(E, H, variant="textbook").to_torch()
     with pytest.raises(ValueError, match=r"^LSTM.from_torch expects torch.nn.LSTM, got GRU$"):
         LSTM.from_torch(nn.GRU(E, H))
-    with pytest.raises(ValueError, match=r"^LSTM with proj_size > 0 is not supported, got proj_size=2$"):
-        LSTM.from_torch(nn.LSTM(E, H, proj_size=2))
 
 
 def test_returns_named_output():
@@ -317,3 +348,241 @@ def test_lstm_state_error_names_the_part():
 def test_bad_configuration_messages(make, message):
     with pytest.raises(ValueError, match=f"^{message}$"):
         make()
+
+
+def reverse_within_lengths(x, lengths):
+    """x (B, T, ...) with each sequence's first lengths[b] steps in reverse order, padding left in place."""
+    steps = torch.arange(x.shape[1])
+    index = torch.where(steps < lengths[:, None], lengths[:, None] - 1 - steps, steps)  # (B, T)
+    return x.gather(1, index[..., None].expand_as(x))
+
+
+@pytest.mark.parametrize("use_fused", [True, False], ids=["fused", "reference"])
+@pytest.mark.parametrize("merge_mode", ["sum", "mean", "mul"])
+@pytest.mark.parametrize("kind", ["rnn_tanh", "lstm_proj", "gru", "gru_textbook"])
+def test_one_layer_merge_modes_equal_merging_the_concat_outputs_by_hand(kind, merge_mode, use_fused):
+    merged = make_layer(kind, bidirectional=True, merge_mode=merge_mode, use_fused=use_fused)
+    concat = make_layer(kind, bidirectional=True, use_fused=False)
+    concat.load_state_dict(merged.state_dict())
+    assert merged.fused is (use_fused and kind != "gru_textbook")  # one layer: merged after the kernel
+    x, lengths, state = torch.randn(B, T, E), torch.tensor(LENGTHS), random_state(merged)
+
+    out, expected = merged(x, lengths, state), concat(x, lengths, state)
+    forward, backward = expected.outputs.chunk(2, dim=-1)
+    by_hand = {"sum": forward + backward, "mean": (forward + backward) / 2, "mul": forward * backward}[merge_mode]
+    assert out.outputs.shape == (B, T, P if kind == "lstm_proj" else H)
+    assert_close(out.outputs, by_hand, **EXACT)
+    for part, expected_part in zip(state_parts(out.state), state_parts(expected.state), strict=True):
+        assert_close(part, expected_part, **EXACT)
+    for b, length in enumerate(LENGTHS):
+        assert torch.all(out.outputs[b, length:] == 0.0)
+
+    weights = torch.randn_like(by_hand)
+    (out.outputs * weights).sum().backward()
+    (by_hand * weights).sum().backward()
+    for (name, p), q in zip(merged.named_parameters(), concat.parameters(), strict=True):
+        assert_close(p.grad, q.grad, **EXACT, msg=name)
+
+
+@pytest.mark.parametrize("kind", ["lstm_proj", "gru"])
+def test_stacked_sum_merge_equals_a_stack_of_unidirectional_torch_layers(kind):
+    """Keras semantics: every layer's two directions are summed before the next layer reads them."""
+    layer = make_layer(kind, num_layers=2, bidirectional=True, merge_mode="sum")
+    assert not layer.fused
+    x, lengths = torch.randn(B, T, E), torch.tensor(LENGTHS)
+    out = layer(x, lengths)
+
+    _, _, torch_cls, options = KINDS[kind]
+    layer_input, references, finals = x, [], []
+    for index, cell in enumerate(layer.cells):
+        reference = torch_cls(cell.input_size, H, batch_first=True, **options)
+        with torch.no_grad():
+            for name, p in cell.named_parameters():
+                getattr(reference, f"{name}_l0").copy_(p)
+        # The backward direction is a forward layer over each sequence reversed within its length.
+        sequence = layer_input if index % 2 == 0 else reverse_within_lengths(layer_input, lengths)
+        packed_out, final = reference(pack_padded_sequence(sequence, lengths, batch_first=True, enforce_sorted=False))
+        outputs, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=T)
+        references.append(reference)
+        finals.append(final)
+        if index % 2 == 0:
+            forward = outputs
+        else:
+            layer_input = forward + reverse_within_lengths(outputs, lengths)
+    assert_close(out.outputs, layer_input, **EXACT)
+    expected_state = [torch.cat(parts) for parts in zip(*map(state_parts, finals), strict=True)]
+    for part, expected_part in zip(state_parts(out.state), expected_state, strict=True):
+        assert_close(part, expected_part, **EXACT)
+
+    weights = torch.randn_like(layer_input)
+    (out.outputs * weights).sum().backward()
+    (layer_input * weights).sum().backward()
+    for cell, reference in zip(layer.cells, references, strict=True):
+        for name, p in cell.named_parameters():
+            assert_close(p.grad, getattr(reference, f"{name}_l0").grad, **EXACT, msg=name)
+
+
+DROPOUT_KINDS = ["rnn_tanh", "lstm", "lstm_proj", "gru", "gru_textbook", "lstm_layer_norm", "gru_layer_norm"]
+
+
+def make_dropout_layer(kind, **options):
+    if kind.endswith("_layer_norm"):
+        return make_layer(kind.removesuffix("_layer_norm"), layer_norm=True, **options)
+    return make_layer(kind, **options)
+
+
+@pytest.mark.parametrize("kind", DROPOUT_KINDS)
+def test_recurrent_dropout_reuses_one_mask_per_sequence_at_every_step(kind):
+    """Recover each sequence's masks from its first step, then replay the whole sequence with them."""
+    p = 0.5
+    layer = make_dropout_layer(kind, bidirectional=True, recurrent_dropout=p)
+    assert layer.training and not layer.fused
+    x = torch.randn(B, T, E, requires_grad=True)
+    state = random_state(layer)
+    out = layer(x, torch.tensor(LENGTHS), state)
+    R = out.outputs.shape[-1] // 2
+    masks = []
+    for d, cell in enumerate(layer.cells):
+        for b, length in enumerate(LENGTHS):
+            first = 0 if d == 0 else length - 1
+            # This output depends on x and W_hh only through the direction's first step, where a dropped
+            # input unit gets no gradient and a dropped unit of h_0 leaves its column of W_hh without one.
+            v = torch.randn(R)
+            grad_x, grad_w = torch.autograd.grad(
+                (out.outputs[b, first, d * R : (d + 1) * R] * v).sum(), [x, cell.weight_hh], retain_graph=True
+            )
+            x_mask = (grad_x[b, first] != 0).double() / (1 - p)  # (E,)
+            h_mask = (grad_w.abs().sum(0) != 0).double() / (1 - p)  # (R,)
+            masks.append(torch.cat([x_mask, h_mask]))
+
+            step = cell.recurrence(h_mask=h_mask[None])
+            cell_state = tuple(part[d, b : b + 1] for part in state_parts(state))
+            cell_state = LSTMState(*cell_state) if isinstance(state, LSTMState) else cell_state[0]
+            h_steps = {}
+            for t in range(length) if d == 0 else reversed(range(length)):
+                cell_state = step(cell.input_projection(x[b : b + 1, t] * x_mask), cell_state)
+                h_steps[t] = cell_state.h if isinstance(cell_state, LSTMState) else cell_state
+            replay = torch.cat([h_steps[t] for t in range(length)])
+            assert_close(out.outputs[b, :length, d * R : (d + 1) * R], replay, **EXACT)
+            for part, replay_part in zip(state_parts(out.state), state_parts(cell_state), strict=True):
+                assert_close(part[d, b : b + 1], replay_part, **EXACT)
+    masks = torch.stack(masks)  # (C*B, E + R)
+    assert 0 < (masks == 0).sum() < masks.numel()  # some units dropped, some kept
+    assert len({tuple(m.tolist()) for m in masks}) > len(masks) // 2  # drawn per sequence and direction
+
+
+@pytest.mark.parametrize("kind", ["rnn_relu", *DROPOUT_KINDS[1:]])
+def test_recurrent_dropout_only_in_training(kind):
+    layer = make_dropout_layer(kind, num_layers=2, bidirectional=True, recurrent_dropout=0.5)
+    plain = make_dropout_layer(kind, num_layers=2, bidirectional=True)
+    plain.load_state_dict(layer.state_dict())
+    x, lengths = torch.randn(B, T, E), torch.tensor(LENGTHS)
+    assert (layer(x, lengths).outputs - plain(x, lengths).outputs).abs().max() > 1e-3
+    assert not layer.eval().fused  # the path is fixed by configuration, not by mode
+    out, expected = layer(x, lengths), plain(x, lengths)
+    assert_close(out.outputs, expected.outputs, **EXACT)
+    for part, expected_part in zip(state_parts(out.state), state_parts(expected.state), strict=True):
+        assert_close(part, expected_part, **EXACT)
+
+
+def assert_orthogonal_blocks(weight_hh, num_gates):
+    for block in weight_hh.chunk(num_gates):  # (H, R) per gate; R < H: orthonormal columns
+        assert_close(block.T @ block, torch.eye(block.shape[1]), **EXACT)
+        if block.shape[0] == block.shape[1]:
+            assert_close(block @ block.T, torch.eye(block.shape[0]), **EXACT)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: RNN(E, H, num_layers=2, bidirectional=True, recurrent_init="orthogonal"),
+        lambda: LSTM(E, H, num_layers=2, proj_size=P, recurrent_init="orthogonal"),
+        lambda: GRU(E, H, num_layers=2, variant="textbook", recurrent_init="orthogonal"),
+        lambda: LSTM(E, H, num_layers=2, layer_norm=True, recurrent_init="orthogonal"),
+        lambda: GRU(E, H, num_layers=2, layer_norm=True, recurrent_init="orthogonal"),
+    ],
+    ids=["rnn", "lstm_proj", "gru", "lstm_layer_norm", "gru_layer_norm"],
+)
+def test_orthogonal_recurrent_init_on_every_cell(make):
+    layer = make()
+    assert len(layer.cells) >= 2
+    for cell in layer.cells:
+        assert_orthogonal_blocks(cell.weight_hh, cell.num_gates)
+
+
+@pytest.mark.parametrize(
+    ("make", "fused"),
+    [
+        (lambda: LSTM(E, H, num_layers=2, bidirectional=True, proj_size=P), True),
+        (lambda: LSTM(E, H, recurrent_init="orthogonal", forget_bias=0.5), True),
+        (lambda: GRU(E, H, bidirectional=True, merge_mode="sum"), True),
+        (lambda: RNN(E, H, bidirectional=True, merge_mode="mul", use_fused=False), False),
+        (lambda: GRU(E, H, num_layers=2, bidirectional=True, merge_mode="sum"), False),
+        (lambda: LSTM(E, H, num_layers=2, bidirectional=True, merge_mode="concat"), True),
+        (lambda: RNN(E, H, recurrent_dropout=0.1), False),
+        (lambda: LSTM(E, H, proj_size=P, recurrent_dropout=0.1), False),
+        (lambda: LSTM(E, H, layer_norm=True), False),
+        (lambda: GRU(E, H, layer_norm=True), False),
+        (lambda: GRU(E, H, layer_norm=True, recurrent_dropout=0.1), False),
+    ],
+)
+def test_fused_property_for_new_options(make, fused):
+    assert make().fused is fused
+
+
+def test_extra_repr_shows_non_default_options_and_the_path():
+    layer = LSTM(E, H, num_layers=2, bidirectional=True, proj_size=P, merge_mode="sum", use_fused=False)
+    assert layer.extra_repr() == "3, 4, num_layers=2, bidirectional=True, proj_size=2, merge_mode='sum', fused=False"
+    assert GRU(E, H).extra_repr() == "3, 4, fused=True"
+    assert GRU(E, H, layer_norm=True, variant="textbook", recurrent_dropout=0.0).extra_repr() == (
+        "3, 4, variant='textbook', layer_norm=True, fused=False"
+    )
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda: GRU(E, H, bidirectional=True, merge_mode="ave"),
+            r"merge_mode must be one of \('concat', 'sum', 'mean', 'mul'\), got 'ave'",
+        ),
+        (
+            lambda: GRU(E, H, merge_mode="sum"),
+            r"merge_mode='sum' needs bidirectional=True: one direction has nothing to merge",
+        ),
+        (lambda: RNN(E, H, recurrent_dropout=1.0), r"recurrent_dropout must be in \[0, 1\), got 1.0"),
+        (lambda: RNN(E, H, recurrent_dropout=-0.1), r"recurrent_dropout must be in \[0, 1\), got -0.1"),
+        (
+            lambda: LSTM(E, H, recurrent_init="zeros"),
+            r"recurrent_init must be one of \('uniform', 'orthogonal'\), got 'zeros'",
+        ),
+        (lambda: LSTM(E, H, proj_size=H), r"proj_size must be in \[0, hidden_size\) = \[0, 4\), got 4"),
+        (
+            lambda: LSTM(E, H, layer_norm=True, proj_size=P),
+            r"layer_norm=True does not support proj_size, got proj_size=2",
+        ),
+        (
+            lambda: LSTM(E, H, bidirectional=True, merge_mode="sum", recurrent_dropout=0.25).to_torch(),
+            r"torch.nn.LSTM has no equivalent of merge_mode='sum', recurrent_dropout=0.25",
+        ),
+        (
+            lambda: GRU(E, H, layer_norm=True, variant="textbook").to_torch(),
+            r"torch.nn.GRU has no equivalent of variant='textbook', layer_norm=True",
+        ),
+        (lambda: LSTM(E, H, layer_norm=True).to_torch(), r"torch.nn.LSTM has no equivalent of layer_norm=True"),
+    ],
+)
+def test_new_option_error_messages(make, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        make()
+
+
+def test_projected_state_error_messages():
+    layer = LSTM(E, H, proj_size=P)
+    x = torch.randn(B, T, E)
+    with pytest.raises(
+        ValueError, match=r"^state h must have shape \(L\*C, B, proj_size\) = \(1, 4, 2\), got \(1, 4, 4\)$"
+    ):
+        layer(x, state=(torch.zeros(1, B, H), torch.zeros(1, B, H)))
+    with pytest.raises(ValueError, match=r"^state c must have shape \(L\*C, B, H\) = \(1, 4, 4\), got \(1, 4, 2\)$"):
+        layer(x, state=(torch.zeros(1, B, P), torch.zeros(1, B, P)))

@@ -2,7 +2,8 @@
 
 Parameters follow torch.nn's names and layout so weights copy 1:1 and the fused kernels can run on them:
 ``weight_ih`` (G*H, E), ``weight_hh`` (G*H, H), ``bias_ih`` and ``bias_hh`` (G*H,), with the G gate blocks
-stacked in torch's order (LSTM: i, f, g, o; GRU: r, z, n; RNN: G = 1).
+stacked in torch's order (LSTM: i, f, g, o; GRU: r, z, n; RNN: G = 1); an LSTM with a projection adds
+``weight_hr`` (P, H) and its ``weight_hh`` is (4H, P).
 
 Every cell splits its step in two so that layers can hoist the input projection out of the time loop:
 ``input_projection(x)`` computes x W_ih^T + b_ih for all steps at once, and ``step(xw_t, state)`` does the
@@ -22,38 +23,67 @@ from torch import Tensor, nn
 
 _NONLINEARITIES = ("tanh", "relu")
 _GRU_VARIANTS = ("reset_after", "textbook")
+RECURRENT_INITS = ("uniform", "orthogonal")
 
 
 class LSTMState(NamedTuple):
-    """Hidden and cell state of an LSTM: each (B, H) for a cell, (L*C, B, H) for a layer."""
+    """Hidden and cell state of an LSTM: each (B, H) for a cell, (L*C, B, H) for a layer; with a projection
+    h has P = proj_size features instead of H."""
 
     h: Tensor
     c: Tensor
 
 
-def rnn_step(xw_t: Tensor, h: Tensor, weight_hh: Tensor, bias_hh: Tensor | None, *, nonlinearity: str) -> Tensor:
+def _dropped(h: Tensor, h_mask: Tensor | None) -> Tensor:
+    """h_{t-1} as the recurrent matmuls see it: times the variational dropout mask, if any (Gal & Ghahramani,
+    2016). Only the matmul inputs are masked; the GRU's interpolation and the LSTM's c_t carry the full state."""
+    return h if h_mask is None else h * h_mask
+
+
+def rnn_step(
+    xw_t: Tensor,
+    h: Tensor,
+    weight_hh: Tensor,
+    bias_hh: Tensor | None,
+    *,
+    nonlinearity: str,
+    h_mask: Tensor | None = None,
+) -> Tensor:
     """Elman step: h_t = act(xw_t + W_hh h_{t-1} + b_hh), with xw_t = W_ih x_t + b_ih precomputed."""
-    pre = xw_t + F.linear(h, weight_hh, bias_hh)
+    pre = xw_t + F.linear(_dropped(h, h_mask), weight_hh, bias_hh)
     return torch.tanh(pre) if nonlinearity == "tanh" else torch.relu(pre)
 
 
-def lstm_step(xw_t: Tensor, state: LSTMState, weight_hh: Tensor, bias_hh: Tensor | None) -> LSTMState:
-    """LSTM step on the precomputed input projection xw_t = W_ih x_t + b_ih (equations in ``LSTMCell``)."""
+def lstm_step(
+    xw_t: Tensor,
+    state: LSTMState,
+    weight_hh: Tensor,
+    bias_hh: Tensor | None,
+    *,
+    weight_hr: Tensor | None = None,
+    h_mask: Tensor | None = None,
+) -> LSTMState:
+    """LSTM step on the precomputed input projection xw_t = W_ih x_t + b_ih (equations in ``LSTMCell``);
+    weight_hr (P, H) projects h_t when given."""
     h, c = state
-    gates = xw_t + F.linear(h, weight_hh, bias_hh)  # (B, 4H) in torch's order i, f, g, o
+    gates = xw_t + F.linear(_dropped(h, h_mask), weight_hh, bias_hh)  # (B, 4H) in torch's order i, f, g, o
     # chunk, not four slices: backward then joins the gate gradients with one cat instead of building a
     # zero-filled (B, 4H) gradient per slice.
     i, f, g, o = gates.chunk(4, dim=1)
     i_t, f_t, g_t, o_t = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
     c_t = torch.addcmul(f_t * c, i_t, g_t)  # f_t * c_{t-1} + i_t * g_t
     h_t = o_t * torch.tanh(c_t)
+    if weight_hr is not None:
+        h_t = F.linear(h_t, weight_hr)  # (B, P)
     return LSTMState(h_t, c_t)
 
 
-def gru_reset_after_step(xw_t: Tensor, h: Tensor, weight_hh: Tensor, bias_hh: Tensor | None) -> Tensor:
+def gru_reset_after_step(
+    xw_t: Tensor, h: Tensor, weight_hh: Tensor, bias_hh: Tensor | None, *, h_mask: Tensor | None = None
+) -> Tensor:
     """GRU step with r applied after the recurrent matmul (torch.nn.GRU / cuDNN form, see ``GRUCell``)."""
     H = h.shape[1]
-    hw = F.linear(h, weight_hh, bias_hh)  # (B, 3H) in torch's order r, z, n
+    hw = F.linear(_dropped(h, h_mask), weight_hh, bias_hh)  # (B, 3H) in torch's order r, z, n
     xw_rz, xw_n = xw_t.split([2 * H, H], dim=1)
     hw_rz, hw_n = hw.split([2 * H, H], dim=1)
     r_t, z_t = torch.sigmoid(xw_rz + hw_rz).chunk(2, dim=1)
@@ -68,6 +98,8 @@ def gru_textbook_step(
     bias_hh_rz: Tensor | None,
     weight_hh_n: Tensor,
     bias_hh_n: Tensor | None,
+    *,
+    h_mask: Tensor | None = None,
 ) -> Tensor:
     """GRU step with r applied to h_{t-1} before the recurrent matmul (Cho et al., 2014, see ``GRUCell``).
 
@@ -76,9 +108,18 @@ def gru_textbook_step(
     gradient of weight_hh at every step.
     """
     xw_rz, xw_n = xw_t.split([2 * h.shape[1], h.shape[1]], dim=1)
-    r_t, z_t = torch.sigmoid(xw_rz + F.linear(h, weight_hh_rz, bias_hh_rz)).chunk(2, dim=1)
-    n_t = torch.tanh(xw_n + F.linear(r_t * h, weight_hh_n, bias_hh_n))
+    h_in = _dropped(h, h_mask)
+    r_t, z_t = torch.sigmoid(xw_rz + F.linear(h_in, weight_hh_rz, bias_hh_rz)).chunk(2, dim=1)
+    n_t = torch.tanh(xw_n + F.linear(r_t * h_in, weight_hh_n, bias_hh_n))
     return torch.lerp(n_t, h, z_t)  # (1 - z_t) * n_t + z_t * h_{t-1}
+
+
+def orthogonal_gate_blocks_(weight_hh: Tensor, num_gates: int) -> None:
+    """Make each gate's block of weight_hh (G*H, R) orthogonal in place (Saxe et al., 2014), one
+    ``torch.nn.init.orthogonal_`` per (H, R) block; semi-orthogonal, W^T W = I, when R < H."""
+    with torch.no_grad():
+        for block in weight_hh.chunk(num_gates):  # (H, R) per gate
+            nn.init.orthogonal_(block)
 
 
 class _CellParameters(nn.Module):
@@ -93,35 +134,48 @@ class _CellParameters(nn.Module):
         hidden_size: int,
         *,
         bias: bool,
+        recurrent_init: str,
         device: torch.device | str | None,
         dtype: torch.dtype | None,
+        proj_size: int = 0,
     ) -> None:
         super().__init__()
         if input_size < 1 or hidden_size < 1:
             raise ValueError(f"input_size ({input_size}) and hidden_size ({hidden_size}) must be >= 1")
+        if recurrent_init not in RECURRENT_INITS:
+            raise ValueError(f"recurrent_init must be one of {RECURRENT_INITS}, got {recurrent_init!r}")
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.bias = bias
+        self.recurrent_init = recurrent_init
+        self.output_size = proj_size or hidden_size  # features of h_t, the state fed back through W_hh
         factory = {"device": device, "dtype": dtype}
         gh = self.num_gates * hidden_size
         self.weight_ih = nn.Parameter(torch.empty(gh, input_size, **factory))
-        self.weight_hh = nn.Parameter(torch.empty(gh, hidden_size, **factory))
+        self.weight_hh = nn.Parameter(torch.empty(gh, self.output_size, **factory))
         if bias:
             self.bias_ih = nn.Parameter(torch.empty(gh, **factory))
             self.bias_hh = nn.Parameter(torch.empty(gh, **factory))
         else:
             self.register_parameter("bias_ih", None)
             self.register_parameter("bias_hh", None)
+        if proj_size:  # registered last: torch's flat weight order is w_ih, w_hh, b_ih, b_hh, w_hr
+            self.weight_hr = nn.Parameter(torch.empty(proj_size, hidden_size, **factory))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """U(-1/sqrt(H), 1/sqrt(H)) for every parameter, as torch.nn."""
+        """U(-1/sqrt(H), 1/sqrt(H)) for every parameter, as torch.nn; then, for recurrent_init="orthogonal",
+        each gate's block of weight_hh (H, H), or (H, P) with a projection, becomes orthogonal (Saxe et al.,
+        2014), semi-orthogonal (W^T W = I) when not square."""
         bound = 1.0 / math.sqrt(self.hidden_size)
         for p in self.parameters():
             nn.init.uniform_(p, -bound, bound)
+        if self.recurrent_init == "orthogonal":
+            orthogonal_gate_blocks_(self.weight_hh, self.num_gates)
 
     def extra_repr(self) -> str:
-        return f"{self.input_size}, {self.hidden_size}, bias={self.bias}"
+        init = "" if self.recurrent_init == "uniform" else f", recurrent_init={self.recurrent_init!r}"
+        return f"{self.input_size}, {self.hidden_size}, bias={self.bias}{init}"
 
     def input_projection(self, x: Tensor) -> Tensor:
         """x W_ih^T + b_ih, x (..., E) -> (..., G*H): the part that layers hoist out of the time loop."""
@@ -133,13 +187,14 @@ class _CellParameters(nn.Module):
         if x.shape[-1] != self.input_size:
             raise ValueError(f"expected x with {self.input_size} features (input_size), got {x.shape[-1]}")
 
-    def _zeros(self, x: Tensor) -> Tensor:
-        return x.new_zeros(x.shape[0], self.hidden_size)
+    def _zeros(self, x: Tensor, size: int) -> Tensor:
+        return x.new_zeros(x.shape[0], size)
 
-    def _check_state(self, name: str, state: Tensor, batch: int) -> None:
-        expected = (batch, self.hidden_size)
+    def _check_state(self, name: str, state: Tensor, batch: int, size: int) -> None:
+        expected = (batch, size)
         if tuple(state.shape) != expected:
-            raise ValueError(f"state {name} must have shape (B, H) = {expected}, got {tuple(state.shape)}")
+            label = "(B, H)" if size == self.hidden_size else "(B, proj_size)"
+            raise ValueError(f"state {name} must have shape {label} = {expected}, got {tuple(state.shape)}")
 
     def _copy_from(self, module: nn.Module) -> None:
         with torch.no_grad():
@@ -167,13 +222,15 @@ class RNNCell(_CellParameters):
         hidden_size: H.
         bias: learn b_ih and b_hh.
         nonlinearity: "tanh" or "relu".
+        recurrent_init: "uniform" (torch.nn's U(-1/sqrt(H), 1/sqrt(H))) or "orthogonal" (each gate's block of
+            weight_hh orthogonal, Saxe et al., 2014; the other parameters stay uniform).
         device, dtype: where and how the parameters are created.
 
     Inputs: x (B, E); state h (B, H), zeros if None.
     Outputs: h_t (B, H).
     Raises:
-        ValueError: nonlinearity is not "tanh" or "relu"; x.shape[-1] != input_size (message shows both
-            numbers); x is not 2-D or state is not (B, H).
+        ValueError: nonlinearity is not "tanh" or "relu"; recurrent_init is not "uniform" or "orthogonal";
+            x.shape[-1] != input_size (message shows both numbers); x is not 2-D or state is not (B, H).
     """
 
     num_gates = 1
@@ -186,13 +243,14 @@ class RNNCell(_CellParameters):
         *,
         bias: bool = True,
         nonlinearity: str = "tanh",
+        recurrent_init: str = "uniform",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         if nonlinearity not in _NONLINEARITIES:
             raise ValueError(f"nonlinearity must be one of {_NONLINEARITIES}, got {nonlinearity!r}")
         self.nonlinearity = nonlinearity
-        super().__init__(input_size, hidden_size, bias=bias, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, bias=bias, recurrent_init=recurrent_init, device=device, dtype=dtype)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, nonlinearity={self.nonlinearity!r}"
@@ -201,15 +259,22 @@ class RNNCell(_CellParameters):
         """One step from the precomputed xw_t = W_ih x_t + b_ih (B, G*H) and h_{t-1} (B, H) -> h_t (B, H)."""
         return rnn_step(xw_t, h, self.weight_hh, self.bias_hh, nonlinearity=self.nonlinearity)
 
-    def recurrence(self) -> Callable[[Tensor, Tensor], Tensor]:
-        """``step`` with the recurrent parameters bound once, for a layer's time loop."""
-        return partial(rnn_step, weight_hh=self.weight_hh, bias_hh=self.bias_hh, nonlinearity=self.nonlinearity)
+    def recurrence(self, h_mask: Tensor | None = None) -> Callable[[Tensor, Tensor], Tensor]:
+        """``step`` with the recurrent parameters bound once, for a layer's time loop; h_mask (B, H), if
+        given, multiplies h_{t-1} where it enters the recurrent matmul (variational dropout)."""
+        return partial(
+            rnn_step,
+            weight_hh=self.weight_hh,
+            bias_hh=self.bias_hh,
+            nonlinearity=self.nonlinearity,
+            h_mask=h_mask,
+        )
 
     def forward(self, x: Tensor, state: Tensor | None = None) -> Tensor:
         self._check_input(x)
         if state is None:
-            state = self._zeros(x)
-        self._check_state("h", state, x.shape[0])
+            state = self._zeros(x, self.hidden_size)
+        self._check_state("h", state, x.shape[0], self.hidden_size)
         return self.step(self.input_projection(x), state)
 
     @classmethod
@@ -240,7 +305,10 @@ class LSTMCell(_CellParameters):
     g_t = tanh(W_ig x_t + b_ig + W_hg h_{t-1} + b_hg)
     o_t = sigmoid(W_io x_t + b_io + W_ho h_{t-1} + b_ho)
     c_t = f_t * c_{t-1} + i_t * g_t
-    h_t = o_t * tanh(c_t)
+    h_t = o_t * tanh(c_t), or with proj_size = P > 0: h_t = W_hr (o_t * tanh(c_t))
+
+    The projection (LSTMP, Sak et al., 2014, as torch.nn.LSTM's proj_size) makes h_t, and so the recurrent
+    input of every gate, P < H features wide while c_t keeps H.
 
     Args:
         input_size: E, features per step.
@@ -248,12 +316,17 @@ class LSTMCell(_CellParameters):
         bias: learn b_ih and b_hh.
         forget_bias: added to b_if at init so f_t starts near 1 and the cell remembers by default
             (Jozefowicz et al., 2015); no effect when bias=False. 0.0 gives torch.nn's init.
+        proj_size: P; 0 for no projection. weight_hh becomes (4H, P) and weight_hr (P, H) is added.
+        recurrent_init: "uniform" (torch.nn's U(-1/sqrt(H), 1/sqrt(H))) or "orthogonal" (each gate's block of
+            weight_hh, (H, H) or (H, P), orthogonal, Saxe et al., 2014; weight_hr and the rest stay uniform).
         device, dtype: where and how the parameters are created.
 
-    Inputs: x (B, E); state LSTMState(h, c), each (B, H), zeros if None.
-    Outputs: LSTMState(h_t, c_t), each (B, H).
+    Inputs: x (B, E); state LSTMState(h, c), h (B, H) or (B, P), c (B, H), zeros if None.
+    Outputs: LSTMState(h_t, c_t), h_t (B, H) or (B, P), c_t (B, H).
     Raises:
-        ValueError: x.shape[-1] != input_size (message shows both numbers); x not 2-D; h or c not (B, H).
+        ValueError: proj_size outside [0, H); recurrent_init is not "uniform" or "orthogonal";
+            x.shape[-1] != input_size (message shows both numbers); x not 2-D; h or c of the wrong shape;
+            ``to_torch`` with proj_size > 0 (torch.nn.LSTMCell has no projection).
     """
 
     num_gates = 4
@@ -266,14 +339,28 @@ class LSTMCell(_CellParameters):
         *,
         bias: bool = True,
         forget_bias: float = 1.0,
+        proj_size: int = 0,
+        recurrent_init: str = "uniform",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
+        if not 0 <= proj_size < hidden_size:
+            raise ValueError(f"proj_size must be in [0, hidden_size) = [0, {hidden_size}), got {proj_size}")
         self.forget_bias = forget_bias
-        super().__init__(input_size, hidden_size, bias=bias, device=device, dtype=dtype)
+        self.proj_size = proj_size
+        super().__init__(
+            input_size,
+            hidden_size,
+            bias=bias,
+            recurrent_init=recurrent_init,
+            proj_size=proj_size,
+            device=device,
+            dtype=dtype,
+        )
 
     def reset_parameters(self) -> None:
-        """torch.nn's uniform init, then forget_bias added to the forget-gate block of b_ih."""
+        """The base init (uniform, optionally orthogonal recurrent blocks), then forget_bias added to the
+        forget-gate block of b_ih."""
         super().reset_parameters()
         if self.bias_ih is not None:
             H = self.hidden_size
@@ -281,23 +368,26 @@ class LSTMCell(_CellParameters):
                 self.bias_ih[H : 2 * H] += self.forget_bias
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, forget_bias={self.forget_bias}"
+        proj = f", proj_size={self.proj_size}" if self.proj_size else ""
+        return f"{super().extra_repr()}, forget_bias={self.forget_bias}{proj}"
 
     def step(self, xw_t: Tensor, state: LSTMState) -> LSTMState:
-        """One step from the precomputed xw_t = W_ih x_t + b_ih (B, 4H) and (h, c), each (B, H)."""
-        return lstm_step(xw_t, state, self.weight_hh, self.bias_hh)
+        """One step from the precomputed xw_t = W_ih x_t + b_ih (B, 4H) and (h, c)."""
+        return self.recurrence()(xw_t, state)
 
-    def recurrence(self) -> Callable[[Tensor, LSTMState], LSTMState]:
-        """``step`` with the recurrent parameters bound once, for a layer's time loop."""
-        return partial(lstm_step, weight_hh=self.weight_hh, bias_hh=self.bias_hh)
+    def recurrence(self, h_mask: Tensor | None = None) -> Callable[[Tensor, LSTMState], LSTMState]:
+        """``step`` with the recurrent parameters bound once, for a layer's time loop; h_mask (B, H) or (B, P), if
+        given, multiplies h_{t-1} where it enters the recurrent matmul (variational dropout)."""
+        weight_hr = self.weight_hr if self.proj_size else None
+        return partial(lstm_step, weight_hh=self.weight_hh, bias_hh=self.bias_hh, weight_hr=weight_hr, h_mask=h_mask)
 
     def forward(self, x: Tensor, state: LSTMState | tuple[Tensor, Tensor] | None = None) -> LSTMState:
         self._check_input(x)
         if state is None:
-            state = LSTMState(self._zeros(x), self._zeros(x))
+            state = LSTMState(self._zeros(x, self.output_size), self._zeros(x, self.hidden_size))
         state = LSTMState(*state)
-        self._check_state("h", state.h, x.shape[0])
-        self._check_state("c", state.c, x.shape[0])
+        self._check_state("h", state.h, x.shape[0], self.output_size)
+        self._check_state("c", state.c, x.shape[0], self.hidden_size)
         return self.step(self.input_projection(x), state)
 
     @classmethod
@@ -317,7 +407,13 @@ class LSTMCell(_CellParameters):
         return cell
 
     def to_torch(self) -> nn.LSTMCell:
-        """The equivalent torch.nn.LSTMCell with a copy of the weights."""
+        """The equivalent torch.nn.LSTMCell with a copy of the weights.
+
+        Raises:
+            ValueError: proj_size > 0, which torch.nn.LSTMCell does not implement (torch.nn.LSTM does).
+        """
+        if self.proj_size:
+            raise ValueError(f"torch.nn.LSTMCell has no projection; this cell has proj_size={self.proj_size}")
         return self._to_torch_module()
 
 
@@ -330,10 +426,10 @@ class GRUCell(_CellParameters):
     textbook:    n_t = tanh(W_in x_t + b_in + W_hn (r_t * h_{t-1}) + b_hn)       (Cho et al., 2014, eq. 8)
     h_t = (1 - z_t) * n_t + z_t * h_{t-1}
 
-    The variants differ only in where r_t is applied. Both use torch.nn's interpolation, in which z_t weights
-    the old state h_{t-1}, as in Cho et al.'s eq. (7): h_t = z * h_{t-1} + (1 - z) * h~_t. Chung et al. (2014)
-    and several textbooks write h_t = (1 - z_t) * h_{t-1} + z_t * h~_t instead: their z_t is 1 - z_t here, a
-    relabelling of the same gate, not a different model. In the textbook form b_hn sits outside r_t, so it
+    The variants differ only in where r_t is applied. Cho et al. and torch.nn use the same interpolation, in
+    which z_t weights the old state (Cho et al.'s eq. 7: h_t = z * h_{t-1} + (1 - z) * h~_t); Chung et al.
+    (2014) and several textbooks swap z and 1 - z, h_t = (1 - z_t) * h_{t-1} + z_t * h~_t: a relabelling of
+    the same gate, not a different model. In the textbook form b_hn sits outside r_t, so it
     only adds to b_in; it is kept for torch's parameter layout.
 
     Args:
@@ -341,13 +437,16 @@ class GRUCell(_CellParameters):
         hidden_size: H.
         bias: learn b_ih and b_hh.
         variant: "reset_after" (torch.nn.GRU semantics, fused kernel available) or "textbook".
+        recurrent_init: "uniform" (torch.nn's U(-1/sqrt(H), 1/sqrt(H))) or "orthogonal" (each gate's block of
+            weight_hh orthogonal, Saxe et al., 2014; the other parameters stay uniform).
         device, dtype: where and how the parameters are created.
 
     Inputs: x (B, E); state h (B, H), zeros if None.
     Outputs: h_t (B, H).
     Raises:
-        ValueError: variant is not "reset_after" or "textbook"; x.shape[-1] != input_size (message shows both
-            numbers); x is not 2-D or state is not (B, H); ``to_torch`` on the textbook variant.
+        ValueError: variant is not "reset_after" or "textbook"; recurrent_init is not "uniform" or
+            "orthogonal"; x.shape[-1] != input_size (message shows both numbers); x is not 2-D or state is
+            not (B, H); ``to_torch`` on the textbook variant.
     """
 
     num_gates = 3
@@ -360,13 +459,14 @@ class GRUCell(_CellParameters):
         *,
         bias: bool = True,
         variant: str = "reset_after",
+        recurrent_init: str = "uniform",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         if variant not in _GRU_VARIANTS:
             raise ValueError(f"variant must be one of {_GRU_VARIANTS}, got {variant!r}")
         self.variant = variant
-        super().__init__(input_size, hidden_size, bias=bias, device=device, dtype=dtype)
+        super().__init__(input_size, hidden_size, bias=bias, recurrent_init=recurrent_init, device=device, dtype=dtype)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, variant={self.variant!r}"
@@ -375,10 +475,12 @@ class GRUCell(_CellParameters):
         """One step from the precomputed xw_t = W_ih x_t + b_ih (B, 3H) and h_{t-1} (B, H) -> h_t (B, H)."""
         return self.recurrence()(xw_t, h)
 
-    def recurrence(self) -> Callable[[Tensor, Tensor], Tensor]:
-        """``step`` with the recurrent parameters bound (and for textbook, split) once, for a time loop."""
+    def recurrence(self, h_mask: Tensor | None = None) -> Callable[[Tensor, Tensor], Tensor]:
+        """``step`` with the recurrent parameters bound (and for textbook, split) once, for a time loop;
+        h_mask (B, H), if given, multiplies h_{t-1} where it enters the recurrent matmuls (variational
+        dropout), not in the interpolation with z_t."""
         if self.variant == "reset_after":
-            return partial(gru_reset_after_step, weight_hh=self.weight_hh, bias_hh=self.bias_hh)
+            return partial(gru_reset_after_step, weight_hh=self.weight_hh, bias_hh=self.bias_hh, h_mask=h_mask)
         H = self.hidden_size
         weight_hh_rz, weight_hh_n = self.weight_hh.split([2 * H, H])  # (2H, H), (H, H)
         bias_hh_rz, bias_hh_n = self.bias_hh.split([2 * H, H]) if self.bias else (None, None)
@@ -388,13 +490,14 @@ class GRUCell(_CellParameters):
             bias_hh_rz=bias_hh_rz,
             weight_hh_n=weight_hh_n,
             bias_hh_n=bias_hh_n,
+            h_mask=h_mask,
         )
 
     def forward(self, x: Tensor, state: Tensor | None = None) -> Tensor:
         self._check_input(x)
         if state is None:
-            state = self._zeros(x)
-        self._check_state("h", state, x.shape[0])
+            state = self._zeros(x, self.hidden_size)
+        self._check_state("h", state, x.shape[0], self.hidden_size)
         return self.step(self.input_projection(x), state)
 
     @classmethod
