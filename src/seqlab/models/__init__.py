@@ -1,5 +1,13 @@
-"""Assembled models; each implements the decoding step interface and save_pretrained / from_pretrained."""
+"""Assembled models; each implements save_pretrained / from_pretrained, and generators the decoding step interface."""
 
+from seqlab.models.classifier import ClassifierOutput, Seq2VecClassifier, Seq2VecClassifierConfig
 from seqlab.models.seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig, Seq2SeqOutput
 
-__all__ = ["RNNSeq2Seq", "RNNSeq2SeqConfig", "Seq2SeqOutput"]
+__all__ = [
+    "ClassifierOutput",
+    "RNNSeq2Seq",
+    "RNNSeq2SeqConfig",
+    "Seq2SeqOutput",
+    "Seq2VecClassifier",
+    "Seq2VecClassifierConfig",
+]
