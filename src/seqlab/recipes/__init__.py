@@ -13,9 +13,9 @@ from pathlib import Path
 from types import ModuleType
 
 from seqlab.errors import CheckpointError, ConfigError
-from seqlab.recipes import g2p
+from seqlab.recipes import g2p, vowels
 
-RECIPES: dict[str, ModuleType] = {g2p.NAME: g2p}
+RECIPES: dict[str, ModuleType] = {g2p.NAME: g2p, vowels.NAME: vowels}
 
 
 def get_recipe(name: str) -> ModuleType:
