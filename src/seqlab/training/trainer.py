@@ -24,12 +24,13 @@ from tqdm import tqdm
 
 from seqlab.errors import ConfigError
 from seqlab.training.clipping import clip_grad_norm, clip_grad_value
+from seqlab.training.schedules import SCHEDULES, ScheduleName, lambda_lr, lr_multiplier
 from seqlab.training.seeding import seed_everything
 
 StopReason = Literal["max_epochs", "max_steps", "time_budget", "early_stopping"]
 
 # Keys of a history record that the trainer fills; validation metrics must not reuse them.
-_RECORD_KEYS = frozenset({"epoch", "step", "train_loss", "grad_norm", "tokens_per_s", "seconds"})
+_RECORD_KEYS = frozenset({"epoch", "step", "train_loss", "grad_norm", "lr", "tokens_per_s", "seconds"})
 
 
 def _require(ok: bool, message: str) -> None:
@@ -55,6 +56,10 @@ class TrainConfig:
     Gradient clipping happens in this order: first by global norm (``clip_norm``), then by value
     (``clip_value``) on the norm-clipped gradient; the logged ``grad_norm`` is the norm before both.
 
+    ``lr`` is the peak learning rate; ``schedule`` and ``warmup_steps`` choose its multiplier per step (see
+    ``seqlab.training.schedules``): a linear warmup over ``warmup_steps`` steps, then constant, inverse-sqrt
+    ("Noam") or cosine decay to 0 at ``max_steps``.
+
     Raises:
         ConfigError: (a ValueError) for a value of the wrong type or out of range; the message shows it.
     """
@@ -70,6 +75,8 @@ class TrainConfig:
     weight_decay: float = 0.0  # L2 penalty Adam adds to the gradient (coupled, unlike AdamW)
     seed: int = 0  # seeds Python, NumPy and torch when fit() starts, and the data-shuffling generator
     validate_every: int | None = None  # also validate every this many steps; None = at epoch ends only
+    schedule: ScheduleName = "constant"  # after warmup: constant, inverse_sqrt (Noam) or cosine to 0
+    warmup_steps: int = 0  # linear warmup: step s < warmup_steps uses lr * s / warmup_steps
 
     def __post_init__(self) -> None:
         _require(_is_real(self.lr) and self.lr > 0, f"lr ({self.lr!r}) must be > 0")
@@ -93,6 +100,20 @@ class TrainConfig:
             _is_int(self.seed) and 0 <= self.seed < 2**32,
             f"seed ({self.seed!r}) must be an integer in [0, 2**32)",
         )
+        _require(
+            self.schedule in SCHEDULES,
+            f"schedule ({self.schedule!r}) must be one of {', '.join(map(repr, SCHEDULES))}",
+        )
+        _require(
+            _is_int(self.warmup_steps) and self.warmup_steps >= 0,
+            f"warmup_steps ({self.warmup_steps!r}) must be an integer >= 0",
+        )
+        if self.schedule == "cosine":
+            _require(self.max_steps is not None, "schedule 'cosine' needs max_steps, the step where its decay ends")
+            _require(
+                self.warmup_steps < self.max_steps,
+                f"warmup_steps ({self.warmup_steps}) must be < max_steps ({self.max_steps}) for schedule 'cosine'",
+            )
 
 
 class LossOutput(NamedTuple):
@@ -118,8 +139,9 @@ class TrainResult(NamedTuple):
         best: the history record of the best validation (lowest monitored metric).
         stopped_by: "max_epochs", "max_steps", "time_budget" or "early_stopping".
         history: one record per validation: epoch, step, train_loss (token-weighted mean since the previous
-            record), grad_norm (mean pre-clip global norm since the previous record), tokens_per_s (training
-            throughput, validation excluded), the validation metrics, and seconds since fit() started.
+            record), grad_norm (mean pre-clip global norm since the previous record), lr (the learning rate of
+            the record's step), tokens_per_s (training throughput, validation excluded), the validation
+            metrics, and seconds since fit() started.
     """
 
     steps: int
@@ -155,6 +177,7 @@ class _Run:
     loss_sum: float = 0.0
     tokens: int = 0
     grad_norm_sum: float = 0.0
+    lr: float = 0.0  # learning rate of the latest step
     segment_steps: int = 0
     segment_start: float = 0.0
 
@@ -168,11 +191,11 @@ class Trainer:
     Each step: ``loss = loss_fn(model, batch)``; backpropagate; clip the gradient g of all trainable
     parameters to ``g <- g * min(1, clip_norm / ||g||_2)`` (Pascanu et al., 2013, Algorithm 1), then, if
     ``clip_value`` is set, clamp each entry to [-clip_value, clip_value] (see ``seqlab.training.clipping``);
-    take an Adam step (Kingma & Ba, 2015, Algorithm 1). Validation runs at every epoch end, every
-    ``validate_every`` steps if set, and once more when a step or time budget ends training between
-    validations; never twice at the same step. Training stops early after ``patience`` validations in a row
-    without a strictly lower monitored metric (Prechelt, 1998), and ``fit()`` loads the best validated
-    parameters back into the model.
+    take an Adam step (Kingma & Ba, 2015, Algorithm 1) with the step's learning rate from ``config.schedule``.
+    Validation runs at every epoch end, every ``validate_every`` steps if set, and once more when a step or
+    time budget ends training between validations; never twice at the same step. Training stops early after
+    ``patience`` validations in a row without a strictly lower monitored metric (Prechelt, 1998), and
+    ``fit()`` loads the best validated parameters back into the model.
 
     Args:
         model: the module to train, already on its device (the batches must be on the same device).
@@ -190,7 +213,8 @@ class Trainer:
         log: receives one summary line per validation; default: ``tqdm.write`` to stderr; None = silent.
 
     Attributes:
-        optimizer: the ``torch.optim.Adam`` instance (e.g. for a learning-rate schedule or to save its state).
+        optimizer: the ``torch.optim.Adam`` instance (e.g. to save its state).
+        scheduler: the ``LambdaLR`` of ``config.schedule``, stepped after each optimizer step.
 
     Raises:
         ValueError: if the model has no trainable parameters or monitor is empty (at construction); from
@@ -232,6 +256,8 @@ class Trainer:
         if not self._params:
             raise ValueError("model has no trainable parameters (all have requires_grad=False)")
         self.optimizer = torch.optim.Adam(self._params, lr=config.lr, weight_decay=config.weight_decay)
+        multiplier = lr_multiplier(config.schedule, warmup_steps=config.warmup_steps, total_steps=config.max_steps)
+        self.scheduler = lambda_lr(self.optimizer, multiplier)
 
     def fit(self) -> TrainResult:
         """Train until a stopping rule fires, then load the best validated parameters into the model.
@@ -320,7 +346,9 @@ class Trainer:
                 f"non-finite gradient norm ({grad_norm}) at step {run.step} (epoch {epoch}); "
                 "lower lr or check the batch; this step was not applied"
             )
+        run.lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
+        self.scheduler.step()
         run.loss_sum += loss_value * num_tokens
         run.tokens += num_tokens
         run.grad_norm_sum += grad_norm
@@ -345,6 +373,7 @@ class Trainer:
             "step": run.step,
             "train_loss": run.loss_sum / run.tokens,
             "grad_norm": run.grad_norm_sum / run.segment_steps,
+            "lr": run.lr,
             "tokens_per_s": run.tokens_per_s(),
         }
         self.model.eval()
