@@ -1,0 +1,395 @@
+"""Scaled dot-product attention (Vaswani et al., 2017) and multi-head attention for Transformers.
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V                                  (Vaswani et al., eq. 1)
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_N) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+
+Inside attention, queries are (B, N, T, Dh) and keys/values (B, N, S, Dh). Boolean masks are keep-masks:
+True where a query may attend a key.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqlab.nn.kv_cache import KVCache
+
+if TYPE_CHECKING:
+    from seqlab.nn.positional import RotaryEmbedding
+
+
+class AttentionResult(NamedTuple):
+    """Output of an attention function over heads.
+
+    output: (B, N, T, Dh), the attended values of each query.
+    weights: (B, N, T, S) attention weights, or None when they were not requested (or not formed).
+    """
+
+    output: Tensor
+    weights: Tensor | None
+
+
+def causal_keep_mask(T: int, S: int, *, device: torch.device | None = None) -> Tensor:
+    """Causal keep-mask (T, S): query i may attend key j iff j <= i + (S - T).
+
+    The alignment is bottom-right: the last query sits at the last key, so T new queries over a cache of
+    S - T earlier keys see all of them. With T == S this is the usual lower triangle; with T > S the first
+    T - S queries have no key.
+    """
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+
+
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        raise ValueError(f"q, k, v must be (B, N, T, Dh), (B, N, S, Dh), (B, N, S, Dv); got {shapes}")
+    if k.shape[:2] != q.shape[:2] or k.shape[3] != q.shape[3] or v.shape[:3] != k.shape[:3]:
+        shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        raise ValueError(f"q, k, v disagree in (B, N), S or Dh: {shapes}")
+
+
+def _check_keep_mask(keep_mask: Tensor, target: tuple[int, int, int, int]) -> None:
+    if keep_mask.dtype != torch.bool:
+        raise ValueError(f"keep_mask must be a bool tensor (True = may attend), got {keep_mask.dtype}")
+    try:
+        fits = torch.broadcast_shapes(keep_mask.shape, target) == target
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"keep_mask shape {tuple(keep_mask.shape)} does not broadcast to (B, N, T, S) = {target}")
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    keep_mask: Tensor | None = None,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    scale: float | None = None,
+) -> AttentionResult:
+    """softmax(q k^T * scale) v with keep-masks (Vaswani et al., 2017, eq. 1), scale = 1 / sqrt(Dh) by default.
+
+    Two paths with the same semantics (held together by the tests in float64):
+    - reference (runs when ``need_weights=True``): the scores, -inf at masked positions, an explicit softmax,
+      dropout on the weights, weights @ v; returns the weights.
+    - fast (runs when ``need_weights=False``): ``torch.nn.functional.scaled_dot_product_attention`` (fused
+      flash / memory-efficient kernels where the device has them, memory linear in T); weights are None.
+      Causal attention with T == S and no keep_mask goes in as ``is_causal`` so no (T, S) mask is built.
+
+    Masked positions get weight exactly 0. A query row with no key to attend (every key masked) has all-zero
+    weights and a zero output row on both paths. An explicit softmax gives NaN there, and SDPA kernels have
+    differed across versions and backends, so such rows attend every key internally and are zeroed afterwards,
+    which also keeps their gradients finite.
+
+    Args:
+        keep_mask: bool, broadcastable to (B, N, T, S), True where a query may attend a key; e.g. (B, 1, 1, S)
+            for key padding.
+        causal: query i attends key j only if j <= i + (S - T) (bottom-right aligned, see ``causal_keep_mask``).
+        dropout_p: dropout probability on the attention weights; pass 0.0 in evaluation.
+        need_weights: return the weights (forces the reference path). They are the weights that multiplied v,
+            so after dropout when dropout_p > 0 (as torch.nn.MultiheadAttention returns them).
+        scale: score multiplier; 1 / sqrt(Dh) if None.
+    Inputs: q (B, N, T, Dh), k (B, N, S, Dh), v (B, N, S, Dv).
+    Outputs: ``AttentionResult(output (B, N, T, Dv), weights (B, N, T, S) or None)``.
+    Raises: ValueError if q, k, v are not 4-D or disagree in (B, N), S or Dh, or keep_mask is not bool or does
+        not broadcast to (B, N, T, S) (the message shows both shapes).
+    """
+    _check_qkv(q, k, v)
+    B, N, T, Dh = q.shape
+    S = k.shape[2]
+    scale = 1.0 / math.sqrt(Dh) if scale is None else scale
+    if keep_mask is not None:
+        _check_keep_mask(keep_mask, (B, N, T, S))
+
+    # SDPA's own is_causal is top-left aligned, which equals bottom-right only for T == S.
+    is_causal = causal and T == S and keep_mask is None and not need_weights
+    mask = keep_mask
+    if causal and T > 1 and not is_causal:  # with T == 1 the causal mask would be all True
+        causal_mask = causal_keep_mask(T, S, device=q.device)
+        mask = causal_mask if mask is None else mask & causal_mask
+    has_key = None
+    if mask is not None and (keep_mask is not None or T > S):
+        has_key = mask.any(dim=-1, keepdim=True)  # (..., T, 1)
+        mask = mask | ~has_key
+
+    if not need_weights:
+        output = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+        )  # (B, N, T, Dv)
+        if has_key is not None:
+            output = output.masked_fill(~has_key, 0.0)
+        return AttentionResult(output, None)
+
+    scores = (q @ k.transpose(-2, -1)) * scale  # (B, N, T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if has_key is not None:
+        weights = weights.masked_fill(~has_key, 0.0)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return AttentionResult(weights @ v, weights)  # (B, N, T, Dv)
+
+
+class MHAOutput(NamedTuple):
+    """Output of ``MultiHeadAttention``.
+
+    output: (B, T, D).
+    weights: (B, N, T, S) per-head weights when requested (average over dim 1 for torch's default), else None.
+    cache: the KV cache after this call's keys and values were appended, or None without a cache.
+    """
+
+    output: Tensor
+    weights: Tensor | None
+    cache: KVCache | None
+
+
+_KINDS = ("full", "local", "linear")
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (Vaswani et al., 2017, section 3.2.2) for self- and cross-attention.
+
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_N) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),
+    with the N heads' W_i^Q packed as one (D, D) projection (likewise K, V) and Dh = D / N.
+
+    ``kind`` picks the attention inside the heads: "full" is ``scaled_dot_product_attention`` (the fused SDPA
+    path unless ``need_weights``, the reference path with weights otherwise); "local" (sliding window of
+    ``window`` keys) and "linear" (Katharopoulos et al., 2020) call ``seqlab.nn.efficient_attention``.
+
+    Args:
+        d_model: D, features of the queries and of the output.
+        num_heads: N; must divide d_model.
+        dropout: dropout probability on the attention weights while training (kind "full" only: the other
+            kinds form no weight matrix to drop).
+        bias: biases in the four projections.
+        kdim, vdim: features of the keys / values for cross-attention; D if None.
+        kind: "full", "local" or "linear".
+        window: keys per query for kind "local" (required there, not allowed otherwise).
+        rotary: a ``RotaryEmbedding`` (Su et al., 2021) applied to q and k of self-attention, or None.
+    Inputs (``forward``):
+        query: (B, T, D).
+        key: (B, S, kdim), value: (B, S, vdim) for cross-attention; None for self-attention on ``query``.
+            ``value`` defaults to ``key``.
+        key_padding_mask: (B, S) bool, True where a key is real; with a cache, S counts the cached keys too.
+        causal: query i attends key j only if j <= i + (S - T) (bottom-right aligned: works over a cache).
+        need_weights: also return the per-head weights (kind "full" uses the reference path then, kind "local"
+            builds them dense; kind "linear" has none and raises).
+        cache: a ``KVCache`` for incremental self-attention: this call's keys and values are appended and
+            attention runs over every cached key. Gradients do not flow through it (use it for decoding).
+        positions_offset: position of the first query for the rotary embedding; cache.length (or 0) if None.
+        precomputed_kv: (k, v), each (B, N, S, Dh), from ``project_key_value``, so cross-attention projects a
+            source once for all decoder steps; replaces key and value.
+    Outputs: ``MHAOutput(output (B, T, D), weights (B, N, T, S) or None, cache or None)``.
+    Raises: ValueError if d_model is not divisible by num_heads, kind is unknown, window does not fit kind,
+        dropout > 0 with kind other than "full", need_weights with kind "linear", inputs have the wrong shape,
+        a mask is not bool or its shape does not match (the message shows both shapes), or a cache / rotary
+        embedding is used with cross-attention.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        dropout: float = 0.0,
+        bias: bool = True,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        kind: str = "full",
+        window: int | None = None,
+        rotary: RotaryEmbedding | None = None,
+    ) -> None:
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+        if kind not in _KINDS:
+            raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
+        if kind == "local" and (window is None or window < 1):
+            raise ValueError(f"kind 'local' needs a window >= 1, got {window}")
+        if kind != "local" and window is not None:
+            raise ValueError(f"window ({window}) is only used by kind 'local', got kind {kind!r}")
+        if dropout > 0.0 and kind != "full":
+            raise ValueError(f"attention dropout ({dropout}) needs kind 'full', got kind {kind!r}")
+        self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
+        self.kdim = d_model if kdim is None else kdim
+        self.vdim = d_model if vdim is None else vdim
+        self.dropout, self.kind, self.window = dropout, kind, window
+        self.rotary = rotary
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q of all heads
+        self.k_proj = nn.Linear(self.kdim, d_model, bias=bias)  # W^K
+        self.v_proj = nn.Linear(self.vdim, d_model, bias=bias)  # W^V
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform projections and zero biases, as torch.nn.MultiheadAttention."""
+        for linear in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
+            nn.init.xavier_uniform_(linear.weight)
+            if linear.bias is not None:
+                nn.init.zeros_(linear.bias)
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        B, L, _ = x.shape
+        return x.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, N, L, Dh)
+
+    def project_key_value(self, key: Tensor, value: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Project keys (B, S, kdim) and values (B, S, vdim; ``key`` if None) to per-head k, v (B, N, S, Dh).
+
+        Raises: ValueError if the feature sizes are not (kdim, vdim) or key and value differ in (B, S).
+        """
+        value = key if value is None else value
+        if key.dim() != 3 or key.shape[-1] != self.kdim:
+            raise ValueError(f"key must be (B, S, kdim={self.kdim}), got shape {tuple(key.shape)}")
+        if value.dim() != 3 or value.shape[-1] != self.vdim or value.shape[:2] != key.shape[:2]:
+            raise ValueError(
+                f"value must be (B, S, vdim) = {(*key.shape[:2], self.vdim)}, got shape {tuple(value.shape)}"
+            )
+        return self._split_heads(self.k_proj(key)), self._split_heads(self.v_proj(value))
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor | None = None,
+        value: Tensor | None = None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        causal: bool = False,
+        need_weights: bool = False,
+        cache: KVCache | None = None,
+        positions_offset: int | None = None,
+        precomputed_kv: tuple[Tensor, Tensor] | None = None,
+    ) -> MHAOutput:
+        if query.dim() != 3 or query.shape[-1] != self.d_model:
+            raise ValueError(f"query must be (B, T, D={self.d_model}), got shape {tuple(query.shape)}")
+        B, T, _ = query.shape
+        self_attention = key is None and value is None and precomputed_kv is None
+        if not self_attention and (cache is not None or self.rotary is not None):
+            raise ValueError(
+                "a KV cache and rotary embeddings are for self-attention: pass no key, value or precomputed_kv"
+            )
+        if precomputed_kv is not None and (key is not None or value is not None):
+            raise ValueError("pass either key/value or precomputed_kv, not both")
+
+        q = self._split_heads(self.q_proj(query))  # (B, N, T, Dh)
+        if precomputed_kv is not None:
+            k, v = precomputed_kv
+        elif self_attention:
+            k, v = self.project_key_value(query)  # (B, N, T, Dh) each
+        else:
+            if key is None:
+                raise ValueError("value was given without key")
+            k, v = self.project_key_value(key, value)  # (B, N, S, Dh) each
+        if self.rotary is not None:
+            offset = positions_offset if positions_offset is not None else (cache.length if cache is not None else 0)
+            q, k = self.rotary(q, offset=offset), self.rotary(k, offset=offset)
+        if cache is not None:
+            cache = cache.append(k, v)
+            k, v = cache.keys_so_far, cache.values_so_far  # (B, N, S, Dh), S = cached + T
+
+        keep_mask = None
+        if key_padding_mask is not None:
+            S = k.shape[2]
+            if key_padding_mask.dtype != torch.bool:
+                raise ValueError(f"key_padding_mask must be bool (True = real key), got {key_padding_mask.dtype}")
+            if key_padding_mask.shape != (B, S):
+                raise ValueError(f"key_padding_mask shape {tuple(key_padding_mask.shape)} != (B, S) = ({B}, {S})")
+            keep_mask = key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
+
+        result = self._attend(q, k, v, keep_mask=keep_mask, causal=causal, need_weights=need_weights)
+        output = result.output.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, D)
+        return MHAOutput(self.out_proj(output), result.weights, cache)
+
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, *, keep_mask: Tensor | None, causal: bool, need_weights: bool
+    ) -> AttentionResult:
+        if self.kind == "full":
+            dropout_p = self.dropout if self.training else 0.0
+            return scaled_dot_product_attention(
+                q, k, v, keep_mask=keep_mask, causal=causal, dropout_p=dropout_p, need_weights=need_weights
+            )
+        # Imported here: efficient_attention imports AttentionResult from this module.
+        from seqlab.nn.efficient_attention import linear_attention, local_attention
+
+        if self.kind == "local":
+            return local_attention(
+                q, k, v, window=self.window, causal=causal, keep_mask=keep_mask, need_weights=need_weights
+            )
+        if need_weights:
+            raise ValueError("kind 'linear' forms no attention weights: need_weights must be False")
+        return linear_attention(q, k, v, causal=causal, keep_mask=keep_mask)
+
+    @classmethod
+    def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
+        """Copy a torch.nn.MultiheadAttention (packed in_proj or separate q/k/v weights; any batch_first).
+
+        Raises: ValueError if the module uses add_bias_kv or add_zero_attn, which have no counterpart here.
+        """
+        if module.bias_k is not None or module.add_zero_attn:
+            raise ValueError("from_torch does not support add_bias_kv or add_zero_attn")
+        weight = module.out_proj.weight
+        mha = cls(
+            module.embed_dim,
+            module.num_heads,
+            dropout=module.dropout,
+            bias=module.in_proj_bias is not None,
+            kdim=module.kdim,
+            vdim=module.vdim,
+        ).to(dtype=weight.dtype, device=weight.device)
+        if module._qkv_same_embed_dim:
+            w_q, w_k, w_v = module.in_proj_weight.chunk(3)  # (D, D) each
+        else:
+            w_q, w_k, w_v = module.q_proj_weight, module.k_proj_weight, module.v_proj_weight
+        with torch.no_grad():
+            for linear, w in ((mha.q_proj, w_q), (mha.k_proj, w_k), (mha.v_proj, w_v)):
+                linear.weight.copy_(w)
+            mha.out_proj.weight.copy_(module.out_proj.weight)
+            if module.in_proj_bias is not None:
+                for linear, b in zip((mha.q_proj, mha.k_proj, mha.v_proj), module.in_proj_bias.chunk(3), strict=True):
+                    linear.bias.copy_(b)
+                mha.out_proj.bias.copy_(module.out_proj.bias)
+        return mha
+
+    def to_torch(self) -> nn.MultiheadAttention:
+        """An equivalent torch.nn.MultiheadAttention with batch_first=True (its key_padding_mask is True = ignore).
+
+        Raises: ValueError for kind other than "full" or with a rotary embedding: torch.nn has neither.
+        """
+        if self.kind != "full" or self.rotary is not None:
+            raise ValueError(f"to_torch needs kind 'full' without rotary, got kind {self.kind!r}, rotary {self.rotary}")
+        weight = self.out_proj.weight
+        bias = self.out_proj.bias is not None
+        module = nn.MultiheadAttention(
+            self.d_model,
+            self.num_heads,
+            dropout=self.dropout,
+            bias=bias,
+            kdim=self.kdim,
+            vdim=self.vdim,
+            batch_first=True,
+            device=weight.device,
+            dtype=weight.dtype,
+        )
+        with torch.no_grad():
+            if module._qkv_same_embed_dim:
+                module.in_proj_weight.copy_(torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]))
+            else:
+                module.q_proj_weight.copy_(self.q_proj.weight)
+                module.k_proj_weight.copy_(self.k_proj.weight)
+                module.v_proj_weight.copy_(self.v_proj.weight)
+            module.out_proj.weight.copy_(self.out_proj.weight)
+            if bias:
+                module.in_proj_bias.copy_(torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]))
+                module.out_proj.bias.copy_(self.out_proj.bias)
+        return module
+
+    def extra_repr(self) -> str:
+        extra = f", window={self.window}" if self.window is not None else ""
+        return f"d_model={self.d_model}, num_heads={self.num_heads}, dropout={self.dropout}, kind={self.kind!r}{extra}"
