@@ -2,6 +2,7 @@
 
 from seqlab.models.classifier import ClassifierOutput, Seq2VecClassifier, Seq2VecClassifierConfig
 from seqlab.models.seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig, Seq2SeqOutput
+from seqlab.models.transformer_seq2seq import TransformerSeq2Seq, TransformerSeq2SeqConfig
 
 __all__ = [
     "ClassifierOutput",
@@ -10,4 +11,6 @@ __all__ = [
     "Seq2SeqOutput",
     "Seq2VecClassifier",
     "Seq2VecClassifierConfig",
+    "TransformerSeq2Seq",
+    "TransformerSeq2SeqConfig",
 ]

@@ -228,8 +228,12 @@ class RNNSeq2Seq(PretrainedMixin, nn.Module):
             dropout=config.dropout,
         )
 
-    def encode(self, src: Tensor, src_lengths: Tensor) -> RNNDecoderState:
-        """Run the encoder; the returned state starts decoding. src (B, S), src_lengths (B,)."""
+    def encode(self, src: Tensor, src_lengths: Tensor, *, max_length: int | None = None) -> RNNDecoderState:
+        """Run the encoder; the returned state starts decoding. src (B, S), src_lengths (B,).
+
+        ``max_length`` (the most tokens decoding will produce) is part of the encode interface that
+        KV-cached models size their caches by; the recurrent state does not grow, so it is not needed here.
+        """
         S = src.shape[1]
         src_mask = torch.arange(S, device=src.device) < src_lengths.to(src.device).unsqueeze(1)  # (B, S)
         return self.decoder.init_state(self.encoder(src, src_lengths), src_mask)

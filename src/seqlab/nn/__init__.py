@@ -1,10 +1,27 @@
-"""Building blocks: recurrent cells and layers, attention, pooling. No I/O, no training, no CLI."""
+"""Building blocks: recurrent cells and layers, attention, pooling, Transformer layers. No I/O, no training, no CLI."""
 
 from seqlab.nn.attention import AdditiveAttention, Attention, AttentionOutput, BilinearAttention, DotProductAttention
 from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState, RNNCell
+from seqlab.nn.efficient_attention import linear_attention, local_attention
+from seqlab.nn.kv_cache import KVCache
 from seqlab.nn.layer_norm_cells import LayerNormGRUCell, LayerNormLSTMCell
+from seqlab.nn.multi_head_attention import (
+    AttentionResult,
+    MHAOutput,
+    MultiHeadAttention,
+    causal_keep_mask,
+    scaled_dot_product_attention,
+)
 from seqlab.nn.pooling import AttentionPooling, LastPooling, MaxPooling, MeanPooling, PoolingOutput, make_pooling
+from seqlab.nn.positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding
 from seqlab.nn.recurrent import GRU, LSTM, RNN, RecurrentOutput
+from seqlab.nn.transformer import (
+    FeedForward,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __all__ = [
     "GRU",
@@ -14,18 +31,34 @@ __all__ = [
     "Attention",
     "AttentionOutput",
     "AttentionPooling",
+    "AttentionResult",
     "BilinearAttention",
     "DotProductAttention",
+    "FeedForward",
     "GRUCell",
+    "KVCache",
     "LSTMCell",
     "LSTMState",
     "LastPooling",
     "LayerNormGRUCell",
     "LayerNormLSTMCell",
+    "LearnedPositionalEncoding",
+    "MHAOutput",
     "MaxPooling",
     "MeanPooling",
+    "MultiHeadAttention",
     "PoolingOutput",
     "RNNCell",
     "RecurrentOutput",
+    "RotaryEmbedding",
+    "SinusoidalPositionalEncoding",
+    "TransformerDecoder",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
+    "causal_keep_mask",
+    "linear_attention",
+    "local_attention",
     "make_pooling",
+    "scaled_dot_product_attention",
 ]

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 
@@ -32,6 +32,7 @@ from seqlab.decoding.greedy import greedy_search
 from seqlab.errors import CheckpointError, ConfigError, DataError, UnknownSymbolError
 from seqlab.metrics import g2p_scores
 from seqlab.models.seq2seq import AttentionName, CellName, RNNSeq2Seq, RNNSeq2SeqConfig
+from seqlab.models.transformer_seq2seq import PositionalName, TransformerSeq2Seq, TransformerSeq2SeqConfig
 from seqlab.training.objectives import teacher_forcing_loss
 from seqlab.training.seeding import seed_everything
 from seqlab.training.trainer import TrainConfig, Trainer
@@ -62,29 +63,46 @@ class G2PDataConfig:
                 raise ValueError(f"{name} ({value}) must be in [0, 0.5)")
 
 
+_RNN_FIELDS = ("embedding_size", "hidden_size", "cell", "bidirectional", "attention")
+_TRANSFORMER_FIELDS = ("d_model", "num_heads", "d_ff", "norm_first", "positional")
+
+
 @dataclass(frozen=True)
 class G2PModelConfig:
-    """Architecture of the encoder-decoder (see seqlab.models.seq2seq)."""
+    """Architecture of the encoder-decoder: arch "rnn" (seqlab.models.seq2seq) or "transformer"
+    (seqlab.models.transformer_seq2seq). Layers, dropout and label smoothing apply to both."""
 
-    embedding_size: int = 64  # E, letter and phoneme embeddings
-    hidden_size: int = 128  # H, per encoder direction and in the decoder
-    cell: CellName = "lstm"  # rnn | gru | lstm
+    arch: Literal["rnn", "transformer"] = "rnn"  # attention RNN seq2seq or Transformer
     encoder_layers: int = 2  # stacked encoder layers
     decoder_layers: int = 1  # stacked decoder layers
-    bidirectional: bool = True  # bidirectional encoder
-    attention: AttentionName = "additive"  # additive | dot | scaled_dot | bilinear | none (fixed context)
-    dropout: float = 0.1  # embeddings, between layers, before the output layer
+    dropout: float = 0.1  # embeddings, between layers / sublayers, before the output layer
     label_smoothing: float = 0.0  # eps of the smoothed cross-entropy
+    embedding_size: int = 64  # rnn: E, letter and phoneme embeddings
+    hidden_size: int = 128  # rnn: H, per encoder direction and in the decoder
+    cell: CellName = "lstm"  # rnn: rnn | gru | lstm
+    bidirectional: bool = True  # rnn: bidirectional encoder
+    attention: AttentionName = "additive"  # rnn: additive | dot | scaled_dot | bilinear | none (fixed context)
+    d_model: int = 256  # transformer: D
+    num_heads: int = 4  # transformer: N
+    d_ff: int = 1024  # transformer: feed-forward inner size
+    norm_first: bool = True  # transformer: pre-LN (False: post-LN as in Vaswani et al.)
+    positional: PositionalName = "rotary"  # transformer: sinusoidal | learned | rotary
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing ({self.label_smoothing}) must be in [0, 1)")
         self.model_config(src_vocab_size=3, tgt_vocab_size=3)  # the model's own checks, before any data is read
 
-    def model_config(self, *, src_vocab_size: int, tgt_vocab_size: int) -> RNNSeq2SeqConfig:
-        """The RNNSeq2SeqConfig of these hyperparameters for the given vocabulary sizes."""
-        fields = {k: v for k, v in asdict(self).items() if k != "label_smoothing"}
-        return RNNSeq2SeqConfig(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **fields)
+    @property
+    def model_class(self) -> type[RNNSeq2Seq] | type[TransformerSeq2Seq]:
+        return TransformerSeq2Seq if self.arch == "transformer" else RNNSeq2Seq
+
+    def model_config(self, *, src_vocab_size: int, tgt_vocab_size: int) -> RNNSeq2SeqConfig | TransformerSeq2SeqConfig:
+        """The model config of these hyperparameters for the given vocabulary sizes."""
+        shared = ("encoder_layers", "decoder_layers", "dropout")
+        own = _TRANSFORMER_FIELDS if self.arch == "transformer" else _RNN_FIELDS
+        fields = {k: getattr(self, k) for k in (*shared, *own)}
+        return self.model_class.config_class(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **fields)
 
 
 @dataclass(frozen=True)
@@ -116,7 +134,7 @@ class Config:
 class G2PSystem:
     """A trained G2P model with its vocabularies: what a checkpoint directory holds."""
 
-    model: RNNSeq2Seq
+    model: RNNSeq2Seq | TransformerSeq2Seq
     letters: Vocabulary
     phonemes: Vocabulary
     config: Config
@@ -141,7 +159,7 @@ class G2PSystem:
             )
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointError(f"{path}: bad recipe config ({e!s})") from None
-        model = RNNSeq2Seq.from_pretrained(directory)
+        model = config.model.model_class.from_pretrained(directory)
         return cls(
             model,
             Vocabulary.load(directory / SOURCE_VOCAB),
@@ -179,7 +197,7 @@ class G2PSystem:
         for start in range(0, len(ids), decode.batch_size):
             chunk = ids[start : start + decode.batch_size]
             batch = collate_seq2seq([(x, []) for x in chunk])
-            state = self.model.encode(batch.src, batch.src_lengths)
+            state = self.model.encode(batch.src, batch.src_lengths, max_length=decode.max_length)
             bos = torch.full((len(chunk),), self.phonemes.bos_id, dtype=torch.long)
             if beam_size == 1:
                 out = greedy_search(self.model, state, bos, eos_id=self.phonemes.eos_id, max_length=decode.max_length)
@@ -247,7 +265,9 @@ def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable
     letters = Vocabulary.build(list(p.word) for p in train_set)
     phonemes = Vocabulary.build(p.phonemes for p in train_set)
     seed_everything(config.train.seed)
-    model = RNNSeq2Seq(config.model.model_config(src_vocab_size=len(letters), tgt_vocab_size=len(phonemes)))
+    model = config.model.model_class(
+        config.model.model_config(src_vocab_size=len(letters), tgt_vocab_size=len(phonemes))
+    )
     system = G2PSystem(model, letters, phonemes, config)
     valid_source = config.data.valid_path or "valid split"
     test_source = config.data.test_path or "test split"
@@ -260,7 +280,7 @@ def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable
         f"checkpoint: {out_dir}; data: {len(train_pairs)} train / {len(valid_pairs)} valid pronunciations, "
         f"{len(test_set)} test; "
         f"{len(letters)} letters, {len(phonemes)} phonemes; model: {sum(p.numel() for p in model.parameters()):,} "
-        f"parameters, encoder {'fused' if model.encoder.rnn.fused else 'reference'} path"
+        f"parameters, {config.model.arch}"
     )
 
     def loss_fn(m, batch):

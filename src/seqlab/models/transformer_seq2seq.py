@@ -1,0 +1,197 @@
+"""Transformer encoder-decoder (Vaswani et al. 2017) for sequence transduction, with KV-cached incremental decoding.
+
+    e(x_s) = sqrt(D) E_src[x_s] (+ PE(s))          memory = Encoder(e(x), src_mask)
+    e(y_t) = sqrt(D) E_tgt[y_t] (+ PE(t))          h_t    = Decoder(e(y_<=t), memory)    (causal self-attention)
+    p(y_{t+1} | y_<=t, x) = softmax(W_y h_t)       W_y = E_tgt when the output projection is tied (Press & Wolf 2017)
+
+Positions are sinusoidal (Vaswani et al. sec. 3.5) or learned, added to the embeddings, or rotary (Su et al. 2021),
+rotating the queries and keys of every self-attention. Decoding implements the step interface of
+``seqlab.decoding``: the state holds one preallocated ``KVCache`` per decoder layer and the cross-attention keys
+and values of the source, computed once, so each step costs O(t) instead of re-running the whole prefix.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Literal, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from seqlab.decoding.interface import StepOutput, select_rows
+from seqlab.models.pretrained import PretrainedMixin
+from seqlab.models.seq2seq import Seq2SeqOutput
+from seqlab.nn.kv_cache import KVCache
+from seqlab.nn.positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding
+from seqlab.nn.transformer import (
+    MemoryKV,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
+
+PositionalName = Literal["sinusoidal", "learned", "rotary"]
+AttentionKind = Literal["full", "local", "linear"]
+
+
+@dataclass(frozen=True)
+class TransformerSeq2SeqConfig:
+    """Hyperparameters of :class:`TransformerSeq2Seq`; saved as ``config.json`` with every checkpoint."""
+
+    src_vocab_size: int  # V_src, including the special symbols
+    tgt_vocab_size: int  # V_tgt, including the special symbols
+    d_model: int = 256  # D
+    num_heads: int = 4  # N; must divide D
+    d_ff: int = 1024  # inner size of the feed-forward networks
+    encoder_layers: int = 3  # L_enc
+    decoder_layers: int = 3  # L_dec
+    dropout: float = 0.1  # attention weights, feed-forward, sublayer outputs, embeddings
+    activation: Literal["relu", "gelu"] = "relu"  # feed-forward nonlinearity
+    norm_first: bool = True  # pre-LN (Xiong et al. 2020); False = post-LN as in Vaswani et al.
+    positional: PositionalName = "rotary"  # sinusoidal | learned | rotary
+    max_length: int = 256  # longest source or target (learned positions; decoding caches)
+    attention_kind: AttentionKind = "full"  # self-attention: full | local (sliding window) | linear
+    window: int | None = None  # keys per query for attention_kind="local"
+    share_embeddings: bool = False  # one embedding table for source and target (needs equal vocabularies)
+    tie_output: bool = True  # output projection W_y = E_tgt
+    pad_id: int = 0  # padding symbol in both vocabularies
+    bos_id: int = 1  # start-of-sequence symbol fed to the decoder first
+    eos_id: int = 2  # end-of-sequence symbol the decoder emits last
+
+    def __post_init__(self) -> None:
+        sizes = ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "d_ff", "encoder_layers")
+        for name in (*sizes, "decoder_layers", "max_length"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} ({value!r}) must be an integer >= 1")
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
+        if self.positional == "rotary" and (self.d_model // self.num_heads) % 2:
+            raise ValueError(f"rotary positions need an even head_dim, got {self.d_model // self.num_heads}")
+        if self.positional not in ("sinusoidal", "learned", "rotary"):
+            raise ValueError(f"positional ({self.positional!r}) must be sinusoidal, learned or rotary")
+        if self.attention_kind not in ("full", "local", "linear"):
+            raise ValueError(f"attention_kind ({self.attention_kind!r}) must be full, local or linear")
+        if (self.attention_kind == "local") != (self.window is not None):
+            raise ValueError(f"window ({self.window}) must be set exactly when attention_kind is 'local'")
+        if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout ({self.dropout!r}) must be in [0, 1)")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                f"share_embeddings needs equal vocabularies, got {self.src_vocab_size} and {self.tgt_vocab_size}"
+            )
+        smallest = min(self.src_vocab_size, self.tgt_vocab_size)
+        for name, size in (("pad_id", smallest), ("bos_id", self.tgt_vocab_size), ("eos_id", self.tgt_vocab_size)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not 0 <= value < size:
+                raise ValueError(f"{name} ({value!r}) must be in [0, {size})")
+
+
+class TransformerDecoderState(NamedTuple):
+    """What one decoding step needs, every tensor batch-first (so ``select_rows`` reorders beams).
+
+    memory_kv: per decoder layer, the cross-attention keys and values (B, N, S, Dh). src_mask: (B, S), True at
+    real source steps. caches: per decoder layer, the self-attention KVCache; caches[0].length is the number of
+    target positions consumed so far.
+    """
+
+    memory_kv: list[MemoryKV]
+    src_mask: Tensor
+    caches: list[KVCache]
+
+
+class TransformerSeq2Seq(PretrainedMixin, nn.Module):
+    """Transformer encoder-decoder; trained with teacher forcing, decoded through the step interface.
+
+    Args:
+        config: TransformerSeq2SeqConfig.
+    Inputs of forward: src (B, S) ids, src_lengths (B,), tgt_in (B, T) = [BOS] + target (teacher forcing).
+    Outputs: Seq2SeqOutput(logits (B, T, V), attention None).
+    Raises: ValueError (from the layers) for sequences longer than the positional table or mismatched shapes.
+    """
+
+    config_class: ClassVar[type] = TransformerSeq2SeqConfig
+
+    def __init__(self, config: TransformerSeq2SeqConfig) -> None:
+        super().__init__()
+        self.config = config
+        D, N = config.d_model, config.num_heads
+        self.src_embedding = nn.Embedding(config.src_vocab_size, D, padding_idx=config.pad_id)
+        self.tgt_embedding = (
+            self.src_embedding
+            if config.share_embeddings
+            else nn.Embedding(config.tgt_vocab_size, D, padding_idx=config.pad_id)
+        )
+        for embedding in {self.src_embedding, self.tgt_embedding}:
+            nn.init.normal_(embedding.weight, std=D**-0.5)  # with the sqrt(D) scale, inputs start near unit size
+        self.positions = _additive_positions(config)
+        rotary = RotaryEmbedding(D // N, max_length=config.max_length) if config.positional == "rotary" else None
+        layer_options = {
+            "dropout": config.dropout,
+            "activation": config.activation,
+            "norm_first": config.norm_first,
+            "attention_kind": config.attention_kind,
+            "window": config.window,
+            "rotary": rotary,
+        }
+        final_norm = nn.LayerNorm if config.norm_first else None
+        self.encoder = TransformerEncoder(
+            [TransformerEncoderLayer(D, N, config.d_ff, **layer_options) for _ in range(config.encoder_layers)],
+            final_norm=final_norm(D) if final_norm else None,
+        )
+        self.decoder = TransformerDecoder(
+            [TransformerDecoderLayer(D, N, config.d_ff, **layer_options) for _ in range(config.decoder_layers)],
+            final_norm=final_norm(D) if final_norm else None,
+        )
+        self.dropout = nn.Dropout(config.dropout)
+        self.output = nn.Linear(D, config.tgt_vocab_size, bias=False)  # W_y
+        if config.tie_output:
+            self.output.weight = self.tgt_embedding.weight
+
+    def _embed(self, embedding: nn.Embedding, tokens: Tensor, offset: int) -> Tensor:
+        x = embedding(tokens) * math.sqrt(self.config.d_model)  # (B, T, D)
+        if self.positions is not None:
+            x = self.positions(x, offset=offset)
+        return self.dropout(x)
+
+    def _encode_source(self, src: Tensor, src_lengths: Tensor) -> tuple[list[MemoryKV], Tensor]:
+        S = src.shape[1]
+        src_mask = torch.arange(S, device=src.device) < src_lengths.to(src.device).unsqueeze(1)  # (B, S)
+        memory = self.encoder(self._embed(self.src_embedding, src, 0), keep_mask=src_mask)  # (B, S, D)
+        return self.decoder.project_memory(memory), src_mask
+
+    def encode(self, src: Tensor, src_lengths: Tensor, *, max_length: int | None = None) -> TransformerDecoderState:
+        """Run the encoder; the returned state starts decoding with room for ``max_length`` target tokens
+        (config.max_length if None). src (B, S), src_lengths (B,)."""
+        memory_kv, src_mask = self._encode_source(src, src_lengths)
+        k = memory_kv[0][0]
+        caches = self.decoder.empty_caches(
+            src.shape[0], max_length or self.config.max_length, dtype=k.dtype, device=k.device
+        )
+        return TransformerDecoderState(memory_kv, src_mask, caches)
+
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Seq2SeqOutput:
+        memory_kv, src_mask = self._encode_source(src, src_lengths)
+        out = self.decoder(self._embed(self.tgt_embedding, tgt_in, 0), memory_kv, memory_mask=src_mask)
+        return Seq2SeqOutput(self.output(out.output), None)
+
+    def step(self, tokens: Tensor, state: TransformerDecoderState) -> StepOutput:
+        """One decoding step: tokens (B,) previous outputs -> StepOutput(logits (B, V), state with caches + 1)."""
+        position = state.caches[0].length
+        x = self._embed(self.tgt_embedding, tokens.unsqueeze(1), position)  # (B, 1, D)
+        out = self.decoder(x, state.memory_kv, memory_mask=state.src_mask, caches=state.caches)
+        return StepOutput(self.output(out.output).squeeze(1), state._replace(caches=out.caches))
+
+    def reorder_state(self, state: TransformerDecoderState, index: Tensor) -> TransformerDecoderState:
+        """Rows ``index`` (B',) of the state (copies, so beams never share cache buffers)."""
+        return select_rows(state, index)
+
+
+def _additive_positions(config: TransformerSeq2SeqConfig) -> nn.Module | None:
+    if config.positional == "sinusoidal":
+        return SinusoidalPositionalEncoding(config.d_model, max_length=config.max_length)
+    if config.positional == "learned":
+        return LearnedPositionalEncoding(config.max_length, config.d_model)
+    return None
