@@ -72,7 +72,8 @@ def _reference_linear(q, k, v, allowed):
                 similarity = [phi_q[b, n, i] @ phi_k[b, n, j] for j in range(S) if allowed[b, i, j]]
                 values = [v[b, n, j] for j in range(S) if allowed[b, i, j]]
                 if similarity:
-                    output[b, n, i] = sum(s * x for s, x in zip(similarity, values, strict=True)) / sum(similarity)
+                    numerator = sum(s * x for s, x in zip(similarity, values, strict=True))
+                    output[b, n, i] = numerator / sum(similarity)
     return output
 
 
@@ -118,7 +119,8 @@ def test_local_with_a_window_at_least_the_length_is_full_attention():
         full = local_attention(q, k, v, window=window, causal=False).output
         assert_close(full, F.scaled_dot_product_attention(q, k, v))
     q, k, v = _qkv(3, 7)
-    assert_close(local_attention(q, k, v, window=7, causal=False).output, F.scaled_dot_product_attention(q, k, v))
+    full = local_attention(q, k, v, window=7, causal=False).output
+    assert_close(full, F.scaled_dot_product_attention(q, k, v))
 
 
 @pytest.mark.parametrize("padded", [False, True])
@@ -165,12 +167,12 @@ def test_changing_a_future_token_never_changes_an_earlier_output(attend):
 @pytest.mark.parametrize("causal", [True, False])
 def test_results_do_not_depend_on_chunk_size(causal):
     q, k, v = _qkv(7, 9)
-    keep_mask = _key_padding(9, [9, 6])
+    keep = _key_padding(9, [9, 6])
     local = [
-        local_attention(q, k, v, window=3, causal=causal, keep_mask=keep_mask, need_weights=True, chunk_size=c)
+        local_attention(q, k, v, window=3, causal=causal, keep_mask=keep, need_weights=True, chunk_size=c)
         for c in (1, 2, 3, 4, 7, 100, None)
     ]
-    linear = [linear_attention(q, k, v, causal=causal, keep_mask=keep_mask, chunk_size=c) for c in (1, 2, 3, 4, 7, 64)]
+    linear = [linear_attention(q, k, v, causal=causal, keep_mask=keep, chunk_size=c) for c in (1, 2, 7, 64)]
     for result in local[1:]:
         assert_close(result.output, local[0].output)
         assert_close(result.weights, local[0].weights)
@@ -200,12 +202,10 @@ def test_padding_never_changes_real_positions(attend):
 def test_a_broadcast_key_padding_mask_equals_the_b_s_mask():
     q, k, v = _qkv(4, 6)
     keep_mask = _key_padding(6, [6, 3])
+    masks = (keep_mask, keep_mask[:, None, None])  # (B, S) and (B, 1, 1, S), as MultiHeadAttention passes it
     for causal in (True, False):
-        local = [
-            local_attention(q, k, v, window=2, causal=causal, keep_mask=m)
-            for m in (keep_mask, keep_mask[:, None, None])
-        ]
-        linear = [linear_attention(q, k, v, causal=causal, keep_mask=m) for m in (keep_mask, keep_mask[:, None, None])]
+        local = [local_attention(q, k, v, window=2, causal=causal, keep_mask=m) for m in masks]
+        linear = [linear_attention(q, k, v, causal=causal, keep_mask=m) for m in masks]
         assert_close(local[1].output, local[0].output)
         assert_close(linear[1].output, linear[0].output)
 
@@ -213,33 +213,42 @@ def test_a_broadcast_key_padding_mask_equals_the_b_s_mask():
 def test_gradients_are_finite_and_match_finite_differences_with_empty_rows():
     q, k, v = (x[:1, :1].requires_grad_() for x in _qkv(5, 4))
     keep_mask = torch.tensor([[True, False, True, True]])
+
     # Query 2 sits at key 1 (padding) with window 1, and query 0 before key 0: both rows are empty.
-    assert torch.autograd.gradcheck(
-        lambda q, k, v: local_attention(q, k, v, window=1, causal=True, keep_mask=keep_mask, chunk_size=2).output,
-        (q, k, v),
-    )
-    assert torch.autograd.gradcheck(
-        lambda q, k, v: linear_attention(q, k, v, causal=True, keep_mask=keep_mask, chunk_size=2).output, (q, k, v)
-    )
+    def local(q, k, v):
+        return local_attention(q, k, v, window=1, causal=True, keep_mask=keep_mask, chunk_size=2).output
+
+    def linear(q, k, v):
+        return linear_attention(q, k, v, causal=True, keep_mask=keep_mask, chunk_size=2).output
+
+    assert torch.autograd.gradcheck(local, (q, k, v))
+    assert torch.autograd.gradcheck(linear, (q, k, v))
+
+
+GOOD = {"q": (B, N, 4, DH), "k": (B, N, 5, DH), "v": (B, N, 5, DV)}
 
 
 @pytest.mark.parametrize(
-    "shapes, keep_mask, message",
+    "bad, keep_mask, message",
     [
-        (((B, N, 4, DH), (B, N, 5, DH + 1), (B, N, 5, DV)), None, r"q shape \(2, 2, 4, 3\) does not match k shape"),
-        (((B, N, 4, DH), (B, N, 5, DH), (B, N, 6, DV)), None, r"v shape \(2, 2, 6, 4\) does not match k shape"),
-        (((N, 4, DH), (B, N, 5, DH), (B, N, 5, DV)), None, r"q must be \(B, N, T, Dh\), got shape \(2, 4, 3\)"),
         (
-            ((B, N, 4, DH), (B, N, 5, DH), (B, N, 5, DV)),
-            torch.ones(B, 4, dtype=torch.bool),
-            r"keep_mask shape \(2, 4\)",
+            {"k": (B, N, 5, DH + 1)},
+            None,
+            r"^q shape \(2, 2, 4, 3\) does not match k shape \(2, 2, 5, 4\) in \(B, N, Dh\)$",
         ),
-        (((B, N, 4, DH), (B, N, 5, DH), (B, N, 5, DV)), torch.ones(B, N, 4, 5, dtype=torch.bool), "only a key padding"),
-        (((B, N, 4, DH), (B, N, 5, DH), (B, N, 5, DV)), torch.ones(B, 5), "keep_mask must be a bool tensor"),
+        (
+            {"v": (B, N, 6, DV)},
+            None,
+            r"^v shape \(2, 2, 6, 4\) does not match k shape \(2, 2, 5, 3\) in \(B, N, S\)$",
+        ),
+        ({"q": (N, 4, DH)}, None, r"^q must be \(B, N, T, Dh\), got shape \(2, 4, 3\)$"),
+        ({}, torch.ones(B, 4).bool(), r"^keep_mask shape \(2, 4\) is neither \(B, S\) = \(2, 5\) nor"),
+        ({}, torch.ones(B, N, 4, 5).bool(), r"\(2, 2, 4, 5\) .*; only a key padding mask is supported$"),
+        ({}, torch.ones(B, 5), r"^keep_mask must be a bool tensor \(True = real key\), got torch.float32$"),
     ],
 )
-def test_shape_errors(shapes, keep_mask, message):
-    q, k, v = (torch.zeros(shape, dtype=torch.float64) for shape in shapes)
+def test_shape_errors(bad, keep_mask, message):
+    q, k, v = (torch.zeros(bad.get(name, GOOD[name]), dtype=torch.float64) for name in ("q", "k", "v"))
     with pytest.raises(ValueError, match=message):
         local_attention(q, k, v, window=2, causal=True, keep_mask=keep_mask)
     with pytest.raises(ValueError, match=message):

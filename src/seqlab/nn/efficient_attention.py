@@ -111,8 +111,8 @@ def local_attention(
     pads = (max(first, 0) - first, first + span - S)  # left, right; both >= 0 by construction
 
     def bands(x: Tensor) -> Tensor:
-        x = F.pad(x[:, :, max(first, 0) :], (0, 0, *pads))  # (B, N, span, Dh)
-        return x.unfold(2, band, chunk)  # (B, N, n_blocks, Dh, band)
+        x = F.pad(x[:, :, max(first, 0) :], (0, 0, *pads))  # (B, N, span, Dh or Dv)
+        return x.unfold(2, band, chunk)  # (B, N, n_blocks, Dh or Dv, band)
 
     real = torch.ones(B, S, dtype=torch.bool, device=k.device) if keep_mask is None else keep_mask
     real = F.pad(real[:, max(first, 0) :], pads).unfold(1, band, chunk)  # (B, n_blocks, band)
@@ -125,7 +125,7 @@ def local_attention(
     q_blocks = F.pad(q, (0, 0, 0, n_blocks * chunk - T)).view(B, N, n_blocks, chunk, Dh)
     scores = q_blocks @ bands(k) / math.sqrt(Dh)  # (B, N, n_blocks, chunk, band)
     # The most negative finite value, not -inf: a row with no key then gives uniform weights that the mask
-    # zeroes below, instead of NaN in the output and the gradient.
+    # zeroes below, so no NaN appears even in intermediate results (or under autograd anomaly detection).
     scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
     alpha = torch.softmax(scores, dim=-1).masked_fill(~keep, 0.0)
     output = alpha @ bands(v).transpose(-1, -2)  # (B, N, n_blocks, chunk, Dv)
@@ -137,7 +137,7 @@ def local_attention(
     column = (torch.arange(n_blocks, device=q.device) * chunk).view(-1, 1, 1) + c  # (n_blocks, 1, band)
     column = column.expand(n_blocks, chunk, band).reshape(1, 1, n_blocks * chunk, band).expand(B, N, -1, -1)
     dense = alpha.new_zeros(B, N, n_blocks * chunk, span)
-    dense = dense.scatter(-1, column, alpha.reshape(B, N, n_blocks * chunk, band))  # (B, N, T', span)
+    dense = dense.scatter(-1, column, alpha.reshape(B, N, n_blocks * chunk, band))  # (B, N, T + pad, span)
     weights = F.pad(dense, (max(first, 0), 0))[:, :, :T, max(-first, 0) : max(-first, 0) + S]  # (B, N, T, S)
     return AttentionResult(output, weights)
 
