@@ -76,6 +76,8 @@ class TransformerSeq2SeqConfig:
             raise ValueError(f"attention_kind ({self.attention_kind!r}) must be full, local or linear")
         if (self.attention_kind == "local") != (self.window is not None):
             raise ValueError(f"window ({self.window}) must be set exactly when attention_kind is 'local'")
+        if self.window is not None and (not isinstance(self.window, int) or self.window < 1):
+            raise ValueError(f"window ({self.window!r}) must be an integer >= 1")
         if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout ({self.dropout!r}) must be in [0, 1)")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
@@ -126,6 +128,8 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
         )
         for embedding in {self.src_embedding, self.tgt_embedding}:
             nn.init.normal_(embedding.weight, std=D**-0.5)  # with the sqrt(D) scale, inputs start near unit size
+            with torch.no_grad():
+                embedding.weight[config.pad_id].zero_()
         self.positions = _additive_positions(config)
         rotary = RotaryEmbedding(D // N, max_length=config.max_length) if config.positional == "rotary" else None
         layer_options = {

