@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqlab.nn.cells import LSTMState
+from seqlab.nn.recurrence import LSTMState, dropped
 
 _GRU_VARIANTS = ("reset_after", "textbook")
 
@@ -43,12 +43,6 @@ _GRU_VARIANTS = ("reset_after", "textbook")
 def _norm(z: Tensor, gain: Tensor, bias: Tensor | None, eps: float) -> Tensor:
     """LN(z; gain, bias) over the last dimension of z, whose size is gain's."""
     return F.layer_norm(z, gain.shape, gain, bias, eps)
-
-
-def _dropped(h: Tensor, h_mask: Tensor | None) -> Tensor:
-    """h_{t-1} as the recurrent matmuls see it: times the variational dropout mask, if any (Gal & Ghahramani,
-    2016), as in ``cells.py``; the GRU's interpolation and the LSTM's c_t carry the full state."""
-    return h if h_mask is None else h * h_mask
 
 
 def layer_norm_lstm_step(
@@ -65,7 +59,7 @@ def layer_norm_lstm_step(
 ) -> LSTMState:
     """LN-LSTM step on the precomputed, normalised input term xw_t (equations in ``LayerNormLSTMCell``)."""
     h, c = state
-    hw = _norm(F.linear(_dropped(h, h_mask), weight_hh), gain_hh, bias_hh, eps)
+    hw = _norm(F.linear(dropped(h, h_mask), weight_hh), gain_hh, bias_hh, eps)
     gates = xw_t + hw  # (B, 4H) in torch's order i, f, g, o
     i, f, g, o = gates.chunk(4, dim=1)
     i_t, f_t, g_t, o_t = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
@@ -89,7 +83,7 @@ def layer_norm_gru_reset_after_step(
 ) -> Tensor:
     """LN-GRU step, r applied after the recurrent matmul (equations in ``LayerNormGRUCell``)."""
     H = h.shape[1]
-    hw_rz, hw_n = F.linear(_dropped(h, h_mask), weight_hh).split([2 * H, H], dim=1)  # (B, 2H), (B, H)
+    hw_rz, hw_n = F.linear(dropped(h, h_mask), weight_hh).split([2 * H, H], dim=1)  # (B, 2H), (B, H)
     xw_rz, xw_n = xw_t.split([2 * H, H], dim=1)
     r_t, z_t = torch.sigmoid(xw_rz + _norm(hw_rz, gain_hh_rz, bias_hh_rz, eps)).chunk(2, dim=1)
     n_t = torch.tanh(torch.addcmul(xw_n, r_t, _norm(hw_n, gain_hh_n, bias_hh_n, eps)))
@@ -115,7 +109,7 @@ def layer_norm_gru_textbook_step(
     would make backward build a full-size gradient of each at every step.
     """
     xw_rz, xw_n = xw_t.split([2 * h.shape[1], h.shape[1]], dim=1)
-    h_in = _dropped(h, h_mask)
+    h_in = dropped(h, h_mask)
     hw_rz = _norm(F.linear(h_in, weight_hh_rz), gain_hh_rz, bias_hh_rz, eps)
     r_t, z_t = torch.sigmoid(xw_rz + hw_rz).chunk(2, dim=1)
     n_t = torch.tanh(xw_n + _norm(F.linear(r_t * h_in, weight_hh_n), gain_hh_n, bias_hh_n, eps))
