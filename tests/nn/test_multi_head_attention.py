@@ -5,8 +5,9 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
+from seqlab.nn.functional.attention import causal_keep_mask, scaled_dot_product_attention
 from seqlab.nn.kv_cache import KVCache
-from seqlab.nn.multi_head_attention import MultiHeadAttention, causal_keep_mask, scaled_dot_product_attention
+from seqlab.nn.multi_head_attention import MultiHeadAttention
 from seqlab.nn.positional import RotaryEmbedding
 
 B, N, DH = 2, 2, 4

@@ -1,38 +1,19 @@
-"""The step interface that every decodable model implements, and the result type of every search.
+"""What every search shares: its result type, input checks and next-token log-probabilities.
 
-A model exposes one decoder step and a way to pick rows of its state. The state (an RNN hidden state, a KV
-cache, encoder outputs and their mask) is an explicit value passed in and returned, so greedy search, beam
-search and sampling are pure functions that serve RNN and Transformer encoder-decoders and language models.
+The step interface itself (``StepModel``, ``StepOutput``, ``select_rows``) is defined with the models, in
+``seqlab.models.interfaces``, and re-exported here.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
+from seqlab.models.interfaces import StepModel, StepOutput, select_rows
 
-class StepOutput(NamedTuple):
-    """What one decoder step returns."""
-
-    logits: Tensor  # (B, V) unnormalised scores of the next token
-    state: Any  # the model's state after consuming the step's tokens
-
-
-class StepModel(Protocol):
-    """A model that can be decoded one token at a time.
-
-    ``step(tokens, state)``: tokens (B,) is the previous token of each row (the start token on the first
-    call); returns ``StepOutput(logits (B, V), new_state)``.
-    ``reorder_state(state, index)``: the state of rows ``index`` (B',), in that order; used to expand each
-    input into K beams and to follow beams to their origin. ``select_rows`` implements it for nested
-    tensor containers.
-    """
-
-    def step(self, tokens: Tensor, state: Any) -> StepOutput: ...
-
-    def reorder_state(self, state: Any, index: Tensor) -> Any: ...
+__all__ = ["SearchOutput", "StepModel", "StepOutput", "check_search_inputs", "next_token_log_probs", "select_rows"]
 
 
 class SearchOutput(NamedTuple):
@@ -50,27 +31,6 @@ class SearchOutput(NamedTuple):
     lengths: Tensor
     scores: Tensor
     log_probs: Tensor
-
-
-def select_rows(state: Any, index: Tensor, dim: int = 0) -> Any:
-    """Index-select rows ``index`` along ``dim`` of every tensor in a nested state.
-
-    Args:
-        state: a tensor, or a tuple, NamedTuple, list or dict nesting tensors; other leaves (None, ints,
-            strings) are returned unchanged, as they are not per-row.
-        index: (B',) long, the rows to keep, in order; repeats expand the state (e.g. into beams).
-        dim: the batch dimension of every tensor (1 for a (L, B, H) RNN state).
-    Returns: a state of the same structure whose tensors have B' rows along ``dim``.
-    """
-    if isinstance(state, Tensor):
-        return state.index_select(dim, index.to(state.device))
-    if isinstance(state, tuple) and hasattr(state, "_fields"):
-        return type(state)(*(select_rows(x, index, dim) for x in state))
-    if isinstance(state, (tuple, list)):
-        return type(state)(select_rows(x, index, dim) for x in state)
-    if isinstance(state, dict):
-        return {key: select_rows(x, index, dim) for key, x in state.items()}
-    return state
 
 
 def check_search_inputs(start_tokens: Tensor, max_length: int) -> None:

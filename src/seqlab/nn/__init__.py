@@ -2,16 +2,16 @@
 
 from seqlab.nn.attention import AdditiveAttention, Attention, AttentionOutput, BilinearAttention, DotProductAttention
 from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState, RNNCell
-from seqlab.nn.efficient_attention import linear_attention, local_attention
-from seqlab.nn.kv_cache import KVCache
-from seqlab.nn.layer_norm_cells import LayerNormGRUCell, LayerNormLSTMCell
-from seqlab.nn.multi_head_attention import (
+from seqlab.nn.functional.attention import (
     AttentionResult,
-    MHAOutput,
-    MultiHeadAttention,
     causal_keep_mask,
+    linear_attention,
+    local_attention,
     scaled_dot_product_attention,
 )
+from seqlab.nn.kv_cache import KVCache
+from seqlab.nn.layer_norm_cells import LayerNormGRUCell, LayerNormLSTMCell
+from seqlab.nn.multi_head_attention import MHAOutput, MultiHeadAttention
 from seqlab.nn.pooling import AttentionPooling, LastPooling, MaxPooling, MeanPooling, PoolingOutput, make_pooling
 from seqlab.nn.positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding
 from seqlab.nn.recurrent import GRU, LSTM, RNN, RecurrentOutput

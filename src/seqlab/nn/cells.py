@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqlab.nn.recurrence import (
+from seqlab.nn.functional.recurrence import (
     LSTMState,
     gru_reset_after_step,
     gru_textbook_step,

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqlab.nn.recurrence import LSTMState, dropped
+from seqlab.nn.functional.recurrence import LSTMState, dropped
 
 _GRU_VARIANTS = ("reset_after", "textbook")
 

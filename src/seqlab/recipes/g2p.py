@@ -31,8 +31,8 @@ from seqlab.decoding.beam_search import beam_search
 from seqlab.decoding.greedy import greedy_search
 from seqlab.errors import CheckpointError, ConfigError, DataError, UnknownSymbolError
 from seqlab.metrics import g2p_scores
-from seqlab.models.seq2seq import AttentionName, CellName, RNNSeq2Seq, RNNSeq2SeqConfig
-from seqlab.models.transformer_seq2seq import (
+from seqlab.models.seq2seq.rnn import AttentionName, CellName, RNNSeq2Seq, RNNSeq2SeqConfig
+from seqlab.models.seq2seq.transformer import (
     AttentionKind,
     PositionalName,
     TransformerSeq2Seq,
@@ -75,7 +75,7 @@ _TRANSFORMER_FIELDS = ("d_model", "num_heads", "d_ff", "norm_first", "positional
 @dataclass(frozen=True)
 class G2PModelConfig:
     """Architecture of the encoder-decoder: arch "rnn" (seqlab.models.seq2seq) or "transformer"
-    (seqlab.models.transformer_seq2seq). Layers, dropout and label smoothing apply to both."""
+    (seqlab.models.seq2seq.transformer). Layers, dropout and label smoothing apply to both."""
 
     arch: Literal["rnn", "transformer"] = "rnn"  # attention RNN seq2seq or Transformer
     encoder_layers: int = 2  # stacked encoder layers

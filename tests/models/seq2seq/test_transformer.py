@@ -27,7 +27,7 @@ from seqlab.data.cmudict import Pronunciation, group_references, load_cmudict_pa
 from seqlab.decoding.beam_search import beam_search
 from seqlab.decoding.greedy import greedy_search
 from seqlab.decoding.interface import StepOutput
-from seqlab.models.transformer_seq2seq import (
+from seqlab.models.seq2seq.transformer import (
     TransformerDecoderState,
     TransformerSeq2Seq,
     TransformerSeq2SeqConfig,

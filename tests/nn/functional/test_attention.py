@@ -5,8 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from seqlab.nn.efficient_attention import linear_attention, local_attention
-from seqlab.nn.multi_head_attention import AttentionResult
+from seqlab.nn.functional.attention import AttentionResult, linear_attention, local_attention
 
 B, N, DH, DV = 2, 2, 3, 4
 SHAPES = [(6, 6), (4, 7), (7, 4)]  # (T, S): aligned, a cache of earlier keys, more queries than keys

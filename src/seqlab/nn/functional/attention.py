@@ -1,34 +1,148 @@
-"""Efficient attention beside full softmax attention: local (sliding-window) and linear attention.
+"""Attention as pure functions over per-head tensors: full softmax attention (reference and fused SDPA paths),
+local (sliding-window) and linear attention, their one result type, and the causal keep-mask.
 
-Both are pure functions over per-head tensors, q (B, N, T, Dh), k (B, N, S, Dh), v (B, N, S, Dv) (usually
-Dv = Dh), and return the ``AttentionResult`` of ``scaled_dot_product_attention``, so that
-``MultiHeadAttention(kind="local" | "linear")`` can swap them in for full attention. Positions are
-bottom-right aligned as in the full path: query i sits at absolute position p_i = i + S - T, so T new
-queries over a cache of S keys see exactly the keys they would see inside the whole sequence.
+Every function takes q (B, N, T, Dh), k (B, N, S, Dh), v (B, N, S, Dv) (usually Dv = Dh) and returns an
+``AttentionResult``, so ``MultiHeadAttention`` can swap them. Positions are bottom-right aligned: query i sits at
+absolute position p_i = i + S - T, so T new queries over a cache of S keys see exactly the keys they would see
+inside the whole sequence. Boolean masks are keep-masks: True where a query may attend a key.
 
-    local:   softmax(q k^T / sqrt(Dh)) v restricted to a band of keys around each query (the sliding
-             window of Beltagy et al. 2020, Longformer, sec. 3.1; Child et al. 2019), computed block by
-             block in O(T * window) memory instead of O(T * S).
+    full:    softmax(q k^T / sqrt(Dh)) v                                              (Vaswani et al., 2017, eq. 1)
+    local:   the same restricted to a band of keys around each query (the sliding window of Beltagy et al.
+             2020, Longformer, sec. 3.1; Child et al. 2019), computed block by block in O(T * window) memory.
     linear:  the softmax kernel replaced by phi(q)^T phi(k), phi(x) = elu(x) + 1 (Katharopoulos et al.
              2020, "Transformers are RNNs"): O(T * Dh * Dv) time; causal prefix sums taken chunk by chunk.
 
-Only key padding masks are supported, (B, S) bool with True = real key (or the same as (B, 1, 1, S)): a
-block or a prefix sum has no place for an arbitrary (B, N, T, S) mask. A query that sees no real key (its
-whole window is padding, or, causally, it sits before key 0 when T > S) gets an output row of zeros and,
-for local attention, a row of zero weights.
+Local and linear attention take only key padding masks, (B, S) bool with True = real key (or the same as
+(B, 1, 1, S)): a block or a prefix sum has no place for an arbitrary (B, N, T, S) mask. A query that sees no
+real key gets an output row of zeros and, where weights are formed, a row of zero weights.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seqlab.nn.multi_head_attention import AttentionResult
-
 LINEAR_CHUNK_SIZE = 64  # queries per chunk of causal linear attention unless chunk_size says otherwise
+
+
+class AttentionResult(NamedTuple):
+    """Output of an attention function over heads.
+
+    output: (B, N, T, Dh), the attended values of each query.
+    weights: (B, N, T, S) attention weights, or None when they were not requested (or not formed).
+    """
+
+    output: Tensor
+    weights: Tensor | None
+
+
+def causal_keep_mask(T: int, S: int, *, device: torch.device | None = None) -> Tensor:
+    """Causal keep-mask (T, S): query i may attend key j iff j <= i + (S - T).
+
+    The alignment is bottom-right: the last query sits at the last key, so T new queries over a cache of
+    S - T earlier keys see all of them. With T == S this is the usual lower triangle; with T > S the first
+    T - S queries have no key.
+    """
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+
+
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        raise ValueError(f"q, k, v must be (B, N, T, Dh), (B, N, S, Dh), (B, N, S, Dv); got {shapes}")
+    if k.shape[:2] != q.shape[:2] or k.shape[3] != q.shape[3] or v.shape[:3] != k.shape[:3]:
+        shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        raise ValueError(f"q, k, v disagree in (B, N), S or Dh: {shapes}")
+
+
+def _check_keep_mask(keep_mask: Tensor, target: tuple[int, int, int, int]) -> None:
+    if keep_mask.dtype != torch.bool:
+        raise ValueError(f"keep_mask must be a bool tensor (True = may attend), got {keep_mask.dtype}")
+    try:
+        fits = torch.broadcast_shapes(keep_mask.shape, target) == target
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"keep_mask shape {tuple(keep_mask.shape)} does not broadcast to (B, N, T, S) = {target}")
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    keep_mask: Tensor | None = None,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    scale: float | None = None,
+) -> AttentionResult:
+    """softmax(q k^T * scale) v with keep-masks (Vaswani et al., 2017, eq. 1), scale = 1 / sqrt(Dh) by default.
+
+    Two paths with the same semantics (held together by the tests in float64):
+    - reference (runs when ``need_weights=True``): the scores, -inf at masked positions, an explicit softmax,
+      dropout on the weights, weights @ v; returns the weights.
+    - fast (runs when ``need_weights=False``): ``torch.nn.functional.scaled_dot_product_attention`` (fused
+      flash / memory-efficient kernels where the device has them, memory linear in T); weights are None.
+      Causal attention with T == S and no keep_mask goes in as ``is_causal`` so no (T, S) mask is built.
+
+    Masked positions get weight exactly 0. A query row with no key to attend (every key masked) has all-zero
+    weights and a zero output row on both paths. An explicit softmax gives NaN there, and SDPA kernels have
+    differed across versions and backends, so such rows attend every key internally and are zeroed afterwards,
+    which also keeps their gradients finite.
+
+    Args:
+        keep_mask: bool, broadcastable to (B, N, T, S), True where a query may attend a key; e.g. (B, 1, 1, S)
+            for key padding.
+        causal: query i attends key j only if j <= i + (S - T) (bottom-right aligned, see ``causal_keep_mask``).
+        dropout_p: dropout probability on the attention weights; pass 0.0 in evaluation.
+        need_weights: return the weights (forces the reference path). They are the weights that multiplied v,
+            so after dropout when dropout_p > 0 (as torch.nn.MultiheadAttention returns them).
+        scale: score multiplier; 1 / sqrt(Dh) if None.
+    Inputs: q (B, N, T, Dh), k (B, N, S, Dh), v (B, N, S, Dv).
+    Outputs: ``AttentionResult(output (B, N, T, Dv), weights (B, N, T, S) or None)``.
+    Raises: ValueError if q, k, v are not 4-D or disagree in (B, N), S or Dh, or keep_mask is not bool or does
+        not broadcast to (B, N, T, S) (the message shows both shapes).
+    """
+    _check_qkv(q, k, v)
+    B, N, T, Dh = q.shape
+    S = k.shape[2]
+    scale = 1.0 / math.sqrt(Dh) if scale is None else scale
+    if keep_mask is not None:
+        _check_keep_mask(keep_mask, (B, N, T, S))
+
+    # SDPA's own is_causal is top-left aligned, which equals bottom-right only for T == S.
+    is_causal = causal and T == S and keep_mask is None and not need_weights
+    mask = keep_mask
+    if causal and T > 1 and not is_causal:  # with T == 1 the causal mask would be all True
+        causal_mask = causal_keep_mask(T, S, device=q.device)
+        mask = causal_mask if mask is None else mask & causal_mask
+    has_key = None
+    if mask is not None and (keep_mask is not None or T > S):
+        has_key = mask.any(dim=-1, keepdim=True)  # (..., T, 1)
+        mask = mask | ~has_key
+
+    if not need_weights:
+        output = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+        )  # (B, N, T, Dv)
+        if has_key is not None:
+            output = output.masked_fill(~has_key, 0.0)
+        return AttentionResult(output, None)
+
+    scores = (q @ k.transpose(-2, -1)) * scale  # (B, N, T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if has_key is not None:
+        weights = weights.masked_fill(~has_key, 0.0)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return AttentionResult(weights @ v, weights)  # (B, N, T, Dv)
 
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, chunk: int | None) -> Tensor | None:

@@ -22,7 +22,7 @@ from typing import ClassVar, Literal, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from seqlab.decoding.interface import StepOutput, select_rows
+from seqlab.models.interfaces import Seq2SeqOutput, StepOutput, select_rows
 from seqlab.models.pretrained import PretrainedMixin
 from seqlab.nn.attention import AdditiveAttention, BilinearAttention, DotProductAttention
 from seqlab.nn.cells import LSTMState
@@ -78,13 +78,6 @@ class RNNSeq2SeqConfig:
             raise ValueError(f"attention ({self.attention!r}) must be additive, dot, scaled_dot, bilinear or none")
         if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout ({self.dropout!r}) must be in [0, 1)")
-
-
-class Seq2SeqOutput(NamedTuple):
-    """logits (B, T, V) for every target step; attention (B, T, S) weights, or None for the fixed-context model."""
-
-    logits: Tensor
-    attention: Tensor | None
 
 
 class EncoderOutput(NamedTuple):

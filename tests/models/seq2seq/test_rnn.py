@@ -11,7 +11,7 @@ from torch.testing import assert_close
 
 from seqlab.decoding.beam_search import beam_search
 from seqlab.decoding.greedy import greedy_search
-from seqlab.models.seq2seq import EncoderOutput, RNNSeq2Seq, RNNSeq2SeqConfig
+from seqlab.models.seq2seq.rnn import EncoderOutput, RNNSeq2Seq, RNNSeq2SeqConfig
 from seqlab.nn.cells import LSTMState
 
 CELLS = ["rnn", "gru", "lstm"]

@@ -19,9 +19,8 @@ from typing import ClassVar, Literal, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from seqlab.decoding.interface import StepOutput, select_rows
+from seqlab.models.interfaces import Seq2SeqOutput, StepOutput, select_rows
 from seqlab.models.pretrained import PretrainedMixin
-from seqlab.models.seq2seq import Seq2SeqOutput
 from seqlab.nn.kv_cache import KVCache
 from seqlab.nn.positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding
 from seqlab.nn.transformer import (

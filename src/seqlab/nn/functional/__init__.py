@@ -1,0 +1,1 @@
+"""Pure functions under the modules of ``seqlab.nn``: recurrence steps and attention (full, local, linear, masks)."""
