@@ -1,0 +1,105 @@
+"""Checks for configuration values, shared by every config dataclass (models, recipes, the trainer).
+
+Each check raises ``ConfigError`` (a ``ValueError``) whose message names the field and shows the bad value, e.g.
+``hidden_size (0) must be an integer >= 1``, so the command line can print it as one line. Booleans are never
+accepted as numbers, and real numbers must be finite (``nan`` and ``inf`` are refused).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Collection
+
+from seqlab.errors import ConfigError
+
+
+def is_int(value: object) -> bool:
+    """True for an integer that is not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_real(value: object) -> bool:
+    """True for a finite real number that is not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_int(
+    name: str, value: object, *, minimum: int | None = 1, maximum: int | None = None, optional: bool = False
+) -> None:
+    """``value`` is an integer in [minimum, maximum] (either bound may be None), or None when ``optional``.
+
+    Raises: ConfigError naming ``name`` and showing the value otherwise.
+    """
+    if optional and value is None:
+        return
+    ok = is_int(value) and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
+    if not ok:
+        bounds = [f">= {minimum}" if minimum is not None else "", f"<= {maximum}" if maximum is not None else ""]
+        wanted = " and ".join(b for b in bounds if b)
+        raise ConfigError(f"{name} ({value!r}) must be {'None or ' if optional else ''}an integer {wanted}".rstrip())
+
+
+def check_real(
+    name: str,
+    value: object,
+    *,
+    greater_than: float | None = None,
+    at_least: float | None = None,
+    below: float | None = None,
+    at_most: float | None = None,
+    optional: bool = False,
+) -> None:
+    """``value`` is a finite real number within the given bounds, or None when ``optional``.
+
+    Raises: ConfigError naming ``name`` and showing the value otherwise (nan and inf included).
+    """
+    if optional and value is None:
+        return
+    checks = (
+        (greater_than, "> {}", lambda v, b: v > b),
+        (at_least, ">= {}", lambda v, b: v >= b),
+        (below, "< {}", lambda v, b: v < b),
+        (at_most, "<= {}", lambda v, b: v <= b),
+    )
+    ok = is_real(value) and all(bound is None or test(value, bound) for bound, _, test in checks)
+    if not ok:
+        wanted = " and ".join(text.format(bound) for bound, text, _ in checks if bound is not None)
+        none = "None or " if optional else ""
+        raise ConfigError(f"{name} ({value!r}) must be {none}a finite number{' ' + wanted if wanted else ''}")
+
+
+def check_probability(name: str, value: object) -> None:
+    """``value`` is a probability in [0, 1), as dropout rates and label smoothing are.
+
+    Raises: ConfigError naming ``name`` and showing the value otherwise.
+    """
+    if not (is_real(value) and 0.0 <= value < 1.0):
+        raise ConfigError(f"{name} ({value!r}) must be in [0, 1)")
+
+
+def check_bool(name: str, value: object) -> None:
+    """``value`` is True or False.
+
+    Raises: ConfigError naming ``name`` and showing the value otherwise.
+    """
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} ({value!r}) must be true or false")
+
+
+def check_choice(name: str, value: object, choices: Collection[object]) -> None:
+    """``value`` is one of ``choices``.
+
+    Raises: ConfigError naming ``name``, showing the value and listing the choices otherwise.
+    """
+    if value not in choices:
+        raise ConfigError(f"{name} ({value!r}) must be one of {', '.join(map(repr, choices))}")
+
+
+def check_token_id(name: str, value: object, vocab_size: int) -> None:
+    """``value`` is a token id of a vocabulary of ``vocab_size`` symbols: an integer in [0, vocab_size).
+
+    Raises: ConfigError naming ``name`` and showing the value and the range otherwise.
+    """
+    if not (is_int(value) and 0 <= value < vocab_size):
+        raise ConfigError(f"{name} ({value!r}) must be in [0, {vocab_size})")
