@@ -7,7 +7,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from seqlab.errors import ConfigError
-from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real, check_token_id
+from seqlab.validation import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_probability,
+    check_real,
+    check_special_ids,
+    check_token_id,
+)
 
 
 def test_check_int_accepts_in_range_and_optional_none():
@@ -64,3 +72,11 @@ def test_bool_choice_and_token_id():
     check_token_id("eos_id", 2, 3)
     with pytest.raises(ConfigError, match=r"^eos_id \(3\) must be in \[0, 3\)$"):
         check_token_id("eos_id", 3, 3)
+
+
+def test_check_special_ids_pad_must_fit_both_vocabularies():
+    check_special_ids(src_vocab_size=3, tgt_vocab_size=5, pad_id=0, bos_id=4, eos_id=3)
+    with pytest.raises(ConfigError, match=r"^pad_id \(3\) must be in \[0, 3\)$"):
+        check_special_ids(src_vocab_size=3, tgt_vocab_size=5, pad_id=3, bos_id=1, eos_id=2)
+    with pytest.raises(ConfigError, match=r"^eos_id \(5\) must be in \[0, 5\)$"):
+        check_special_ids(src_vocab_size=9, tgt_vocab_size=5, pad_id=0, bos_id=1, eos_id=5)

@@ -103,3 +103,16 @@ def check_token_id(name: str, value: object, vocab_size: int) -> None:
     """
     if not (is_int(value) and 0 <= value < vocab_size):
         raise ConfigError(f"{name} ({value!r}) must be in [0, {vocab_size})")
+
+
+def check_special_ids(
+    *, src_vocab_size: int, tgt_vocab_size: int, pad_id: object, bos_id: object, eos_id: object
+) -> None:
+    """The special symbols of an encoder-decoder are ids of its vocabularies: ``pad_id`` of both (it pads source
+    and target), ``bos_id`` and ``eos_id`` of the target.
+
+    Raises: ConfigError naming the id and showing its value and range otherwise.
+    """
+    check_token_id("pad_id", pad_id, min(src_vocab_size, tgt_vocab_size))
+    check_token_id("bos_id", bos_id, tgt_vocab_size)
+    check_token_id("eos_id", eos_id, tgt_vocab_size)
