@@ -19,16 +19,21 @@ def make_data(n=32, seed=0, dtype=torch.float32):
     return x, x @ W_TRUE.to(dtype) + 0.3
 
 
-def batches_of(x, y, batch_size=8, calls=None):
-    def train_batches(epoch, generator):
+def batches_of(x, y, calls=None):
+    def train_batches(epoch, generator, batch_size):
         if calls is not None:
-            calls.append((epoch, generator))
+            calls.append((epoch, generator, batch_size))
         order = torch.randperm(len(x), generator=generator)
         for start in range(0, len(x), batch_size):
             index = order[start : start + batch_size]
             yield x[index], y[index]
 
     return train_batches
+
+
+def train_config(**kwargs):
+    """A TrainConfig with batches of 8 sequences (4 per epoch of make_data) unless told otherwise."""
+    return TrainConfig(**{"batch_size": 8, **kwargs})
 
 
 def mse_loss(model, batch):
@@ -82,7 +87,7 @@ def test_fit_learns_linear_regression():
     model = nn.Linear(3, 1)
     x, y = make_data()
     initial = mse_on(x, y)(model)["valid_loss"]
-    config = TrainConfig(lr=0.1, max_epochs=40, patience=None, clip_norm=None)
+    config = train_config(lr=0.1, max_epochs=40, patience=None, clip_norm=None)
     result = make_trainer(model, config).fit()
     assert result.best["valid_loss"] < 1e-4 * initial
     torch.testing.assert_close(model.weight.detach(), W_TRUE.T, atol=1e-2, rtol=0)
@@ -95,7 +100,7 @@ def test_same_seed_gives_bit_identical_parameters_and_another_seed_differs():
 
     def run(seed):
         model = copy.deepcopy(initial)
-        make_trainer(model, TrainConfig(lr=0.05, max_epochs=3, seed=seed)).fit()
+        make_trainer(model, train_config(lr=0.05, max_epochs=3, seed=seed)).fit()
         return params_of(model)
 
     first, second, other = run(3), run(3), run(4)
@@ -112,7 +117,7 @@ def test_train_loss_is_the_token_weighted_mean_of_the_epoch():
         seen.append((output.loss.item(), output.num_tokens))
         return output
 
-    config = TrainConfig(max_epochs=1)
+    config = train_config(max_epochs=1)
     result = make_trainer(mlp(), config, loss_fn=loss_fn, train_batches=batches_of(x, y)).fit()
     assert [n for _, n in seen] == [8, 8, 8, 3]
     expected = sum(loss * n for loss, n in seen) / 27
@@ -123,10 +128,10 @@ def test_train_loss_is_the_token_weighted_mean_of_the_epoch():
 def test_train_batches_gets_each_epoch_and_one_generator_seeded_from_config():
     calls = []
     x, y = make_data()
-    config = TrainConfig(max_epochs=3, seed=7, patience=None)
+    config = train_config(max_epochs=3, seed=7, patience=None)
     result = make_trainer(mlp(), config, train_batches=batches_of(x, y, calls=calls)).fit()
-    assert [epoch for epoch, _ in calls] == [1, 2, 3]
-    assert all(generator is calls[0][1] for _, generator in calls)
+    assert [(epoch, batch_size) for epoch, _, batch_size in calls] == [(1, 8), (2, 8), (3, 8)]
+    assert all(generator is calls[0][1] for _, generator, _ in calls)
     # The generator made 3 shuffles; a fresh one seeded with 7 replays them, so the next draw matches.
     reference = torch.Generator().manual_seed(7)
     for _ in range(3):
@@ -149,7 +154,7 @@ def test_max_steps_stops_after_exactly_n_optimizer_steps(max_steps, epochs, vali
         calls.append(1)
         return mse_loss(model, batch)
 
-    trainer = make_trainer(model, TrainConfig(max_steps=max_steps, max_epochs=10), loss_fn=counting_loss)
+    trainer = make_trainer(model, train_config(max_steps=max_steps, max_epochs=10), loss_fn=counting_loss)
     result = trainer.fit()
     assert result.stopped_by == "max_steps"
     assert (result.steps, result.epochs, len(calls)) == (max_steps, epochs, max_steps)
@@ -161,7 +166,7 @@ def test_max_steps_stops_after_exactly_n_optimizer_steps(max_steps, epochs, vali
 
 def test_early_stopping_after_patience_validations_without_improvement():
     improved_at = []
-    config = TrainConfig(max_epochs=10, patience=3)
+    config = train_config(max_epochs=10, patience=3)
     trainer = make_trainer(
         mlp(),
         config,
@@ -177,14 +182,14 @@ def test_early_stopping_after_patience_validations_without_improvement():
 
 
 def test_without_patience_training_runs_all_epochs():
-    config = TrainConfig(max_epochs=6, patience=None)
+    config = train_config(max_epochs=6, patience=None)
     result = make_trainer(mlp(), config, validate=scripted([5.0, 4.0, 4.5, 4.0, 6.0, 3.0])).fit()
     assert result.stopped_by == "max_epochs"
     assert (result.best["epoch"], result.best["valid_loss"]) == (6, 3.0)
 
 
 def test_patience_counts_mid_epoch_validations():
-    config = TrainConfig(max_epochs=10, patience=2, validate_every=3)
+    config = train_config(max_epochs=10, patience=2, validate_every=3)
     result = make_trainer(mlp(), config, validate=scripted([3.0, 2.0, 2.5, 2.5, 1.0])).fit()
     # 4 batches per epoch: validations at steps 3, 4 (epoch end), 6, 8 (epoch end).
     assert [(r["epoch"], r["step"]) for r in result.history] == [(1, 3), (1, 4), (2, 6), (2, 8)]
@@ -192,7 +197,7 @@ def test_patience_counts_mid_epoch_validations():
 
 
 def test_time_budget_stops_after_the_step_that_exceeds_it_and_validates():
-    config = TrainConfig(max_epochs=100, time_budget=1e-9, patience=None)
+    config = train_config(max_epochs=100, time_budget=1e-9, patience=None)
     result = make_trainer(mlp(), config).fit()
     assert result.stopped_by == "time_budget"
     assert (result.steps, result.epochs) == (1, 1)
@@ -213,7 +218,7 @@ def test_time_spent_in_validation_counts_against_the_budget(monkeypatch):
         clock.now += 10.0
         return {"valid_loss": 1.0}
 
-    config = TrainConfig(max_epochs=100, time_budget=25.0, patience=None, validate_every=2)
+    config = train_config(max_epochs=100, time_budget=25.0, patience=None, validate_every=2)
     result = make_trainer(mlp(), config, validate=slow_validate).fit()
     # Validations at steps 2, 4 (epoch end), 6 use 30 s; training stops right after the third.
     assert result.stopped_by == "time_budget"
@@ -223,7 +228,7 @@ def test_time_spent_in_validation_counts_against_the_budget(monkeypatch):
 
 
 def test_nan_validation_metric_never_counts_as_improvement():
-    config = TrainConfig(max_epochs=4, patience=None)
+    config = train_config(max_epochs=4, patience=None)
     result = make_trainer(mlp(), config, validate=scripted([float("nan"), 2.0, float("nan"), 3.0])).fit()
     assert (result.best["epoch"], result.best["valid_loss"]) == (2, 2.0)
 
@@ -244,7 +249,7 @@ def test_on_best_fires_on_improvement_and_fit_restores_that_state():
 
     model = mlp()
     result = make_trainer(
-        model, TrainConfig(lr=0.05, max_epochs=4, patience=None), validate=validate, on_best=on_best
+        model, train_config(lr=0.05, max_epochs=4, patience=None), validate=validate, on_best=on_best
     ).fit()
     assert [record["epoch"] for record, _ in best_calls] == [1, 2]
     assert best_calls[-1][0] == result.best == result.history[1]
@@ -262,7 +267,7 @@ def test_on_best_fires_on_improvement_and_fit_restores_that_state():
 def test_reported_grad_norm_is_the_pre_clip_global_norm(clip_norm):
     model = mlp(dropout=0.0).double()
     data = make_data(dtype=torch.float64)
-    config = TrainConfig(lr=0.01, max_steps=5, clip_norm=clip_norm, validate_every=1, patience=None)
+    config = train_config(lr=0.01, max_steps=5, clip_norm=clip_norm, validate_every=1, patience=None)
     trainer = make_trainer(model, config, data=data, validate=mse_on(*data))
     accumulated, pre_norms, post_norms = {}, [], []
     for p in model.parameters():
@@ -291,7 +296,7 @@ def test_clip_value_clamps_after_norm_clipping_and_the_reported_norm_is_before_b
     model = mlp(dropout=0.0).double()
     data = make_data(dtype=torch.float64)
     clip_norm, clip_value = 0.5, 0.05
-    config = TrainConfig(lr=0.01, max_steps=3, clip_norm=clip_norm, clip_value=clip_value, validate_every=1)
+    config = train_config(lr=0.01, max_steps=3, clip_norm=clip_norm, clip_value=clip_value, validate_every=1)
     trainer = make_trainer(model, config, data=data, validate=mse_on(*data))
     accumulated, expected, stepped, pre_norms = {}, [], [], []
     for p in model.parameters():
@@ -332,7 +337,7 @@ def test_validate_runs_in_eval_mode_without_grad_and_training_resumes_in_train_m
         return {"valid_loss": nn.functional.mse_loss(model(x), y).item()}
 
     model = mlp(dropout=0.5)
-    make_trainer(model, TrainConfig(max_epochs=2), loss_fn=loss_fn, validate=validate).fit()
+    make_trainer(model, train_config(max_epochs=2), loss_fn=loss_fn, validate=validate).fit()
     assert [m for m in modes if m[0] == "train"] == [("train", True, True)] * 8
     assert [m for m in modes if m[0] == "validate"] == [("validate", True, False)] * 2
     assert all(m.training for m in model.modules())
@@ -344,7 +349,7 @@ def test_model_back_in_train_mode_when_validate_raises():
 
     model = mlp()
     with pytest.raises(RuntimeError, match="validation data missing"):
-        make_trainer(model, TrainConfig(), validate=broken).fit()
+        make_trainer(model, train_config(), validate=broken).fit()
     assert model.training
 
 
@@ -365,7 +370,7 @@ def test_nan_loss_raises_naming_the_step_and_leaves_parameters_unchanged():
 
     model = mlp()
     with pytest.raises(FloatingPointError, match=r"^non-finite loss \(nan\) at step 3 \(epoch 1\)"):
-        make_trainer(model, TrainConfig(), loss_fn=loss_fn).fit()
+        make_trainer(model, train_config(), loss_fn=loss_fn).fit()
     assert_same_params(params_of(model), before_bad_step)
 
 
@@ -377,7 +382,7 @@ def test_non_finite_gradient_raises():
         return LossOutput(model.weight.abs().sqrt().sum() + 0 * model.bias.sum(), 1)
 
     with pytest.raises(FloatingPointError, match=r"^non-finite gradient norm \(nan\) at step 1 \(epoch 1\)"):
-        make_trainer(model, TrainConfig(), loss_fn=loss_fn).fit()
+        make_trainer(model, train_config(), loss_fn=loss_fn).fit()
     assert torch.equal(model.weight.detach(), torch.zeros(1, 3))
 
 
@@ -392,7 +397,7 @@ def test_non_finite_gradient_raises():
             {"validate": lambda m: {"valid_loss": 1.0, "step": 2}},
             "validate returned keys ['step'] that the trainer reserves for its records",
         ),
-        ({"train_batches": lambda epoch, g: []}, "train_batches yielded no batches for epoch 1"),
+        ({"train_batches": lambda epoch, g, batch_size: []}, "train_batches yielded no batches for epoch 1"),
         (
             {"loss_fn": lambda m, b: LossOutput(m(b[0]) - b[1], 8)},
             "loss_fn must return a scalar loss, got shape (8, 1) at step 1",
@@ -405,42 +410,69 @@ def test_non_finite_gradient_raises():
 )
 def test_fit_rejects_bad_callables(kwargs, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        make_trainer(mlp(), TrainConfig(), **kwargs).fit()
+        make_trainer(mlp(), train_config(), **kwargs).fit()
 
 
 def test_trainer_rejects_frozen_model_and_empty_monitor():
     frozen = mlp().requires_grad_(False)
     with pytest.raises(ValueError, match=r"^model has no trainable parameters \(all have requires_grad=False\)$"):
-        make_trainer(frozen, TrainConfig())
+        make_trainer(frozen, train_config())
     with pytest.raises(ValueError, match=r"^monitor must name a metric returned by validate, got an empty string$"):
-        make_trainer(mlp(), TrainConfig(), monitor="")
+        make_trainer(mlp(), train_config(), monitor="")
 
 
 @pytest.mark.parametrize(
-    ("field", "value", "message"),
+    ("kwargs", "message"),
     [
-        ("lr", -1.0, "lr (-1.0) must be > 0"),
-        ("lr", float("nan"), "lr (nan) must be > 0"),
-        ("batch_size", 0, "batch_size (0) must be an integer >= 1"),
-        ("max_epochs", 2.5, "max_epochs (2.5) must be an integer >= 1"),
-        ("max_steps", 0, "max_steps (0) must be None or an integer >= 1"),
-        ("patience", True, "patience (True) must be None or an integer >= 1"),
-        ("validate_every", -3, "validate_every (-3) must be None or an integer >= 1"),
-        ("time_budget", 0.0, "time_budget (0.0) must be None or > 0"),
-        ("clip_norm", -1.0, "clip_norm (-1.0) must be None or > 0"),
-        ("clip_value", 0.0, "clip_value (0.0) must be None or > 0"),
-        ("weight_decay", -0.1, "weight_decay (-0.1) must be >= 0"),
-        ("seed", -1, "seed (-1) must be an integer in [0, 2**32)"),
-        ("seed", 2**32, "seed (4294967296) must be an integer in [0, 2**32)"),
+        ({"lr": -1.0}, "lr (-1.0) must be a finite number > 0"),
+        ({"lr": float("nan")}, "lr (nan) must be a finite number > 0"),
+        ({"lr": float("inf")}, "lr (inf) must be a finite number > 0"),
+        ({"batch_size": 0}, "batch_size (0) must be an integer >= 1"),
+        ({"max_epochs": 2.5}, "max_epochs (2.5) must be an integer >= 1"),
+        ({"max_steps": 0}, "max_steps (0) must be None or an integer >= 1"),
+        ({"patience": True}, "patience (True) must be None or an integer >= 1"),
+        ({"validate_every": -3}, "validate_every (-3) must be None or an integer >= 1"),
+        ({"time_budget": 0.0}, "time_budget (0.0) must be None or a finite number > 0"),
+        ({"clip_norm": -1.0}, "clip_norm (-1.0) must be None or a finite number > 0"),
+        ({"clip_value": 0.0}, "clip_value (0.0) must be None or a finite number > 0"),
+        ({"weight_decay": -0.1}, "weight_decay (-0.1) must be a finite number >= 0"),
+        ({"seed": -1}, "seed (-1) must be an integer >= 0 and <= 4294967295"),
+        ({"seed": 2**32}, "seed (4294967296) must be an integer >= 0 and <= 4294967295"),
+        ({"schedule": "linear"}, "schedule ('linear') must be one of 'constant', 'inverse_sqrt', 'cosine'"),
+        ({"schedule": "cosine"}, "schedule 'cosine' needs max_steps, the step where its decay ends"),
+        ({"optimizer": "lamb"}, "optimizer ('lamb') must be one of 'adam', 'adamw', 'sgd'"),
+        ({"optimizer": "sgd", "momentum": 1.0}, "momentum (1.0) must be a finite number >= 0 and < 1"),
+        ({"optimizer": "sgd", "nesterov": 1}, "nesterov (1) must be true or false"),
+        ({"optimizer": "sgd", "nesterov": True}, "nesterov (True) needs momentum > 0, got momentum (0.0)"),
+        ({"momentum": 0.9}, "momentum (0.9) is used by optimizer 'sgd' only, not 'adam'"),
+        ({"optimizer": "adamw", "nesterov": True}, "nesterov (True) is used by optimizer 'sgd' only, not 'adamw'"),
+        ({"device": "tpu"}, "device ('tpu') must be one of 'auto', 'cpu', 'cuda', 'mps'"),
+        ({"precision": "fp8"}, "precision ('fp8') must be one of 'fp32', 'bf16', 'fp16'"),
+        ({"grad_accumulation_steps": 0}, "grad_accumulation_steps (0) must be an integer >= 1"),
+        (
+            {"batch_size": 6, "grad_accumulation_steps": 4},
+            "batch_size (6) must be divisible by grad_accumulation_steps (4)",
+        ),
     ],
 )
-def test_train_config_messages_show_the_bad_value(field, value, message):
+def test_train_config_messages_show_the_bad_value(kwargs, message):
     with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
-        TrainConfig(**{field: value})
+        TrainConfig(**kwargs)
+
+
+def test_train_config_defaults_keep_the_former_behaviour():
+    config = TrainConfig()
+    assert (config.optimizer, config.momentum, config.nesterov, config.weight_decay) == ("adam", 0.0, False, 0.0)
+    assert (config.device, config.precision, config.grad_accumulation_steps) == ("auto", "fp32", 1)
+    # A recipe.json written before these fields existed holds only the former ones; it still loads.
+    former = {"lr": 2e-3, "batch_size": 64, "max_epochs": 30, "max_steps": None, "time_budget": 480.0}
+    former |= {"clip_norm": 1.0, "clip_value": None, "patience": 5, "weight_decay": 0.0, "seed": 0}
+    former |= {"validate_every": None, "schedule": "constant", "warmup_steps": 0}
+    assert TrainConfig(**former) == TrainConfig(lr=2e-3, time_budget=480.0)
 
 
 def test_train_config_accepts_optional_limits_off():
-    config = TrainConfig(max_steps=None, time_budget=None, clip_norm=None, patience=None, validate_every=None)
+    config = train_config(max_steps=None, time_budget=None, clip_norm=None, patience=None, validate_every=None)
     assert config.lr == 1e-3 and config.max_epochs == 30 and config.clip_value is None
 
 
@@ -449,7 +481,7 @@ def test_train_config_accepts_optional_limits_off():
 
 def test_one_log_line_per_validation_and_silent_progress_off_a_terminal(capsys):
     lines = []
-    config = TrainConfig(max_epochs=3, patience=None)
+    config = train_config(max_epochs=3, patience=None)
     make_trainer(mlp(), config, validate=scripted([2.0, 1.0, 1.5]), log=lines.append, progress=True).fit()
     pattern = r"^epoch {} step {} \| train_loss \S+ grad_norm \S+ \| valid_loss {} \| \d+ tok/s \d+\.\d s{}$"
     expected = [(1, 4, "2", " \\*"), (2, 8, "1", " \\*"), (3, 12, "1.5", "")]
@@ -462,7 +494,7 @@ def test_one_log_line_per_validation_and_silent_progress_off_a_terminal(capsys):
 def test_default_log_writes_summaries_to_stderr(capsys):
     trainer = Trainer(
         mlp(),
-        TrainConfig(max_epochs=2),
+        train_config(max_epochs=2),
         loss_fn=mse_loss,
         train_batches=batches_of(*make_data()),
         validate=mse_on(*make_data()),
