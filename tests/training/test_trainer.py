@@ -1,4 +1,6 @@
 import copy
+import dataclasses
+import itertools
 import random
 import re
 
@@ -537,3 +539,93 @@ def test_seed_everything_generator_is_independent_of_global_draws():
 def test_seed_everything_rejects_bad_seeds(seed):
     with pytest.raises(ValueError, match=rf"^seed \({re.escape(repr(seed))}\) must be an integer in \[0, 2\*\*32\)$"):
         seed_everything(seed)
+
+
+# ---------------------------------------------------------------- gradient accumulation
+
+
+def padded_sequences(n=24, T=5, seed=0):
+    """n sequences of 1..T steps of 3 features, zero-padded, with regression targets; (x, y, lengths)."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, T + 1, (n,), generator=g)
+    keep = torch.arange(T) < lengths[:, None]  # (n, T)
+    x = torch.randn(n, T, 3, generator=g, dtype=torch.float64) * keep[..., None]
+    return x, (x @ W_TRUE.double()).tanh() * keep[..., None], lengths
+
+
+def token_mean_loss(model, batch):
+    """Mean squared error per real step: sequences of different lengths give micro-batches of different sizes."""
+    x, y, lengths = batch
+    keep = (torch.arange(x.shape[1]) < lengths[:, None])[..., None]  # (B, T, 1)
+    num_tokens = int(lengths.sum())
+    return LossOutput(((model(x) - y) ** 2 * keep).sum() / num_tokens, num_tokens)
+
+
+def sequence_batches(x, y, lengths):
+    def train_batches(epoch, generator, batch_size):
+        order = torch.randperm(len(x), generator=generator)
+        for start in range(0, len(x), batch_size):
+            index = order[start : start + batch_size]
+            yield x[index], y[index], lengths[index]
+
+    return train_batches
+
+
+def countdown():
+    """A validate fn that always improves, so fit() keeps the last parameters."""
+    values = itertools.count(1)
+    return lambda model: {"valid_loss": -float(next(values))}
+
+
+@pytest.mark.parametrize(
+    "optimizer", [{"optimizer": "adam", "weight_decay": 0.01}, {"optimizer": "sgd", "momentum": 0.9}]
+)
+@pytest.mark.parametrize("n", [24, 20])  # 20: each epoch ends with a step of half a batch
+def test_two_micro_batches_of_half_a_batch_give_the_parameters_of_one_batch(optimizer, n):
+    data = padded_sequences(n=n)
+    initial = mlp(dropout=0.0).double()
+
+    def run(k):
+        model = copy.deepcopy(initial)
+        config = train_config(lr=0.05, max_epochs=3, patience=None, clip_norm=0.5, grad_accumulation_steps=k)
+        config = dataclasses.replace(config, **optimizer)
+        trainer = make_trainer(
+            model, config, loss_fn=token_mean_loss, train_batches=sequence_batches(*data), validate=countdown()
+        )
+        result = trainer.fit()
+        return params_of(model), result
+
+    (one, one_result), (two, two_result) = run(1), run(2)
+    assert one_result.steps == two_result.steps == 3 * -(-n // 8)
+    assert one.keys() == two.keys()
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], rtol=1e-12, atol=1e-14)
+    for a, b in zip(one_result.history, two_result.history, strict=True):
+        assert (a["train_loss"], a["grad_norm"]) == pytest.approx((b["train_loss"], b["grad_norm"]), rel=1e-12)
+    assert any(not torch.equal(one[name], params_of(initial)[name]) for name in one)
+
+
+def test_accumulation_weights_micro_batches_by_their_tokens_not_equally():
+    x, y, lengths = padded_sequences(n=16)
+    seen = []
+
+    def loss_fn(model, batch):
+        output = token_mean_loss(model, batch)
+        seen.append(output.num_tokens)
+        return output
+
+    config = train_config(max_steps=1, grad_accumulation_steps=2, clip_norm=None)
+    model = mlp(dropout=0.0).double()
+    trainer = make_trainer(
+        model, config, loss_fn=loss_fn, train_batches=sequence_batches(x, y, lengths), validate=countdown()
+    )
+    grads = []
+    trainer.optimizer.register_step_pre_hook(lambda *args: grads.append([p.grad.clone() for p in model.parameters()]))
+    initial = copy.deepcopy(model)
+    trainer.fit()
+    assert len(seen) == 2 and seen[0] != seen[1]  # micro-batches of different token counts
+    # The reference: the token mean over the step's 8 sequences in one batch.
+    order = torch.randperm(16, generator=torch.Generator().manual_seed(0))[:8]
+    loss = token_mean_loss(initial, (x[order], y[order], lengths[order])).loss
+    for got, want in zip(grads[0], torch.autograd.grad(loss, list(initial.parameters())), strict=True):
+        torch.testing.assert_close(got, want)
