@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from seqlab.config import apply_overrides
 from seqlab.errors import ConfigError
 from seqlab.training.seeding import seed_everything
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
@@ -629,3 +630,27 @@ def test_accumulation_weights_micro_batches_by_their_tokens_not_equally():
     loss = token_mean_loss(initial, (x[order], y[order], lengths[order])).loss
     for got, want in zip(grads[0], torch.autograd.grad(loss, list(initial.parameters())), strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_the_new_keys_are_settable_from_the_command_line():
+    @dataclasses.dataclass(frozen=True)
+    class RecipeConfig:
+        train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+
+    overrides = {
+        "train.optimizer": "sgd",
+        "train.momentum": "0.9",
+        "train.nesterov": "true",
+        "train.weight_decay": "0.01",
+        "train.device": "cpu",
+        "train.precision": "bf16",
+        "train.grad_accumulation_steps": "4",
+    }
+    train = apply_overrides(RecipeConfig(), overrides).train
+    assert (train.optimizer, train.momentum, train.nesterov, train.weight_decay) == ("sgd", 0.9, True, 0.01)
+    assert (train.device, train.precision, train.grad_accumulation_steps) == ("cpu", "bf16", 4)
+    with pytest.raises(ConfigError, match=r"^--set train\.precision: 'fp8' is not one of fp32, bf16, fp16$"):
+        apply_overrides(RecipeConfig(), {"train.precision": "fp8"})
+    message = "--set: [train] batch_size (64) must be divisible by grad_accumulation_steps (3)"
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        apply_overrides(RecipeConfig(), {"train.grad_accumulation_steps": "3"})

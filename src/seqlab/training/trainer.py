@@ -30,7 +30,7 @@ from seqlab.training.clipping import clip_grad_norm, clip_grad_value
 from seqlab.training.device import autocast, check_precision, grad_scaler, move_to_device, resolve_device
 from seqlab.training.objectives import LossOutput
 from seqlab.training.optim import build_optimizer
-from seqlab.training.records import RECORD_KEYS, StepRecord, StopReason, TrainResult
+from seqlab.training.records import RECORD_KEYS, StepRecord, StopReason, TrainResult, summary_line
 from seqlab.training.schedules import lambda_lr, lr_multiplier
 from seqlab.training.seeding import seed_everything
 from seqlab.training.strategies import FullSequence, Strategy
@@ -383,7 +383,7 @@ class Trainer:
             for callback in self.callbacks:
                 callback.on_best(self.model, dict(record))
         if self.log is not None:
-            self.log(_summary(record, improved=improved))
+            self.log(summary_line(record, improved=improved))
         run.segment_start = run.step_start = time.perf_counter()  # tokens/s counts training time only
 
         if self.config.patience is not None and run.stale >= self.config.patience:
@@ -391,16 +391,3 @@ class Trainer:
         if self._out_of_time(run):
             return "time_budget"
         return None
-
-
-def _summary(record: dict[str, float], *, improved: bool) -> str:
-    """One log line per validation; a trailing star marks an improvement of the monitored metric.
-
-    Example: ``epoch 2 step 40 | train_loss 1.23 grad_norm 0.8 | valid_loss 1.1 per 0.2 | 950 tok/s 3.2 s *``.
-    """
-    metrics = " ".join(f"{name} {value:.4g}" for name, value in record.items() if name not in RECORD_KEYS)
-    return (
-        f"epoch {record['epoch']} step {record['step']} | train_loss {record['train_loss']:.4g} "
-        f"grad_norm {record['grad_norm']:.4g} | {metrics} | {record['tokens_per_s']:.0f} tok/s "
-        f"{record['seconds']:.1f} s" + (" *" if improved else "")
-    )
