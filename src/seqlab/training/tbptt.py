@@ -120,8 +120,8 @@ class TruncatedBPTT:
 
     Raises:
         ValueError: if k1 < 1 or k2 < k1 or either is not an integer (the message shows them); from ``loss``:
-            if a window has more than k1 steps or does not start where the previous one ended, ``forward``
-            returns outputs not shaped (B, t, ...) for a piece of t steps, or ``loss_fn`` returns a non-scalar.
+            if a window has more than k1 steps or does not start where the previous one ended, or ``forward``
+            returns outputs not shaped (B, t, ...) for a piece of t steps.
 
     Example::
 
