@@ -382,7 +382,7 @@ def keys_of(section: type) -> str:
         ("=3", "--set '=3': expected section.key=value"),
         ("data.test_fraction=0.9", "--set: [data] test_fraction (0.9) must be in [0, 0.5)"),
         ("decode.beam_size=0", "--set: [decode] beam_size (0) must be >= 1"),
-        ("train.lr=-1", "--set: [train] lr (-1.0) must be > 0"),
+        ("train.lr=-1", "--set: [train] lr (-1.0) must be a finite number > 0"),
         ("train.max_steps=0", "--set: [train] max_steps (0) must be None or an integer >= 1"),
         ("model.label_smoothing=1.5", "--set: [model] label_smoothing (1.5) must be in [0, 1)"),
     ],

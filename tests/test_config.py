@@ -199,7 +199,7 @@ def test_validation_errors_of_the_training_section_surface_as_config_error():
     assert str(caught.value) == "--set: [train] batch_size (0) must be an integer >= 1"
     with pytest.raises(ConfigError) as caught:
         apply_overrides(g2p.Config(), {"train.time_budget": "-5"})
-    assert str(caught.value) == "--set: [train] time_budget (-5.0) must be None or > 0"
+    assert str(caught.value) == "--set: [train] time_budget (-5.0) must be None or a finite number > 0"
 
 
 def test_config_error_is_a_value_error():

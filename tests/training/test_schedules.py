@@ -139,7 +139,7 @@ def linear_regression_trainer(config, *, num_batches=4):
         xb, yb = batch
         return LossOutput(nn.functional.mse_loss(model(xb), yb), len(xb))
 
-    def train_batches(epoch, generator):
+    def train_batches(epoch, generator, batch_size):  # fixed batches of 8: the schedule is under test
         return [(x[i : i + 8], y[i : i + 8]) for i in range(0, len(x), 8)]
 
     def validate(model):

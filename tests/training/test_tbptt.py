@@ -1,3 +1,5 @@
+import copy
+import itertools
 import re
 
 import pytest
@@ -5,45 +7,47 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqlab.data.streams import TokenStream, batchify_stream
+from seqlab.data.streams import batchify_stream, stream_windows
 from seqlab.nn.cells import LSTMState
 from seqlab.nn.recurrent import GRU, LSTM
-from seqlab.training.tbptt import TBPTTUpdate, TruncatedBPTT, detach_state, reset_state
+from seqlab.training.objectives import LossOutput
+from seqlab.training.tbptt import TruncatedBPTT, detach_state, reset_state
+from seqlab.training.trainer import TrainConfig, Trainer
 
 E, H = 3, 4
 DT = torch.float64
 
 
-class TinyLM:
+class TinyLM(nn.Module):
     """Token ids are positions: ``inputs[id]`` is the input vector of the token with that id, so the gradient of
     ``inputs`` row by row is the gradient with respect to each step's input. The vocabulary is the ids."""
 
     def __init__(self, num_ids, *, kind="lstm", seed=0):
+        super().__init__()
         torch.manual_seed(seed)
-        self.inputs = torch.randn(num_ids, E, dtype=DT, requires_grad=True)
+        self.inputs = nn.Parameter(torch.randn(num_ids, E, dtype=DT))
         layer = LSTM if kind == "lstm" else GRU
         self.rnn = layer(E, H, dtype=DT)
         self.readout = nn.Linear(H, num_ids, dtype=DT)
-        self.params = [self.inputs, *self.rnn.parameters(), *self.readout.parameters()]
 
     def forward(self, ids, state):
         result = self.rnn(self.inputs[ids], state=state)  # (B, t, E) -> (B, t, H)
         return self.readout(result.outputs), result.state  # (B, t, V)
 
-    def zero_grad(self):
-        for p in self.params:
-            p.grad = None
-
     def grads(self):
-        return [p.grad.clone() for p in self.params]
+        return [p.grad.clone() for p in self.parameters()]
+
+
+def model_forward(model, ids, state):
+    return model(ids, state)
 
 
 def loss_of(outputs, targets):
-    return F.cross_entropy(outputs.flatten(0, 1), targets.flatten(), reduction="sum")
+    return F.cross_entropy(outputs.flatten(0, 1), targets.flatten())
 
 
 def window_loss(outputs, window):
-    return loss_of(outputs, window.targets)
+    return LossOutput(loss_of(outputs, window.targets), window.targets.numel())
 
 
 def keep_rows(state, resets):
@@ -57,25 +61,87 @@ def keep_rows(state, resets):
 
 
 def step_by_step(model, ids, resets, state):
-    """The reference: one forward call per step, resetting rows before the steps where documents start."""
-    outputs = []
+    """One forward call per step, resetting rows before the steps where documents start.
+
+    Returns the outputs (B, t, V), the final state and the state entering each step (before its resets).
+    """
+    outputs, entering = [], []
     for t in range(ids.shape[1]):
+        entering.append(state)
         state = keep_rows(state, resets[:, t])
-        out, state = model.forward(ids[:, t : t + 1], state)
+        out, state = model(ids[:, t : t + 1], state)
         outputs.append(out)
-    return torch.cat(outputs, dim=1), state
+    return torch.cat(outputs, dim=1), state, entering
 
 
-def hand_window(model, stream, start, end, *, depth, state0=None):
-    """Loss, parameter gradients and final state of BPTT through `depth` steps for the window [start, end)."""
-    first = max(0, end - depth)
-    state = state0
-    if first > 0:
-        with torch.no_grad():
-            _, state = step_by_step(model, stream.tokens[:, :first], stream.resets[:, :first], state0)
-    outputs, final = step_by_step(model, stream.tokens[:, first:end], stream.resets[:, first:end], state)
-    loss = loss_of(outputs[:, start - first :], stream.tokens[:, start + 1 : end + 1])
-    return loss.detach(), list(torch.autograd.grad(loss, model.params)), detach_state(final)
+def by_hand(model, stream, k1, k2, *, lr, epochs=1, accumulation=1):
+    """The former ``TruncatedBPTT.run`` loop with plain SGD, written out step by step.
+
+    Each window [s, e) of at most k1 steps re-runs the steps from a = max(0, s - (k2 - k1)) with the current
+    parameters, starting from the detached state that the latest run computed for step a; the window's mean
+    loss is differentiated through those steps only. Every ``accumulation`` windows (and at the stream's
+    end) the token-weighted mean gradient makes one SGD step p <- p - lr g.
+
+    Returns the gradient of every step and the final parameters.
+    """
+    params = list(model.parameters())
+    step_grads = []
+    N = stream.tokens.shape[1] - 1
+    windows = [(s, min(s + k1, N)) for s in range(0, N, k1)]
+    for _ in range(epochs):
+        entering = {0: None}  # step -> detached state entering it, from the latest run through it
+        for group in (windows[i : i + accumulation] for i in range(0, len(windows), accumulation)):
+            total = sum(stream.tokens.shape[0] * (e - s) for s, e in group)
+            grads = [torch.zeros_like(p) for p in params]
+            for s, e in group:
+                a = max(0, s - (k2 - k1))
+                outputs, final, states = step_by_step(model, stream.tokens[:, a:e], stream.resets[:, a:e], entering[a])
+                entering.update({a + t: detach_state(state) for t, state in enumerate([*states, final])})
+                loss = loss_of(outputs[:, s - a :], stream.tokens[:, s + 1 : e + 1])
+                weight = stream.tokens.shape[0] * (e - s) / total
+                for g, dg in zip(grads, torch.autograd.grad(loss, params), strict=True):
+                    g += weight * dg
+            step_grads.append(grads)
+            with torch.no_grad():
+                for p, g in zip(params, grads, strict=True):
+                    p -= lr * g
+    return step_grads, [p.detach().clone() for p in params]
+
+
+def countdown():
+    """A validate fn whose metric falls at every call, so the last validation is the best one."""
+    values = itertools.count(0, -1)
+    return lambda model: {"valid_loss": float(next(values))}
+
+
+def train_tbptt(model, stream, k1, k2, *, lr=0.5, epochs=1, accumulation=1, loss_fn=window_loss, forward=None):
+    """Fit ``model`` through the Trainer with the TruncatedBPTT strategy and SGD; return the gradients of every
+    step (seen just before the optimizer applies them) and the final parameters."""
+    B = stream.tokens.shape[0]
+    config = TrainConfig(
+        optimizer="sgd",
+        lr=lr,
+        batch_size=B * accumulation,
+        grad_accumulation_steps=accumulation,
+        max_epochs=epochs,
+        clip_norm=None,
+        patience=None,
+        device="cpu",
+    )
+    trainer = Trainer(
+        model,
+        config,
+        strategy=TruncatedBPTT(k1, k2, forward=forward or model_forward),
+        loss_fn=loss_fn,
+        train_batches=lambda epoch, generator, batch_size: stream_windows(stream, k1),
+        validate=countdown(),
+        progress=False,
+        log=None,
+    )
+    step_grads = []
+    trainer.optimizer.register_step_pre_hook(lambda *args: step_grads.append(model.grads()))
+    trainer.fit()
+    return step_grads, [p.detach().clone() for p in model.parameters()]
 
 
 def positions_of(stream, columns):
@@ -92,16 +158,13 @@ def documents_stream():
     return batchify_stream([list(range(0, 5)), list(range(5, 12)), list(range(12, 24))], 2)
 
 
-def random_state(kind, B=2, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    h = torch.randn(1, B, H, dtype=DT, generator=g)
-    return LSTMState(h, torch.randn(1, B, H, dtype=DT, generator=g)) if kind == "lstm" else h
-
-
-def assert_grads_close(got, want):
+def assert_all_close(got, want):
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
-        torch.testing.assert_close(g, w)
+        if isinstance(g, list):
+            assert_all_close(g, w)
+        else:
+            torch.testing.assert_close(g, w)
 
 
 # ---------------------------------------------------------------- exactness of the truncation
@@ -113,82 +176,52 @@ def test_one_window_over_the_whole_stream_equals_full_bptt(kind, extra):
     stream = documents_stream()
     T = stream.tokens.shape[1] - 1
     model = TinyLM(24, kind=kind)
-    state0 = random_state(kind)
-    updates = list(TruncatedBPTT(T, T + extra).run(stream, model.forward, loss_fn=window_loss, state=state0))
-    assert len(updates) == 1
-    outputs, final = step_by_step(model, stream.tokens[:, :-1], stream.resets[:, :-1], state0)
-    full_loss = loss_of(outputs, stream.tokens[:, 1:])
-    full_grads = torch.autograd.grad(full_loss, model.params)
-    torch.testing.assert_close(updates[0].loss, full_loss.detach())
-    assert_grads_close(model.grads(), full_grads)
-    torch.testing.assert_close(updates[0].state, detach_state(final))
+    outputs, _, _ = step_by_step(model, stream.tokens[:, :-1], stream.resets[:, :-1], None)
+    full_grads = list(torch.autograd.grad(loss_of(outputs, stream.tokens[:, 1:]), list(model.parameters())))
+    step_grads, _ = train_tbptt(model, stream, T, T + extra)
+    assert len(step_grads) == 1
+    assert_all_close(step_grads[0], full_grads)
 
 
 @pytest.mark.parametrize(("k1", "k2"), [(3, 3), (2, 5), (3, 4), (2, 11)])
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
-def test_every_update_equals_bptt_through_k2_steps_by_hand(k1, k2, kind):
+def test_every_step_through_the_trainer_equals_the_former_tbptt_loop_by_hand(k1, k2, kind):
     stream = documents_stream()  # with a document boundary, so resets inside context and windows count
     model = TinyLM(24, kind=kind)
-    state0 = random_state(kind)
-    updates = 0
-    for update in TruncatedBPTT(k1, k2).run(stream, model.forward, loss_fn=window_loss, state=state0):
-        start, end = update.window.start, update.window.start + update.window.inputs.shape[1]
-        loss, grads, final = hand_window(model, stream, start, end, depth=k2 - k1 + (end - start), state0=state0)
-        torch.testing.assert_close(update.loss, loss)
-        assert_grads_close(model.grads(), grads)
-        torch.testing.assert_close(update.state, final)
-        state = update.state.h if kind == "lstm" else update.state
-        assert not state.requires_grad
-        model.zero_grad()
-        updates += 1
-    assert updates == -(-11 // k1)
+    want_grads, want_params = by_hand(copy.deepcopy(model), stream, k1, k2, lr=0.5, epochs=2)
+    got_grads, got_params = train_tbptt(model, stream, k1, k2, lr=0.5, epochs=2)
+    assert len(got_grads) == 2 * -(-11 // k1)  # the second epoch starts the stream again from a zero state
+    assert_all_close(got_grads, want_grads)
+    assert_all_close(got_params, want_params)
+
+
+@pytest.mark.parametrize(("k1", "k2"), [(3, 3), (2, 5)])
+def test_gradient_accumulation_over_consecutive_windows_is_their_token_weighted_mean(k1, k2):
+    stream = documents_stream()  # 11 input steps: the last window is shorter, so the weights differ
+    model = TinyLM(24)
+    want_grads, want_params = by_hand(copy.deepcopy(model), stream, k1, k2, lr=0.5, accumulation=2)
+    got_grads, got_params = train_tbptt(model, stream, k1, k2, lr=0.5, accumulation=2)
+    assert len(got_grads) == -(-11 // (2 * k1))
+    assert_all_close(got_grads, want_grads)
+    assert_all_close(got_params, want_params)
 
 
 @pytest.mark.parametrize(("k1", "k2"), [(3, 3), (2, 5)])
 def test_gradient_reaches_exactly_k2_steps_back_and_not_one_more(k1, k2):
     stream = one_document_stream(N=14)  # no resets after column 0: only the truncation can cut gradients
     model = TinyLM(28)
+    step_grads, _ = train_tbptt(model, stream, k1, k2)
     checked = 0
-    for update in TruncatedBPTT(k1, k2).run(stream, model.forward, loss_fn=window_loss):
-        end = update.window.start + k1
-        if update.window.start >= k2 and update.window.inputs.shape[1] == k1:
-            grad = model.inputs.grad
+    for start, grads in zip(range(0, 13, k1), step_grads, strict=True):
+        end = start + k1
+        if start >= k2 and end <= 13:
+            grad = grads[0]  # of TinyLM.inputs: row id is the gradient of the step reading token id
             first = end - k2  # the earliest step the window's loss may reach
             assert torch.equal(grad[positions_of(stream, slice(0, first))], torch.zeros(2 * first, E, dtype=DT))
             assert bool((grad[positions_of(stream, first)] != 0).all(dim=-1).all())
             assert bool((grad[positions_of(stream, slice(first, end))].abs().sum(-1) > 0).all())
             checked += 1
-        model.zero_grad()
     assert checked >= 2
-
-
-def test_gradients_accumulated_over_windows_are_the_sum_of_the_windows_gradients():
-    stream = documents_stream()
-    model = TinyLM(24)
-    k1 = 3
-    updates = list(TruncatedBPTT(k1).run(stream, model.forward, loss_fn=window_loss))  # no zero_grad in between
-    accumulated = model.grads()
-    bounds = [(start, min(start + k1, 11)) for start in range(0, 11, k1)]  # the last window has 2 steps
-    per_window = [hand_window(model, stream, start, end, depth=end - start)[1] for start, end in bounds]
-    assert len(updates) == len(per_window) == 4
-    assert_grads_close(accumulated, [sum(grads) for grads in zip(*per_window, strict=True)])
-
-
-def test_the_caller_steps_between_windows_and_the_next_window_sees_the_new_parameters():
-    stream = one_document_stream()
-    model = TinyLM(20)
-    optimizer = torch.optim.SGD(model.params, lr=0.1)
-    snapshots = []
-
-    def forward(ids, state):
-        snapshots.append(model.readout.weight.detach().clone())
-        return model.forward(ids, state)
-
-    for _ in TruncatedBPTT(3).run(stream, forward, loss_fn=window_loss):
-        optimizer.step()
-        optimizer.zero_grad()
-    assert len(snapshots) == 3  # k1 = k2: one forward call per window
-    assert not torch.equal(snapshots[0], snapshots[1]) and not torch.equal(snapshots[1], snapshots[2])
 
 
 # ---------------------------------------------------------------- document resets
@@ -196,26 +229,34 @@ def test_the_caller_steps_between_windows_and_the_next_window_sees_the_new_param
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_a_document_inside_a_window_runs_as_if_alone_from_a_zero_state(kind):
-    stream = documents_stream()  # row 0's second document starts at column 5, inside the window [3, 6)
+    stream = documents_stream()  # row 0's second document starts at column 5, inside the one window [0, 11)
     model = TinyLM(24, kind=kind)
     seen = []
 
     def loss_fn(outputs, window):
         seen.append(outputs.detach())
+        with torch.no_grad():  # before the step: the parameters that made `outputs`
+            seen.extend(model(torch.arange(a, b)[None], None)[0] for a, b in ((0, 5), (5, 11), (12, 23), (0, 11)))
         return window_loss(outputs, window)
 
-    for _ in TruncatedBPTT(3).run(stream, model.forward, loss_fn=loss_fn):
-        model.zero_grad()
-    outputs = torch.cat(seen, dim=1)  # (B, 11, V)
-    with torch.no_grad():
-        alone_first, _ = model.forward(torch.arange(0, 5)[None], None)
-        alone_second, _ = model.forward(torch.arange(5, 11)[None], None)
-        row1, _ = model.forward(torch.arange(12, 23)[None], None)
-        carried, _ = model.forward(torch.arange(0, 11)[None], None)
+    train_tbptt(model, stream, 11, 11, loss_fn=loss_fn)
+    outputs, alone_first, alone_second, row1, carried = seen
     torch.testing.assert_close(outputs[0:1, :5], alone_first)
     torch.testing.assert_close(outputs[0:1, 5:], alone_second)
     torch.testing.assert_close(outputs[1:2], row1)  # the other row keeps its state through the reset
     assert not torch.allclose(carried[:, 5:], alone_second)  # without the reset the outputs would differ
+
+
+def test_the_strategy_keeps_the_detached_state_after_the_latest_window():
+    stream = one_document_stream()
+    model = TinyLM(20)
+    strategy = TruncatedBPTT(3, forward=model_forward)
+    windows = list(stream_windows(stream, 3))
+    for window in windows:
+        strategy.loss(model, window, window_loss)
+    _, final, _ = step_by_step(model, stream.tokens[:, :-1], stream.resets[:, :-1], None)
+    torch.testing.assert_close(strategy.state, detach_state(final))
+    assert not strategy.state.h.requires_grad
 
 
 def test_reset_state_zeroes_rows_of_nested_states_and_keeps_the_graph_of_the_others():
@@ -258,27 +299,44 @@ def test_detach_state_detaches_every_tensor_and_keeps_the_nesting():
 )
 def test_truncated_bptt_rejects_bad_k(args, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        TruncatedBPTT(*args)
+        TruncatedBPTT(*args, forward=model_forward)
 
 
 def test_defaults_and_repr():
-    assert repr(TruncatedBPTT(4)) == "TruncatedBPTT(k1=4, k2=4)"
-    assert (TruncatedBPTT(2, 6).k1, TruncatedBPTT(2, 6).k2) == (2, 6)
+    assert repr(TruncatedBPTT(4, forward=model_forward)) == "TruncatedBPTT(k1=4, k2=4)"
+    strategy = TruncatedBPTT(2, 6, forward=model_forward)
+    assert (strategy.k1, strategy.k2, strategy.state) == (2, 6, None)
 
 
 def test_forward_with_wrong_output_shape_and_non_scalar_loss_are_rejected():
     stream = one_document_stream()
-    model = TinyLM(20)
 
-    def flat_forward(ids, state):
-        outputs, state = model.forward(ids, state)
+    def flat_forward(model, ids, state):
+        outputs, state = model(ids, state)
         return outputs.flatten(0, 1), state  # (B*t, V): the time axis is gone
 
     message = "forward must return outputs of shape (B, t, ...) = (2, 3, ...) for inputs of shape (2, 3), got (6, 20)"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        next(TruncatedBPTT(3).run(stream, flat_forward, loss_fn=window_loss))
-    with pytest.raises(ValueError, match=re.escape("loss_fn must return a scalar loss, got shape (2, 3)")):
-        next(TruncatedBPTT(3).run(stream, model.forward, loss_fn=lambda outputs, window: outputs.sum(-1)))
+        train_tbptt(TinyLM(20), stream, 3, 3, forward=flat_forward)
+    message = "loss_fn must return a scalar loss, got shape (2, 3) at step 1"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        train_tbptt(TinyLM(20), stream, 3, 3, loss_fn=lambda outputs, window: LossOutput(outputs.sum(-1), 6))
+
+
+def test_windows_must_follow_each_other_and_fit_in_k1():
+    stream = one_document_stream()
+    model = TinyLM(20)
+    strategy = TruncatedBPTT(3, forward=model_forward)
+    first, second, third = list(stream_windows(stream, 3))
+    with pytest.raises(ValueError, match=r"^windows must follow each other: expected start 0, got 3$"):
+        strategy.loss(model, second, window_loss)
+    strategy.loss(model, first, window_loss)
+    with pytest.raises(ValueError, match=r"^windows must follow each other: expected start 3, got 6$"):
+        strategy.loss(model, third, window_loss)
+    (long,) = list(stream_windows(stream, 9))
+    message = "a window of 9 steps is longer than k1 (3); use stream_windows(stream, k1)"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        strategy.loss(model, long, window_loss)
 
 
 def test_state_tensors_without_the_batch_at_dim_minus_2_are_rejected():
@@ -287,13 +345,3 @@ def test_state_tensors_without_the_batch_at_dim_minus_2_are_rejected():
         reset_state(torch.zeros(4, 3), torch.tensor([True, False, False]))
     with pytest.raises(TypeError, match=r"^a recurrent state must be a Tensor, None, or a tuple, list or dict"):
         detach_state("h")
-
-
-def test_run_yields_named_updates_and_validates_the_stream_lazily():
-    stream = one_document_stream()
-    model = TinyLM(20)
-    update = next(TruncatedBPTT(3).run(stream, model.forward, loss_fn=window_loss))
-    assert isinstance(update, TBPTTUpdate) and update.window.start == 0 and update.loss.dim() == 0
-    bad = TokenStream(stream.tokens[:, :1], stream.resets[:, :1])
-    with pytest.raises(ValueError, match=r"^a stream needs at least 2 steps"):
-        next(TruncatedBPTT(3).run(bad, model.forward, loss_fn=window_loss))

@@ -1,4 +1,6 @@
 import copy
+import dataclasses
+import itertools
 import random
 import re
 
@@ -7,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from seqlab.config import apply_overrides
 from seqlab.errors import ConfigError
 from seqlab.training.seeding import seed_everything
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
@@ -19,16 +22,21 @@ def make_data(n=32, seed=0, dtype=torch.float32):
     return x, x @ W_TRUE.to(dtype) + 0.3
 
 
-def batches_of(x, y, batch_size=8, calls=None):
-    def train_batches(epoch, generator):
+def batches_of(x, y, calls=None):
+    def train_batches(epoch, generator, batch_size):
         if calls is not None:
-            calls.append((epoch, generator))
+            calls.append((epoch, generator, batch_size))
         order = torch.randperm(len(x), generator=generator)
         for start in range(0, len(x), batch_size):
             index = order[start : start + batch_size]
             yield x[index], y[index]
 
     return train_batches
+
+
+def train_config(**kwargs):
+    """A TrainConfig with batches of 8 sequences (4 per epoch of make_data) unless told otherwise."""
+    return TrainConfig(**{"batch_size": 8, **kwargs})
 
 
 def mse_loss(model, batch):
@@ -82,7 +90,7 @@ def test_fit_learns_linear_regression():
     model = nn.Linear(3, 1)
     x, y = make_data()
     initial = mse_on(x, y)(model)["valid_loss"]
-    config = TrainConfig(lr=0.1, max_epochs=40, patience=None, clip_norm=None)
+    config = train_config(lr=0.1, max_epochs=40, patience=None, clip_norm=None)
     result = make_trainer(model, config).fit()
     assert result.best["valid_loss"] < 1e-4 * initial
     torch.testing.assert_close(model.weight.detach(), W_TRUE.T, atol=1e-2, rtol=0)
@@ -95,7 +103,7 @@ def test_same_seed_gives_bit_identical_parameters_and_another_seed_differs():
 
     def run(seed):
         model = copy.deepcopy(initial)
-        make_trainer(model, TrainConfig(lr=0.05, max_epochs=3, seed=seed)).fit()
+        make_trainer(model, train_config(lr=0.05, max_epochs=3, seed=seed)).fit()
         return params_of(model)
 
     first, second, other = run(3), run(3), run(4)
@@ -112,7 +120,7 @@ def test_train_loss_is_the_token_weighted_mean_of_the_epoch():
         seen.append((output.loss.item(), output.num_tokens))
         return output
 
-    config = TrainConfig(max_epochs=1)
+    config = train_config(max_epochs=1)
     result = make_trainer(mlp(), config, loss_fn=loss_fn, train_batches=batches_of(x, y)).fit()
     assert [n for _, n in seen] == [8, 8, 8, 3]
     expected = sum(loss * n for loss, n in seen) / 27
@@ -123,10 +131,10 @@ def test_train_loss_is_the_token_weighted_mean_of_the_epoch():
 def test_train_batches_gets_each_epoch_and_one_generator_seeded_from_config():
     calls = []
     x, y = make_data()
-    config = TrainConfig(max_epochs=3, seed=7, patience=None)
+    config = train_config(max_epochs=3, seed=7, patience=None)
     result = make_trainer(mlp(), config, train_batches=batches_of(x, y, calls=calls)).fit()
-    assert [epoch for epoch, _ in calls] == [1, 2, 3]
-    assert all(generator is calls[0][1] for _, generator in calls)
+    assert [(epoch, batch_size) for epoch, _, batch_size in calls] == [(1, 8), (2, 8), (3, 8)]
+    assert all(generator is calls[0][1] for _, generator, _ in calls)
     # The generator made 3 shuffles; a fresh one seeded with 7 replays them, so the next draw matches.
     reference = torch.Generator().manual_seed(7)
     for _ in range(3):
@@ -149,7 +157,7 @@ def test_max_steps_stops_after_exactly_n_optimizer_steps(max_steps, epochs, vali
         calls.append(1)
         return mse_loss(model, batch)
 
-    trainer = make_trainer(model, TrainConfig(max_steps=max_steps, max_epochs=10), loss_fn=counting_loss)
+    trainer = make_trainer(model, train_config(max_steps=max_steps, max_epochs=10), loss_fn=counting_loss)
     result = trainer.fit()
     assert result.stopped_by == "max_steps"
     assert (result.steps, result.epochs, len(calls)) == (max_steps, epochs, max_steps)
@@ -161,7 +169,7 @@ def test_max_steps_stops_after_exactly_n_optimizer_steps(max_steps, epochs, vali
 
 def test_early_stopping_after_patience_validations_without_improvement():
     improved_at = []
-    config = TrainConfig(max_epochs=10, patience=3)
+    config = train_config(max_epochs=10, patience=3)
     trainer = make_trainer(
         mlp(),
         config,
@@ -177,14 +185,14 @@ def test_early_stopping_after_patience_validations_without_improvement():
 
 
 def test_without_patience_training_runs_all_epochs():
-    config = TrainConfig(max_epochs=6, patience=None)
+    config = train_config(max_epochs=6, patience=None)
     result = make_trainer(mlp(), config, validate=scripted([5.0, 4.0, 4.5, 4.0, 6.0, 3.0])).fit()
     assert result.stopped_by == "max_epochs"
     assert (result.best["epoch"], result.best["valid_loss"]) == (6, 3.0)
 
 
 def test_patience_counts_mid_epoch_validations():
-    config = TrainConfig(max_epochs=10, patience=2, validate_every=3)
+    config = train_config(max_epochs=10, patience=2, validate_every=3)
     result = make_trainer(mlp(), config, validate=scripted([3.0, 2.0, 2.5, 2.5, 1.0])).fit()
     # 4 batches per epoch: validations at steps 3, 4 (epoch end), 6, 8 (epoch end).
     assert [(r["epoch"], r["step"]) for r in result.history] == [(1, 3), (1, 4), (2, 6), (2, 8)]
@@ -192,7 +200,7 @@ def test_patience_counts_mid_epoch_validations():
 
 
 def test_time_budget_stops_after_the_step_that_exceeds_it_and_validates():
-    config = TrainConfig(max_epochs=100, time_budget=1e-9, patience=None)
+    config = train_config(max_epochs=100, time_budget=1e-9, patience=None)
     result = make_trainer(mlp(), config).fit()
     assert result.stopped_by == "time_budget"
     assert (result.steps, result.epochs) == (1, 1)
@@ -213,7 +221,7 @@ def test_time_spent_in_validation_counts_against_the_budget(monkeypatch):
         clock.now += 10.0
         return {"valid_loss": 1.0}
 
-    config = TrainConfig(max_epochs=100, time_budget=25.0, patience=None, validate_every=2)
+    config = train_config(max_epochs=100, time_budget=25.0, patience=None, validate_every=2)
     result = make_trainer(mlp(), config, validate=slow_validate).fit()
     # Validations at steps 2, 4 (epoch end), 6 use 30 s; training stops right after the third.
     assert result.stopped_by == "time_budget"
@@ -223,7 +231,7 @@ def test_time_spent_in_validation_counts_against_the_budget(monkeypatch):
 
 
 def test_nan_validation_metric_never_counts_as_improvement():
-    config = TrainConfig(max_epochs=4, patience=None)
+    config = train_config(max_epochs=4, patience=None)
     result = make_trainer(mlp(), config, validate=scripted([float("nan"), 2.0, float("nan"), 3.0])).fit()
     assert (result.best["epoch"], result.best["valid_loss"]) == (2, 2.0)
 
@@ -244,7 +252,7 @@ def test_on_best_fires_on_improvement_and_fit_restores_that_state():
 
     model = mlp()
     result = make_trainer(
-        model, TrainConfig(lr=0.05, max_epochs=4, patience=None), validate=validate, on_best=on_best
+        model, train_config(lr=0.05, max_epochs=4, patience=None), validate=validate, on_best=on_best
     ).fit()
     assert [record["epoch"] for record, _ in best_calls] == [1, 2]
     assert best_calls[-1][0] == result.best == result.history[1]
@@ -262,7 +270,7 @@ def test_on_best_fires_on_improvement_and_fit_restores_that_state():
 def test_reported_grad_norm_is_the_pre_clip_global_norm(clip_norm):
     model = mlp(dropout=0.0).double()
     data = make_data(dtype=torch.float64)
-    config = TrainConfig(lr=0.01, max_steps=5, clip_norm=clip_norm, validate_every=1, patience=None)
+    config = train_config(lr=0.01, max_steps=5, clip_norm=clip_norm, validate_every=1, patience=None)
     trainer = make_trainer(model, config, data=data, validate=mse_on(*data))
     accumulated, pre_norms, post_norms = {}, [], []
     for p in model.parameters():
@@ -291,7 +299,7 @@ def test_clip_value_clamps_after_norm_clipping_and_the_reported_norm_is_before_b
     model = mlp(dropout=0.0).double()
     data = make_data(dtype=torch.float64)
     clip_norm, clip_value = 0.5, 0.05
-    config = TrainConfig(lr=0.01, max_steps=3, clip_norm=clip_norm, clip_value=clip_value, validate_every=1)
+    config = train_config(lr=0.01, max_steps=3, clip_norm=clip_norm, clip_value=clip_value, validate_every=1)
     trainer = make_trainer(model, config, data=data, validate=mse_on(*data))
     accumulated, expected, stepped, pre_norms = {}, [], [], []
     for p in model.parameters():
@@ -332,7 +340,7 @@ def test_validate_runs_in_eval_mode_without_grad_and_training_resumes_in_train_m
         return {"valid_loss": nn.functional.mse_loss(model(x), y).item()}
 
     model = mlp(dropout=0.5)
-    make_trainer(model, TrainConfig(max_epochs=2), loss_fn=loss_fn, validate=validate).fit()
+    make_trainer(model, train_config(max_epochs=2), loss_fn=loss_fn, validate=validate).fit()
     assert [m for m in modes if m[0] == "train"] == [("train", True, True)] * 8
     assert [m for m in modes if m[0] == "validate"] == [("validate", True, False)] * 2
     assert all(m.training for m in model.modules())
@@ -344,7 +352,7 @@ def test_model_back_in_train_mode_when_validate_raises():
 
     model = mlp()
     with pytest.raises(RuntimeError, match="validation data missing"):
-        make_trainer(model, TrainConfig(), validate=broken).fit()
+        make_trainer(model, train_config(), validate=broken).fit()
     assert model.training
 
 
@@ -365,7 +373,7 @@ def test_nan_loss_raises_naming_the_step_and_leaves_parameters_unchanged():
 
     model = mlp()
     with pytest.raises(FloatingPointError, match=r"^non-finite loss \(nan\) at step 3 \(epoch 1\)"):
-        make_trainer(model, TrainConfig(), loss_fn=loss_fn).fit()
+        make_trainer(model, train_config(), loss_fn=loss_fn).fit()
     assert_same_params(params_of(model), before_bad_step)
 
 
@@ -377,7 +385,7 @@ def test_non_finite_gradient_raises():
         return LossOutput(model.weight.abs().sqrt().sum() + 0 * model.bias.sum(), 1)
 
     with pytest.raises(FloatingPointError, match=r"^non-finite gradient norm \(nan\) at step 1 \(epoch 1\)"):
-        make_trainer(model, TrainConfig(), loss_fn=loss_fn).fit()
+        make_trainer(model, train_config(), loss_fn=loss_fn).fit()
     assert torch.equal(model.weight.detach(), torch.zeros(1, 3))
 
 
@@ -392,7 +400,7 @@ def test_non_finite_gradient_raises():
             {"validate": lambda m: {"valid_loss": 1.0, "step": 2}},
             "validate returned keys ['step'] that the trainer reserves for its records",
         ),
-        ({"train_batches": lambda epoch, g: []}, "train_batches yielded no batches for epoch 1"),
+        ({"train_batches": lambda epoch, g, batch_size: []}, "train_batches yielded no batches for epoch 1"),
         (
             {"loss_fn": lambda m, b: LossOutput(m(b[0]) - b[1], 8)},
             "loss_fn must return a scalar loss, got shape (8, 1) at step 1",
@@ -405,42 +413,69 @@ def test_non_finite_gradient_raises():
 )
 def test_fit_rejects_bad_callables(kwargs, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        make_trainer(mlp(), TrainConfig(), **kwargs).fit()
+        make_trainer(mlp(), train_config(), **kwargs).fit()
 
 
 def test_trainer_rejects_frozen_model_and_empty_monitor():
     frozen = mlp().requires_grad_(False)
     with pytest.raises(ValueError, match=r"^model has no trainable parameters \(all have requires_grad=False\)$"):
-        make_trainer(frozen, TrainConfig())
+        make_trainer(frozen, train_config())
     with pytest.raises(ValueError, match=r"^monitor must name a metric returned by validate, got an empty string$"):
-        make_trainer(mlp(), TrainConfig(), monitor="")
+        make_trainer(mlp(), train_config(), monitor="")
 
 
 @pytest.mark.parametrize(
-    ("field", "value", "message"),
+    ("kwargs", "message"),
     [
-        ("lr", -1.0, "lr (-1.0) must be > 0"),
-        ("lr", float("nan"), "lr (nan) must be > 0"),
-        ("batch_size", 0, "batch_size (0) must be an integer >= 1"),
-        ("max_epochs", 2.5, "max_epochs (2.5) must be an integer >= 1"),
-        ("max_steps", 0, "max_steps (0) must be None or an integer >= 1"),
-        ("patience", True, "patience (True) must be None or an integer >= 1"),
-        ("validate_every", -3, "validate_every (-3) must be None or an integer >= 1"),
-        ("time_budget", 0.0, "time_budget (0.0) must be None or > 0"),
-        ("clip_norm", -1.0, "clip_norm (-1.0) must be None or > 0"),
-        ("clip_value", 0.0, "clip_value (0.0) must be None or > 0"),
-        ("weight_decay", -0.1, "weight_decay (-0.1) must be >= 0"),
-        ("seed", -1, "seed (-1) must be an integer in [0, 2**32)"),
-        ("seed", 2**32, "seed (4294967296) must be an integer in [0, 2**32)"),
+        ({"lr": -1.0}, "lr (-1.0) must be a finite number > 0"),
+        ({"lr": float("nan")}, "lr (nan) must be a finite number > 0"),
+        ({"lr": float("inf")}, "lr (inf) must be a finite number > 0"),
+        ({"batch_size": 0}, "batch_size (0) must be an integer >= 1"),
+        ({"max_epochs": 2.5}, "max_epochs (2.5) must be an integer >= 1"),
+        ({"max_steps": 0}, "max_steps (0) must be None or an integer >= 1"),
+        ({"patience": True}, "patience (True) must be None or an integer >= 1"),
+        ({"validate_every": -3}, "validate_every (-3) must be None or an integer >= 1"),
+        ({"time_budget": 0.0}, "time_budget (0.0) must be None or a finite number > 0"),
+        ({"clip_norm": -1.0}, "clip_norm (-1.0) must be None or a finite number > 0"),
+        ({"clip_value": 0.0}, "clip_value (0.0) must be None or a finite number > 0"),
+        ({"weight_decay": -0.1}, "weight_decay (-0.1) must be a finite number >= 0"),
+        ({"seed": -1}, "seed (-1) must be an integer >= 0 and <= 4294967295"),
+        ({"seed": 2**32}, "seed (4294967296) must be an integer >= 0 and <= 4294967295"),
+        ({"schedule": "linear"}, "schedule ('linear') must be one of 'constant', 'inverse_sqrt', 'cosine'"),
+        ({"schedule": "cosine"}, "schedule 'cosine' needs max_steps, the step where its decay ends"),
+        ({"optimizer": "lamb"}, "optimizer ('lamb') must be one of 'adam', 'adamw', 'sgd'"),
+        ({"optimizer": "sgd", "momentum": 1.0}, "momentum (1.0) must be a finite number >= 0 and < 1"),
+        ({"optimizer": "sgd", "nesterov": 1}, "nesterov (1) must be true or false"),
+        ({"optimizer": "sgd", "nesterov": True}, "nesterov (True) needs momentum > 0, got momentum (0.0)"),
+        ({"momentum": 0.9}, "momentum (0.9) is used by optimizer 'sgd' only, not 'adam'"),
+        ({"optimizer": "adamw", "nesterov": True}, "nesterov (True) is used by optimizer 'sgd' only, not 'adamw'"),
+        ({"device": "tpu"}, "device ('tpu') must be one of 'auto', 'cpu', 'cuda', 'mps'"),
+        ({"precision": "fp8"}, "precision ('fp8') must be one of 'fp32', 'bf16', 'fp16'"),
+        ({"grad_accumulation_steps": 0}, "grad_accumulation_steps (0) must be an integer >= 1"),
+        (
+            {"batch_size": 6, "grad_accumulation_steps": 4},
+            "batch_size (6) must be divisible by grad_accumulation_steps (4)",
+        ),
     ],
 )
-def test_train_config_messages_show_the_bad_value(field, value, message):
+def test_train_config_messages_show_the_bad_value(kwargs, message):
     with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
-        TrainConfig(**{field: value})
+        TrainConfig(**kwargs)
+
+
+def test_train_config_defaults_keep_the_former_behaviour():
+    config = TrainConfig()
+    assert (config.optimizer, config.momentum, config.nesterov, config.weight_decay) == ("adam", 0.0, False, 0.0)
+    assert (config.device, config.precision, config.grad_accumulation_steps) == ("auto", "fp32", 1)
+    # A recipe.json written before these fields existed holds only the former ones; it still loads.
+    former = {"lr": 2e-3, "batch_size": 64, "max_epochs": 30, "max_steps": None, "time_budget": 480.0}
+    former |= {"clip_norm": 1.0, "clip_value": None, "patience": 5, "weight_decay": 0.0, "seed": 0}
+    former |= {"validate_every": None, "schedule": "constant", "warmup_steps": 0}
+    assert TrainConfig(**former) == TrainConfig(lr=2e-3, time_budget=480.0)
 
 
 def test_train_config_accepts_optional_limits_off():
-    config = TrainConfig(max_steps=None, time_budget=None, clip_norm=None, patience=None, validate_every=None)
+    config = train_config(max_steps=None, time_budget=None, clip_norm=None, patience=None, validate_every=None)
     assert config.lr == 1e-3 and config.max_epochs == 30 and config.clip_value is None
 
 
@@ -449,7 +484,7 @@ def test_train_config_accepts_optional_limits_off():
 
 def test_one_log_line_per_validation_and_silent_progress_off_a_terminal(capsys):
     lines = []
-    config = TrainConfig(max_epochs=3, patience=None)
+    config = train_config(max_epochs=3, patience=None)
     make_trainer(mlp(), config, validate=scripted([2.0, 1.0, 1.5]), log=lines.append, progress=True).fit()
     pattern = r"^epoch {} step {} \| train_loss \S+ grad_norm \S+ \| valid_loss {} \| \d+ tok/s \d+\.\d s{}$"
     expected = [(1, 4, "2", " \\*"), (2, 8, "1", " \\*"), (3, 12, "1.5", "")]
@@ -462,7 +497,7 @@ def test_one_log_line_per_validation_and_silent_progress_off_a_terminal(capsys):
 def test_default_log_writes_summaries_to_stderr(capsys):
     trainer = Trainer(
         mlp(),
-        TrainConfig(max_epochs=2),
+        train_config(max_epochs=2),
         loss_fn=mse_loss,
         train_batches=batches_of(*make_data()),
         validate=mse_on(*make_data()),
@@ -505,3 +540,117 @@ def test_seed_everything_generator_is_independent_of_global_draws():
 def test_seed_everything_rejects_bad_seeds(seed):
     with pytest.raises(ValueError, match=rf"^seed \({re.escape(repr(seed))}\) must be an integer in \[0, 2\*\*32\)$"):
         seed_everything(seed)
+
+
+# ---------------------------------------------------------------- gradient accumulation
+
+
+def padded_sequences(n=24, T=5, seed=0):
+    """n sequences of 1..T steps of 3 features, zero-padded, with regression targets; (x, y, lengths)."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, T + 1, (n,), generator=g)
+    keep = torch.arange(T) < lengths[:, None]  # (n, T)
+    x = torch.randn(n, T, 3, generator=g, dtype=torch.float64) * keep[..., None]
+    return x, (x @ W_TRUE.double()).tanh() * keep[..., None], lengths
+
+
+def token_mean_loss(model, batch):
+    """Mean squared error per real step: sequences of different lengths give micro-batches of different sizes."""
+    x, y, lengths = batch
+    keep = (torch.arange(x.shape[1]) < lengths[:, None])[..., None]  # (B, T, 1)
+    num_tokens = int(lengths.sum())
+    return LossOutput(((model(x) - y) ** 2 * keep).sum() / num_tokens, num_tokens)
+
+
+def sequence_batches(x, y, lengths):
+    def train_batches(epoch, generator, batch_size):
+        order = torch.randperm(len(x), generator=generator)
+        for start in range(0, len(x), batch_size):
+            index = order[start : start + batch_size]
+            yield x[index], y[index], lengths[index]
+
+    return train_batches
+
+
+def countdown():
+    """A validate fn that always improves, so fit() keeps the last parameters."""
+    values = itertools.count(1)
+    return lambda model: {"valid_loss": -float(next(values))}
+
+
+@pytest.mark.parametrize(
+    "optimizer", [{"optimizer": "adam", "weight_decay": 0.01}, {"optimizer": "sgd", "momentum": 0.9}]
+)
+@pytest.mark.parametrize("n", [24, 20])  # 20: each epoch ends with a step of half a batch
+def test_two_micro_batches_of_half_a_batch_give_the_parameters_of_one_batch(optimizer, n):
+    data = padded_sequences(n=n)
+    initial = mlp(dropout=0.0).double()
+
+    def run(k):
+        model = copy.deepcopy(initial)
+        config = train_config(lr=0.05, max_epochs=3, patience=None, clip_norm=0.5, grad_accumulation_steps=k)
+        config = dataclasses.replace(config, **optimizer)
+        trainer = make_trainer(
+            model, config, loss_fn=token_mean_loss, train_batches=sequence_batches(*data), validate=countdown()
+        )
+        result = trainer.fit()
+        return params_of(model), result
+
+    (one, one_result), (two, two_result) = run(1), run(2)
+    assert one_result.steps == two_result.steps == 3 * -(-n // 8)
+    assert one.keys() == two.keys()
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], rtol=1e-12, atol=1e-14)
+    for a, b in zip(one_result.history, two_result.history, strict=True):
+        assert (a["train_loss"], a["grad_norm"]) == pytest.approx((b["train_loss"], b["grad_norm"]), rel=1e-12)
+    assert any(not torch.equal(one[name], params_of(initial)[name]) for name in one)
+
+
+def test_accumulation_weights_micro_batches_by_their_tokens_not_equally():
+    x, y, lengths = padded_sequences(n=16)
+    seen = []
+
+    def loss_fn(model, batch):
+        output = token_mean_loss(model, batch)
+        seen.append(output.num_tokens)
+        return output
+
+    config = train_config(max_steps=1, grad_accumulation_steps=2, clip_norm=None)
+    model = mlp(dropout=0.0).double()
+    trainer = make_trainer(
+        model, config, loss_fn=loss_fn, train_batches=sequence_batches(x, y, lengths), validate=countdown()
+    )
+    grads = []
+    trainer.optimizer.register_step_pre_hook(lambda *args: grads.append([p.grad.clone() for p in model.parameters()]))
+    initial = copy.deepcopy(model)
+    trainer.fit()
+    assert len(seen) == 2 and seen[0] != seen[1]  # micro-batches of different token counts
+    # The reference: the token mean over the step's 8 sequences in one batch.
+    order = torch.randperm(16, generator=torch.Generator().manual_seed(0))[:8]
+    loss = token_mean_loss(initial, (x[order], y[order], lengths[order])).loss
+    for got, want in zip(grads[0], torch.autograd.grad(loss, list(initial.parameters())), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_the_new_keys_are_settable_from_the_command_line():
+    @dataclasses.dataclass(frozen=True)
+    class RecipeConfig:
+        train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+
+    overrides = {
+        "train.optimizer": "sgd",
+        "train.momentum": "0.9",
+        "train.nesterov": "true",
+        "train.weight_decay": "0.01",
+        "train.device": "cpu",
+        "train.precision": "bf16",
+        "train.grad_accumulation_steps": "4",
+    }
+    train = apply_overrides(RecipeConfig(), overrides).train
+    assert (train.optimizer, train.momentum, train.nesterov, train.weight_decay) == ("sgd", 0.9, True, 0.01)
+    assert (train.device, train.precision, train.grad_accumulation_steps) == ("cpu", "bf16", 4)
+    with pytest.raises(ConfigError, match=r"^--set train\.precision: 'fp8' is not one of fp32, bf16, fp16$"):
+        apply_overrides(RecipeConfig(), {"train.precision": "fp8"})
+    message = "--set: [train] batch_size (64) must be divisible by grad_accumulation_steps (3)"
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        apply_overrides(RecipeConfig(), {"train.grad_accumulation_steps": "3"})

@@ -293,8 +293,8 @@ def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable
     def loss_fn(m, batch):
         return teacher_forcing_loss(m, batch, pad_id=phonemes.pad_id, label_smoothing=config.model.label_smoothing)
 
-    def train_batches(epoch, gen):
-        return batch_iterator(train_pairs, batch_size=config.train.batch_size, shuffle=True, generator=gen)
+    def train_batches(epoch, gen, batch_size):
+        return batch_iterator(train_pairs, batch_size=batch_size, shuffle=True, generator=gen)
 
     def validate(m):
         total, tokens = 0.0, 0

@@ -224,8 +224,8 @@ def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable
         model,
         config.train,
         loss_fn=loss_fn,
-        train_batches=lambda epoch, gen: series_batches(
-            *train_set, batch_size=config.train.batch_size, shuffle=True, generator=gen
+        train_batches=lambda epoch, gen, batch_size: series_batches(
+            *train_set, batch_size=batch_size, shuffle=True, generator=gen
         ),
         validate=validate,
         on_best=lambda m, metrics: system.save(out_dir),

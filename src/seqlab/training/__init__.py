@@ -1,23 +1,39 @@
-"""Training: the trainer loop, objectives, gradient clipping, truncated BPTT and seeding."""
+"""Training: the trainer engine, its strategies and callbacks, objectives, optimizers, clipping and seeding."""
 
+from seqlab.training.callbacks import Callback, MetricsLog, OnBest, TensorBoardLog
 from seqlab.training.clipping import clip_grad_norm, clip_grad_value, grad_norm
-from seqlab.training.objectives import teacher_forcing_loss
+from seqlab.training.device import move_to_device, resolve_device
+from seqlab.training.objectives import LossOutput, teacher_forcing_loss
+from seqlab.training.optim import build_optimizer, parameter_groups
+from seqlab.training.records import StepRecord, TrainResult
 from seqlab.training.seeding import seed_everything
-from seqlab.training.tbptt import TBPTTUpdate, TruncatedBPTT, detach_state, reset_state
-from seqlab.training.trainer import LossOutput, TrainConfig, Trainer, TrainResult
+from seqlab.training.strategies import FullSequence, Strategy
+from seqlab.training.tbptt import TruncatedBPTT, detach_state, reset_state
+from seqlab.training.train_config import TrainConfig
+from seqlab.training.trainer import Trainer
 
 __all__ = [
+    "Callback",
+    "FullSequence",
     "LossOutput",
-    "TBPTTUpdate",
+    "MetricsLog",
+    "OnBest",
+    "StepRecord",
+    "Strategy",
+    "TensorBoardLog",
     "TrainConfig",
     "TrainResult",
     "Trainer",
     "TruncatedBPTT",
+    "build_optimizer",
     "clip_grad_norm",
     "clip_grad_value",
     "detach_state",
     "grad_norm",
+    "move_to_device",
+    "parameter_groups",
     "reset_state",
+    "resolve_device",
     "seed_everything",
     "teacher_forcing_loss",
 ]

@@ -11,11 +11,26 @@ over the N real (non-padding) target tokens, in nats per token; with label smoot
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import torch
 import torch.nn.functional as F
 from torch import nn
 
 from seqlab.data.batching import Seq2SeqBatch
-from seqlab.training.trainer import LossOutput
+
+
+class LossOutput(NamedTuple):
+    """What every objective (a trainer's ``loss_fn``) returns.
+
+    Attributes:
+        loss: scalar tensor, the mean loss per token over the batch's real tokens (nats for cross-entropy).
+        num_tokens: how many tokens that mean is over; it weights the batch in the step's gradient under
+            gradient accumulation and in the logged ``train_loss``.
+    """
+
+    loss: torch.Tensor
+    num_tokens: int
 
 
 def teacher_forcing_loss(

@@ -10,16 +10,17 @@ Design choices:
 - k2 > k1 by re-running, not by keeping graphs. Before each window, the last k2 - k1 steps are run again
   from their stored, detached starting state, then the window; the loss of the window is backpropagated
   through all of it. So only one graph of at most k2 steps is alive at a time and the cut is exact. Since
-  the stored state was computed before the caller's last optimizer step and the re-run uses the current
+  the stored state was computed before the latest optimizer step and the re-run uses the current
   parameters, the context is recomputed with up-to-date weights (the cost: k2 / k1 forward steps per step).
 - Resets at document starts happen inside windows too, without asking the model to know about them: a run
   is split at every step where some row's ``resets`` is True; before each piece, the state rows of the
   documents starting there are zeroed, then ``forward`` runs on the piece. ``forward`` is therefore any
-  function ``(inputs (B, t), state) -> (outputs (B, t, ...), state)``, e.g. an embedding, a seqlab.nn
-  ``LSTM``/``GRU``/``RNN`` layer (batch_first, unidirectional: its explicit state is passed in and out)
-  and an output layer; the fused kernels still run on whole pieces.
-- The optimizer step is the caller's: ``run`` is a generator that yields after each backward, so the caller
-  clips, steps and zeroes the gradients (or lets them accumulate) in its own loop.
+  function ``(model, inputs (B, t), state) -> (outputs (B, t, ...), state)``, e.g. an embedding, a
+  seqlab.nn ``LSTM``/``GRU``/``RNN`` layer (batch_first, unidirectional: its explicit state is passed in
+  and out) and an output layer; the fused kernels still run on whole pieces.
+- It is a strategy of the one training loop (``seqlab.training.strategies``): each batch is one window, and
+  the trainer backpropagates, clips, accumulates, steps and logs as for any other batch; the strategy only
+  carries the state and the context steps from one batch to the next.
 
 States may be a tensor, None (zeros, as seqlab.nn layers take it) or tuples, NamedTuples such as
 ``LSTMState(h, c)``, lists and dicts of those. Every state tensor has the batch at dimension -2, shape
@@ -29,17 +30,19 @@ States may be a tensor, None (zeros, as seqlab.nn layers take it) or tuples, Nam
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from itertools import pairwise
 from typing import Any, NamedTuple
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from seqlab.data.streams import StreamWindow, TokenStream, stream_windows
+from seqlab.data.streams import StreamWindow
+from seqlab.training.objectives import LossOutput
 
-ForwardFn = Callable[[Tensor, Any], tuple[Tensor, Any]]
-LossFn = Callable[[Tensor, StreamWindow], Tensor]
+ForwardFn = Callable[[nn.Module, Tensor, Any], tuple[Tensor, Any]]
+WindowLossFn = Callable[[Tensor, StreamWindow], LossOutput]
+PieceFn = Callable[[Tensor, Any], tuple[Tensor, Any]]
 
 
 def _map_state(fn: Callable[[Tensor], Tensor], state: Any) -> Any:
@@ -92,49 +95,43 @@ def reset_state(state: Any, resets: Tensor) -> Any:
     return _map_state(zero_rows, state)
 
 
-class TBPTTUpdate(NamedTuple):
-    """What ``TruncatedBPTT.run`` yields after each backward.
-
-    Attributes:
-        loss: the window's loss as returned by ``loss_fn``, detached (0-dim).
-        state: the state after the window's last step (before any reset at the next step), detached: pass it
-            as ``state`` to continue on a following stream.
-        window: the ``StreamWindow`` whose loss was backpropagated (inputs, targets, resets, start).
-    """
-
-    loss: Tensor
-    state: Any
-    window: StreamWindow
-
-
 class TruncatedBPTT:
-    """Truncated BPTT(k2; k1) over a ``TokenStream`` (Williams & Peng, 1990; module docstring).
+    """Truncated BPTT(k2; k1) as a training strategy (Williams & Peng, 1990; module docstring).
 
-    For each window of k1 steps [s, s + k1), the loss of the window is backpropagated through the window and
-    the k2 - k1 steps before it (fewer at the start of the stream), i.e. through k2 steps, and exactly there
-    the gradient stops: the state entering step s + k1 - k2 is a detached tensor. The stream's last window
-    may be shorter (k < k1 steps); it too reaches back k2 - k1 steps before its start. The state is carried
-    forward from window to window (detached after every window) and zeroed for a row at each step where
-    the row's ``resets`` is True, so the state entering a document's first token is zero.
+    The batches are consecutive windows of a ``TokenStream`` (``StreamWindow``, e.g. from
+    ``stream_windows(stream, k1)``), each of at most k1 steps. For the window [s, s + k), its loss is
+    backpropagated through the window and the k2 - k1 steps before it (fewer at the start of the stream), and
+    exactly there the gradient stops: the state entering step s + k - (k2 - k1) is a detached tensor. The
+    state is carried from window to window (detached after every window) and zeroed for a row at each step
+    where the row's ``resets`` is True, so the state entering a document's first token is zero. A window with
+    ``start == 0`` begins a new stream (each epoch): the carried state and context are dropped and the model's
+    zero state is used.
 
     Args:
-        k1: steps per window, i.e. between two backward passes (also how often the state is detached).
+        k1: most steps per window, i.e. between two backward passes (also how often the state is detached).
         k2: steps that gradients flow back; None means k2 = k1.
+        forward: ``(model, inputs (B, t) long, state) -> (outputs (B, t, ...), state)``; called on pieces of
+            t <= k2 steps, and must treat the batch rows independently.
+
+    The trainer's ``loss_fn`` is then ``(outputs (B, k, ...), window) -> LossOutput`` for the window's k steps.
+
+    Attributes:
+        state: the detached state after the latest window (before any reset at the next step), or None.
 
     Raises:
-        ValueError: if k1 < 1 or k2 < k1 or either is not an integer; the message shows them.
+        ValueError: if k1 < 1 or k2 < k1 or either is not an integer (the message shows them); from ``loss``:
+            if a window has more than k1 steps or does not start where the previous one ended, or ``forward``
+            returns outputs not shaped (B, t, ...) for a piece of t steps.
 
     Example::
 
-        tbptt = TruncatedBPTT(35)
-        for update in tbptt.run(stream, forward, loss_fn=loss_fn):
-            clip_grad_norm(model.parameters(), 0.25)
-            optimizer.step()
-            optimizer.zero_grad()
-        state = update.state
+        strategy = TruncatedBPTT(35, forward=lambda model, ids, state: model(ids, state=state))
+        Trainer(model, config, strategy=strategy, loss_fn=window_loss,
+                train_batches=lambda epoch, g, batch_size: stream_windows(batchify_stream(docs, batch_size), 35),
+                validate=validate).fit()
     """
 
-    def __init__(self, k1: int, k2: int | None = None) -> None:
+    def __init__(self, k1: int, k2: int | None = None, *, forward: ForwardFn) -> None:
         k2 = k1 if k2 is None else k2
         for name, value in (("k1", k1), ("k2", k2)):
             if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
@@ -143,51 +140,55 @@ class TruncatedBPTT:
             raise ValueError(f"k2 ({k2}) must be >= k1 ({k1}): gradients flow back at least over the window")
         self.k1 = int(k1)
         self.k2 = int(k2)
+        self.forward = forward
+        self.state: Any = None
+        self._context: _Context | None = None
 
     def __repr__(self) -> str:
         return f"TruncatedBPTT(k1={self.k1}, k2={self.k2})"
 
-    def run(
-        self, stream: TokenStream, forward: ForwardFn, *, loss_fn: LossFn, state: Any = None
-    ) -> Iterator[TBPTTUpdate]:
-        """Process the stream window by window, calling ``loss.backward()`` once per window.
+    def loss(self, model: nn.Module, batch: StreamWindow, loss_fn: WindowLossFn) -> LossOutput:
+        """Run the context steps and the window from the stored state; return ``loss_fn(outputs, window)``.
 
-        The caller's code between two yields runs before the next window's forward: that is where it clips,
-        takes the optimizer step and zeroes the gradients. Gradients accumulate into ``.grad`` like any
-        ``backward()``.
-
-        Args:
-            stream: the ``TokenStream`` (B, N); windows are ``stream_windows(stream, k1)``.
-            forward: ``(inputs (B, t) long, state) -> (outputs (B, t, ...), state)``; called on pieces of
-                t <= k2 steps, and must treat the batch rows independently.
-            loss_fn: ``(outputs (B, k, ...), window) -> 0-dim loss`` for the window's k <= k1 steps.
-            state: the state entering step 0 (detached here), or None for the model's zero state.
-        Yields:
-            A ``TBPTTUpdate`` after each window's backward.
-        Raises:
-            ValueError: (while iterating) if ``forward`` returns outputs not shaped (B, t, ...) for a piece of
-                t steps, or ``loss_fn`` returns a non-scalar; as ``stream_windows`` for a bad stream.
+        The trainer backpropagates the returned loss; here only the state and context for the next window are
+        kept, detached.
         """
-        context = self.k2 - self.k1
-        start_state = detach_state(state)  # the state entering step `run_start`
-        run_start = 0
-        for window in stream_windows(stream, self.k1):
-            end = window.start + window.inputs.shape[1]
-            inputs = stream.tokens[:, run_start:end]  # (B, R): the context steps, then the window
-            resets = stream.resets[:, run_start:end]  # (B, R)
-            # The next run begins k2 - k1 steps before the next window, i.e. `split` steps into this run.
-            split = max(0, end - context) - run_start
-            outputs, split_state, final_state = _unroll(forward, inputs, resets, start_state, split=split)
-            loss = loss_fn(outputs[:, window.start - run_start :], window)
-            if loss.dim() != 0:
-                raise ValueError(f"loss_fn must return a scalar loss, got shape {tuple(loss.shape)}")
-            loss.backward()
-            start_state = detach_state(split_state)
-            run_start += split
-            yield TBPTTUpdate(loss.detach(), detach_state(final_state), window)
+        window = batch
+        steps = window.inputs.shape[1]
+        if steps > self.k1:
+            raise ValueError(f"a window of {steps} steps is longer than k1 ({self.k1}); use stream_windows(stream, k1)")
+        context = self._context if window.start > 0 else None
+        if window.start > 0 and (context is None or context.next_start != window.start):
+            expected = 0 if context is None else context.next_start
+            raise ValueError(f"windows must follow each other: expected start {expected}, got {window.start}")
+        if context is None:
+            inputs, resets, start_state = window.inputs, window.resets, None
+        else:
+            inputs = torch.cat([context.inputs, window.inputs], dim=1)  # (B, R): the context steps, then the window
+            resets = torch.cat([context.resets, window.resets], dim=1)  # (B, R)
+            start_state = context.state
+        R = inputs.shape[1]
+        # The next run begins k2 - k1 steps before the next window, i.e. `split` steps into this run.
+        split = max(0, R - (self.k2 - self.k1))
+        outputs, split_state, final_state = _unroll(
+            lambda x, s: self.forward(model, x, s), inputs, resets, start_state, split=split
+        )
+        result = loss_fn(outputs[:, R - steps :], window)
+        self._context = _Context(inputs[:, split:], resets[:, split:], detach_state(split_state), window.start + steps)
+        self.state = detach_state(final_state)
+        return result
 
 
-def _unroll(forward: ForwardFn, inputs: Tensor, resets: Tensor, state: Any, *, split: int) -> tuple[Tensor, Any, Any]:
+class _Context(NamedTuple):
+    """The last k2 - k1 steps before the next window, and the detached state entering them."""
+
+    inputs: Tensor  # (B, c) long
+    resets: Tensor  # (B, c) bool
+    state: Any
+    next_start: int  # the step where the next window must start
+
+
+def _unroll(forward: PieceFn, inputs: Tensor, resets: Tensor, state: Any, *, split: int) -> tuple[Tensor, Any, Any]:
     """Run ``forward`` over inputs (B, R) in pieces cut at ``split`` and at every step with a reset.
 
     Returns the outputs (B, R, ...), the state entering step ``split`` (before its resets) and the final

@@ -1,155 +1,42 @@
-"""The training loop shared by every model: Adam, gradient clipping, validation, early stopping and budgets.
+"""The training loop shared by every model: optimizers, devices, mixed precision, gradient accumulation,
+clipping, validation, early stopping, budgets, callbacks and training logs.
 
 The trainer sees a model only through three callables that a recipe supplies, so the RNN seq2seq, Transformers
 and language models all train with it:
 
-- ``train_batches(epoch, generator)`` yields one epoch's batches, shuffled with the generator;
-- ``loss_fn(model, batch)`` returns a ``LossOutput`` (mean loss per token, number of tokens);
+- ``train_batches(epoch, generator, batch_size)`` yields one epoch's micro-batches of ``batch_size``
+  sequences, shuffled with the generator;
+- ``loss_fn`` returns a ``LossOutput`` (mean loss per token, number of tokens); the strategy calls it, as
+  ``loss_fn(model, batch)`` by default (``FullSequence``);
 - ``validate(model)`` returns metrics where lower is better for the monitored key.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from seqlab.errors import ConfigError
+from seqlab.training.callbacks import Callback, OnBest, run_dir_callbacks
 from seqlab.training.clipping import clip_grad_norm, clip_grad_value
-from seqlab.training.schedules import SCHEDULES, ScheduleName, lambda_lr, lr_multiplier
+from seqlab.training.device import autocast, check_precision, grad_scaler, move_to_device, resolve_device
+from seqlab.training.objectives import LossOutput
+from seqlab.training.optim import build_optimizer
+from seqlab.training.records import RECORD_KEYS, StepRecord, StopReason, TrainResult, summary_line
+from seqlab.training.schedules import lambda_lr, lr_multiplier
 from seqlab.training.seeding import seed_everything
+from seqlab.training.strategies import FullSequence, Strategy
+from seqlab.training.train_config import TrainConfig
 
-StopReason = Literal["max_epochs", "max_steps", "time_budget", "early_stopping"]
-
-# Keys of a history record that the trainer fills; validation metrics must not reuse them.
-_RECORD_KEYS = frozenset({"epoch", "step", "train_loss", "grad_norm", "lr", "tokens_per_s", "seconds"})
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Optimisation settings of one training run; a recipe saves them with its checkpoint.
-
-    Training stops at the first of: ``max_epochs`` epochs, ``max_steps`` optimizer steps, ``time_budget``
-    seconds, or ``patience`` validations in a row without improvement of the monitored metric.
-
-    Gradient clipping happens in this order: first by global norm (``clip_norm``), then by value
-    (``clip_value``) on the norm-clipped gradient; the logged ``grad_norm`` is the norm before both.
-
-    ``lr`` is the peak learning rate; ``schedule`` and ``warmup_steps`` choose its multiplier per step (see
-    ``seqlab.training.schedules``): a linear warmup over ``warmup_steps`` steps, then constant, inverse-sqrt
-    ("Noam") or cosine decay to 0 at ``max_steps``.
-
-    Raises:
-        ConfigError: (a ValueError) for a value of the wrong type or out of range; the message shows it.
-    """
-
-    lr: float = 1e-3  # Adam learning rate
-    batch_size: int = 64  # sequences per batch (used by recipes building the batches)
-    max_epochs: int = 30  # passes over the training batches
-    max_steps: int | None = None  # optimizer-step budget; None = unlimited
-    time_budget: float | None = None  # wall-clock seconds, validation included; None = unlimited
-    clip_norm: float | None = 1.0  # clip the global gradient norm to this (None = no clipping)
-    clip_value: float | None = None  # then clamp each gradient entry to [-clip_value, clip_value] (None = no)
-    patience: int | None = 5  # early stopping: validations without improvement (one per epoch by default)
-    weight_decay: float = 0.0  # L2 penalty Adam adds to the gradient (coupled, unlike AdamW)
-    seed: int = 0  # seeds Python, NumPy and torch when fit() starts, and the data-shuffling generator
-    validate_every: int | None = None  # also validate every this many steps; None = at epoch ends only
-    schedule: ScheduleName = "constant"  # after warmup: constant, inverse_sqrt (Noam) or cosine to 0
-    warmup_steps: int = 0  # linear warmup: step s < warmup_steps uses lr * s / warmup_steps
-
-    def __post_init__(self) -> None:
-        _require(_is_real(self.lr) and self.lr > 0, f"lr ({self.lr!r}) must be > 0")
-        for name in ("batch_size", "max_epochs"):
-            value = getattr(self, name)
-            _require(_is_int(value) and value >= 1, f"{name} ({value!r}) must be an integer >= 1")
-        for name in ("max_steps", "patience", "validate_every"):
-            value = getattr(self, name)
-            _require(
-                value is None or (_is_int(value) and value >= 1),
-                f"{name} ({value!r}) must be None or an integer >= 1",
-            )
-        for name in ("time_budget", "clip_norm", "clip_value"):
-            value = getattr(self, name)
-            _require(value is None or (_is_real(value) and value > 0), f"{name} ({value!r}) must be None or > 0")
-        _require(
-            _is_real(self.weight_decay) and self.weight_decay >= 0,
-            f"weight_decay ({self.weight_decay!r}) must be >= 0",
-        )
-        _require(
-            _is_int(self.seed) and 0 <= self.seed < 2**32,
-            f"seed ({self.seed!r}) must be an integer in [0, 2**32)",
-        )
-        _require(
-            self.schedule in SCHEDULES,
-            f"schedule ({self.schedule!r}) must be one of {', '.join(map(repr, SCHEDULES))}",
-        )
-        _require(
-            _is_int(self.warmup_steps) and self.warmup_steps >= 0,
-            f"warmup_steps ({self.warmup_steps!r}) must be an integer >= 0",
-        )
-        if self.schedule == "cosine":
-            _require(self.max_steps is not None, "schedule 'cosine' needs max_steps, the step where its decay ends")
-            _require(
-                self.warmup_steps < self.max_steps,
-                f"warmup_steps ({self.warmup_steps}) must be < max_steps ({self.max_steps}) for schedule 'cosine'",
-            )
-
-
-class LossOutput(NamedTuple):
-    """What ``loss_fn(model, batch)`` returns.
-
-    Attributes:
-        loss: scalar tensor, the mean loss per token over the batch's real tokens (nats for cross-entropy).
-        num_tokens: how many tokens that mean is over; it weights the batch in the epoch's ``train_loss``.
-    """
-
-    loss: torch.Tensor
-    num_tokens: int
-
-
-class TrainResult(NamedTuple):
-    """What ``Trainer.fit()`` returns; the model itself holds the best parameters when fit() returns.
-
-    Attributes:
-        steps: optimizer steps taken.
-        epochs: epochs begun (the last is partial when stopped by max_steps, time_budget or a mid-epoch
-            validation).
-        seconds: wall-clock seconds of the whole fit(), validation included.
-        best: the history record of the best validation (lowest monitored metric).
-        stopped_by: "max_epochs", "max_steps", "time_budget" or "early_stopping".
-        history: one record per validation: epoch, step, train_loss (token-weighted mean since the previous
-            record), grad_norm (mean pre-clip global norm since the previous record), lr (the learning rate of
-            the record's step), tokens_per_s (training throughput, validation excluded), the validation
-            metrics, and seconds since fit() started.
-    """
-
-    steps: int
-    epochs: int
-    seconds: float
-    best: dict[str, float]
-    stopped_by: StopReason
-    history: list[dict[str, float]]
+__all__ = ["LossOutput", "TrainConfig", "TrainResult", "Trainer"]
 
 
 def _write_to_stderr(line: str) -> None:
@@ -174,54 +61,88 @@ class _Run:
     stale: int = 0  # validations in a row without improvement
     validated_at: int = 0  # step of the latest validation
     # Sums over the steps since the latest validation, reported in the next history record.
-    loss_sum: float = 0.0
+    loss_sum: float = 0.0  # token-weighted: sum of loss * num_tokens
     tokens: int = 0
     grad_norm_sum: float = 0.0
+    applied_steps: int = 0  # steps whose update was applied (fp16 may skip some)
     lr: float = 0.0  # learning rate of the latest step
-    segment_steps: int = 0
-    segment_start: float = 0.0
+    segment_start: float = 0.0  # when training resumed after the latest validation
+    step_start: float = 0.0  # when the latest step ended, or training resumed
 
     def tokens_per_s(self) -> float:
         return self.tokens / max(time.perf_counter() - self.segment_start, 1e-9)
 
 
-class Trainer:
-    """Mini-batch training with Adam, global-norm gradient clipping, validation and early stopping.
+@dataclass
+class _Step:
+    """The micro-batches of the optimizer step being accumulated."""
 
-    Each step: ``loss = loss_fn(model, batch)``; backpropagate; clip the gradient g of all trainable
-    parameters to ``g <- g * min(1, clip_norm / ||g||_2)`` (Pascanu et al., 2013, Algorithm 1), then, if
-    ``clip_value`` is set, clamp each entry to [-clip_value, clip_value] (see ``seqlab.training.clipping``);
-    take an Adam step (Kingma & Ba, 2015, Algorithm 1) with the step's learning rate from ``config.schedule``.
+    micro_batches: int = 0
+    tokens: int = 0
+    loss_sum: float = 0.0  # sum of loss * num_tokens
+    weight_base: int = 0  # c: micro-batch i's loss is backpropagated with weight num_tokens_i / c
+
+
+class Trainer:
+    """Mini-batch training with a choice of optimizer, device, precision, gradient accumulation and strategy.
+
+    Each optimizer step reads k = ``grad_accumulation_steps`` micro-batches. For micro-batch i, the strategy
+    returns its mean loss l_i over n_i tokens (under autocast when ``precision`` is bf16 or fp16) and the
+    trainer backpropagates (n_i / c) l_i with c = k n_1; after the k-th it multiplies the summed gradient by
+    c / N, N = sum_i n_i, so the step's gradient is exactly that of the token mean sum_i n_i l_i / N (the
+    weights n_i / c keep the backward pass at the usual scale, which matters for fp16). An epoch's last step
+    may have fewer micro-batches. Then: clip the gradient g of all trainable parameters to
+    ``g <- g * min(1, clip_norm / ||g||_2)`` (Pascanu et al., 2013, Algorithm 1), then, if ``clip_value`` is
+    set, clamp each entry to [-clip_value, clip_value] (see ``seqlab.training.clipping``); take a step of
+    ``config.optimizer`` (see ``seqlab.training.optim``) with the step's learning rate from
+    ``config.schedule``. Under fp16 the loss is scaled by a ``torch.amp.GradScaler`` and the gradient unscaled
+    before clipping; a step whose gradient overflowed is skipped (its learning rate is not consumed).
+
     Validation runs at every epoch end, every ``validate_every`` steps if set, and once more when a step or
     time budget ends training between validations; never twice at the same step. Training stops early after
     ``patience`` validations in a row without a strictly lower monitored metric (Prechelt, 1998), and
     ``fit()`` loads the best validated parameters back into the model.
 
     Args:
-        model: the module to train, already on its device (the batches must be on the same device).
+        model: the module to train; the trainer moves it to the device of ``config.device`` at construction
+            and it stays there.
         config: a ``TrainConfig``.
-        loss_fn: ``(model, batch) -> LossOutput``; called with the model in train mode.
-        train_batches: ``(epoch, generator) -> Iterable[batch]``, called once per epoch (epochs count from 1)
-            with the same ``torch.Generator`` (seeded from ``config.seed``) so shuffling repeats.
+        loss_fn: called by the strategy with the model in train mode: ``(model, batch) -> LossOutput`` for
+            ``FullSequence``; see the strategy for others.
+        train_batches: ``(epoch, generator, batch_size) -> Iterable[batch]``, called once per epoch (epochs
+            count from 1) with the same ``torch.Generator`` (seeded from ``config.seed``) so shuffling repeats,
+            and the micro-batch size ``config.batch_size // config.grad_accumulation_steps``. The trainer
+            moves every tensor of each batch (nested in tuples, NamedTuples, lists, dicts or dataclasses) to
+            the device.
         validate: ``(model) -> dict[str, float]``; called with the model in eval mode under
-            ``torch.no_grad()``; the model is put back in train mode after.
+            ``torch.no_grad()``; the model is put back in train mode after. Its batches are its own to move
+            to ``trainer.device``.
         monitor: the metric of ``validate`` that decides the best model and early stopping (lower is better).
         on_best: ``(model, record) -> None`` called each time the monitored metric improves (e.g. to save a
-            checkpoint), with the history record of that validation.
+            checkpoint), with the history record of that validation (an ``OnBest`` callback).
         progress: show a tqdm bar per epoch (loss, pre-clip grad norm, tokens/s); the bar is silent anyway
             when stderr is not a terminal.
         log: receives one summary line per validation; default: ``tqdm.write`` to stderr; None = silent.
+        strategy: turns a batch into a loss (``seqlab.training.strategies``); default ``FullSequence()``.
+        callbacks: ``Callback`` objects called on the named events (``seqlab.training.callbacks``).
+        run_dir: a directory (created if missing) for ``metrics.jsonl`` and, if ``tensorboard`` is installed,
+            TensorBoard event files; None = no files.
 
     Attributes:
-        optimizer: the ``torch.optim.Adam`` instance (e.g. to save its state).
-        scheduler: the ``LambdaLR`` of ``config.schedule``, stepped after each optimizer step.
+        device: the ``torch.device`` that training runs on.
+        micro_batch_size: the ``batch_size`` passed to ``train_batches``.
+        optimizer: the ``torch.optim`` optimizer (e.g. to save its state).
+        scheduler: the ``LambdaLR`` of ``config.schedule``, stepped after each applied optimizer step.
+        scaler: the ``torch.amp.GradScaler``, enabled for fp16 only.
+        callbacks: the callbacks in calling order: the run directory's logs, ``on_best``, then ``callbacks``.
 
     Raises:
         ValueError: if the model has no trainable parameters or monitor is empty (at construction); from
             ``fit()``: if an epoch yields no batches, a loss is not a scalar, num_tokens < 1, or ``validate``
             returns no ``monitor`` key or a key the trainer reserves for its records.
-        FloatingPointError: from ``fit()``, if the loss or the gradient norm is NaN or infinite; the message
-            names the step, and that step's update is not applied.
+        ConfigError: at construction, if ``config.device`` is not available, or for fp16 on the CPU.
+        FloatingPointError: from ``fit()``, if the loss or (except under fp16) the gradient norm is NaN or
+            infinite; the message names the step, and that step's update is not applied.
 
     Note:
         ``fit()`` re-seeds Python, NumPy and torch with ``config.seed`` (see ``seed_everything``), so two fits
@@ -233,31 +154,41 @@ class Trainer:
         model: nn.Module,
         config: TrainConfig,
         *,
-        loss_fn: Callable[[nn.Module, Any], LossOutput],
-        train_batches: Callable[[int, torch.Generator], Iterable[Any]],
+        loss_fn: Callable[..., LossOutput],
+        train_batches: Callable[[int, torch.Generator, int], Iterable[Any]],
         validate: Callable[[nn.Module], dict[str, float]],
         monitor: str = "valid_loss",
         on_best: Callable[[nn.Module, dict[str, float]], None] | None = None,
         progress: bool = True,
         log: Callable[[str], None] | None = _write_to_stderr,
+        strategy: Strategy | None = None,
+        callbacks: Sequence[Callback] = (),
+        run_dir: str | Path | None = None,
     ) -> None:
         if not monitor:
             raise ValueError("monitor must name a metric returned by validate, got an empty string")
-        self.model = model
+        self.device = resolve_device(config.device)
+        check_precision(config.precision, self.device)
+        self.model = model.to(self.device)
         self.config = config
         self.loss_fn = loss_fn
         self.train_batches = train_batches
         self.validate = validate
         self.monitor = monitor
-        self.on_best = on_best
         self.progress = progress
         self.log = log
-        self._params = [p for p in model.parameters() if p.requires_grad]
-        if not self._params:
-            raise ValueError("model has no trainable parameters (all have requires_grad=False)")
-        self.optimizer = torch.optim.Adam(self._params, lr=config.lr, weight_decay=config.weight_decay)
+        self.strategy: Strategy = FullSequence() if strategy is None else strategy
+        self.micro_batch_size = config.batch_size // config.grad_accumulation_steps
+        self.optimizer = build_optimizer(model, config)
+        self._params = [p for group in self.optimizer.param_groups for p in group["params"]]
         multiplier = lr_multiplier(config.schedule, warmup_steps=config.warmup_steps, total_steps=config.max_steps)
         self.scheduler = lambda_lr(self.optimizer, multiplier)
+        self.scaler = grad_scaler(config.precision, self.device)
+        self.callbacks: list[Callback] = [
+            *(run_dir_callbacks(run_dir) if run_dir is not None else []),
+            *([OnBest(on_best)] if on_best is not None else []),
+            *callbacks,
+        ]
 
     def fit(self) -> TrainResult:
         """Train until a stopping rule fires, then load the best validated parameters into the model.
@@ -267,7 +198,7 @@ class Trainer:
         """
         generator = seed_everything(self.config.seed)
         run = _Run(start=time.perf_counter())
-        run.segment_start = run.start
+        run.segment_start = run.step_start = run.start
         self.model.train()
         stopped_by: StopReason | None = None
         epoch = 0
@@ -276,7 +207,7 @@ class Trainer:
             stopped_by = self._run_epoch(epoch, generator, run)
         assert run.best is not None and run.best_state is not None  # every epoch ends with a validation
         self.model.load_state_dict(run.best_state)
-        return TrainResult(
+        result = TrainResult(
             steps=run.step,
             epochs=epoch,
             seconds=time.perf_counter() - run.start,
@@ -284,76 +215,123 @@ class Trainer:
             stopped_by=stopped_by or "max_epochs",
             history=run.history,
         )
+        for callback in self.callbacks:
+            callback.on_train_end(self.model, result)
+        return result
 
     def _run_epoch(self, epoch: int, generator: torch.Generator, run: _Run) -> StopReason | None:
         """Train one epoch with its validations; return why training must stop, or None to go on."""
-        config = self.config
         first_step = run.step + 1
         bar = tqdm(
-            self.train_batches(epoch, generator),
-            desc=f"epoch {epoch}/{config.max_epochs}",
+            self.train_batches(epoch, generator, self.micro_batch_size),
+            desc=f"epoch {epoch}/{self.config.max_epochs}",
             unit="batch",
             leave=False,
             disable=None if self.progress else True,
         )
         with bar:
+            step: _Step | None = None
             for batch in bar:
-                run.step += 1
-                grad_norm = self._train_step(batch, epoch, run)
-                if not bar.disable:
-                    postfix = {
-                        "loss": f"{run.loss_sum / run.tokens:.4f}",
-                        "grad_norm": f"{grad_norm:.3g}",
-                        "tok/s": f"{run.tokens_per_s():.0f}",
-                    }
-                    bar.set_postfix(postfix, refresh=False)  # a dict keeps this order; kwargs get sorted
-                limit = self._limit_reached(run)
-                due = config.validate_every is not None and run.step % config.validate_every == 0
-                if limit is not None or due:
-                    after_validation = self._validate(epoch, run)
-                    if limit is not None or after_validation is not None:
-                        return limit or after_validation
+                if step is None:
+                    run.step += 1
+                    step = _Step()
+                self._accumulate(batch, step, run)
+                if step.micro_batches == self.config.grad_accumulation_steps:
+                    stop = self._finish_step(step, epoch, run, bar)
+                    step = None
+                    if stop is not None:
+                        return stop
+            if step is not None:  # the epoch's last step, with fewer micro-batches
+                stop = self._finish_step(step, epoch, run, bar)
+                if stop is not None:
+                    return stop
         if run.step < first_step:
             raise ValueError(f"train_batches yielded no batches for epoch {epoch}")
         if run.validated_at == run.step:
             return None
         return self._validate(epoch, run)
 
-    def _train_step(self, batch: Any, epoch: int, run: _Run) -> float:
-        """One optimizer step; returns the pre-clip global gradient norm."""
-        self.optimizer.zero_grad(set_to_none=True)
-        loss, num_tokens = self.loss_fn(self.model, batch)
+    def _accumulate(self, batch: Any, step: _Step, run: _Run) -> None:
+        """Forward, loss and weighted backward of one micro-batch."""
+        if step.micro_batches == 0:
+            self.optimizer.zero_grad(set_to_none=True)
+        batch = move_to_device(batch, self.device)
+        with autocast(self.config.precision, self.device):
+            loss, num_tokens = self.strategy.loss(self.model, batch, self.loss_fn)
         if loss.dim() != 0:
             raise ValueError(f"loss_fn must return a scalar loss, got shape {tuple(loss.shape)} at step {run.step}")
         num_tokens = int(num_tokens)
         if num_tokens < 1:
             raise ValueError(f"loss_fn returned num_tokens={num_tokens} at step {run.step}; it must be >= 1")
-        loss.backward()
+        if step.micro_batches == 0:
+            step.weight_base = num_tokens * self.config.grad_accumulation_steps
+        self.scaler.scale(loss * (num_tokens / step.weight_base)).backward()
+        step.loss_sum += loss.item() * num_tokens
+        step.tokens += num_tokens
+        step.micro_batches += 1
+
+    def _finish_step(self, step: _Step, epoch: int, run: _Run, bar: tqdm) -> StopReason | None:
+        """Unscale, correct, clip and apply the accumulated gradient; report the step; validate if due."""
+        self.scaler.unscale_(self.optimizer)
+        if step.weight_base != step.tokens:  # sum_i (n_i / c) grad l_i  ->  sum_i (n_i / N) grad l_i
+            correction = step.weight_base / step.tokens
+            for p in self._params:
+                if p.grad is not None:
+                    p.grad.mul_(correction)
         max_norm = math.inf if self.config.clip_norm is None else self.config.clip_norm
         # clip_grad_norm returns the norm before clipping; with max_norm=inf it changes nothing.
         grad_norm = clip_grad_norm(self._params, max_norm).item()
         if self.config.clip_value is not None:
             clip_grad_value(self._params, self.config.clip_value)
-        loss_value = loss.item()
-        # Checked before optimizer.step() so that a NaN never reaches the parameters.
-        if not math.isfinite(loss_value):
+        loss = step.loss_sum / step.tokens
+        # Checked before the optimizer step so that a NaN never reaches the parameters.
+        if not math.isfinite(loss):
             raise FloatingPointError(
-                f"non-finite loss ({loss_value}) at step {run.step} (epoch {epoch}); "
+                f"non-finite loss ({loss}) at step {run.step} (epoch {epoch}); "
                 "lower lr or check the batch; this step was not applied"
             )
-        if not math.isfinite(grad_norm):
+        if not math.isfinite(grad_norm) and not self.scaler.is_enabled():
             raise FloatingPointError(
                 f"non-finite gradient norm ({grad_norm}) at step {run.step} (epoch {epoch}); "
                 "lower lr or check the batch; this step was not applied"
             )
-        run.lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.step()
-        self.scheduler.step()
-        run.loss_sum += loss_value * num_tokens
-        run.tokens += num_tokens
-        run.grad_norm_sum += grad_norm
-        run.segment_steps += 1
-        return grad_norm
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.scaler.step(self.optimizer)  # under fp16, skipped if the gradient overflowed
+        self.scaler.update()
+        if math.isfinite(grad_norm):
+            self.scheduler.step()
+            run.grad_norm_sum += grad_norm
+            run.applied_steps += 1
+        run.loss_sum += step.loss_sum
+        run.tokens += step.tokens
+        run.lr = lr
+        now = time.perf_counter()
+        record = StepRecord(
+            step=run.step,
+            epoch=epoch,
+            loss=loss,
+            lr=lr,
+            grad_norm=grad_norm,
+            tokens=step.tokens,
+            tokens_per_s=step.tokens / max(now - run.step_start, 1e-9),
+            seconds=now - run.start,
+        )
+        run.step_start = now
+        for callback in self.callbacks:
+            callback.on_step_end(self.model, record)
+        if not bar.disable:
+            postfix = {
+                "loss": f"{run.loss_sum / run.tokens:.4f}",
+                "grad_norm": f"{grad_norm:.3g}",
+                "tok/s": f"{run.tokens_per_s():.0f}",
+            }
+            bar.set_postfix(postfix, refresh=False)  # a dict keeps this order; kwargs get sorted
+        limit = self._limit_reached(run)
+        due = self.config.validate_every is not None and run.step % self.config.validate_every == 0
+        if limit is not None or due:
+            after_validation = self._validate(epoch, run)
+            return limit or after_validation
+        return None
 
     def _limit_reached(self, run: _Run) -> StopReason | None:
         if self.config.max_steps is not None and run.step >= self.config.max_steps:
@@ -367,12 +345,12 @@ class Trainer:
         return budget is not None and time.perf_counter() - run.start >= budget
 
     def _validate(self, epoch: int, run: _Run) -> StopReason | None:
-        """Validate, record, keep the best state and log; return why training must stop now, or None."""
+        """Validate, record, keep the best state, call back and log; return why training must stop, or None."""
         record: dict[str, float] = {
             "epoch": epoch,
             "step": run.step,
             "train_loss": run.loss_sum / run.tokens,
-            "grad_norm": run.grad_norm_sum / run.segment_steps,
+            "grad_norm": run.grad_norm_sum / run.applied_steps if run.applied_steps else math.nan,
             "lr": run.lr,
             "tokens_per_s": run.tokens_per_s(),
         }
@@ -382,7 +360,7 @@ class Trainer:
                 metrics = self.validate(self.model)
         finally:
             self.model.train()
-        reserved = sorted(_RECORD_KEYS.intersection(metrics))
+        reserved = sorted(RECORD_KEYS.intersection(metrics))
         if reserved:
             raise ValueError(f"validate returned keys {reserved} that the trainer reserves for its records")
         if self.monitor not in metrics:
@@ -391,35 +369,25 @@ class Trainer:
         record["seconds"] = time.perf_counter() - run.start
         run.history.append(record)
         run.validated_at = run.step
-        run.loss_sum, run.tokens, run.grad_norm_sum, run.segment_steps = 0.0, 0, 0.0, 0
+        run.loss_sum, run.tokens, run.grad_norm_sum, run.applied_steps = 0.0, 0, 0.0, 0
 
         improved = run.best is None or _rank(record[self.monitor]) < _rank(run.best[self.monitor])
         if improved:
             run.best, run.stale = record, 0
             run.best_state = {name: t.detach().clone() for name, t in self.model.state_dict().items()}
-            if self.on_best is not None:
-                self.on_best(self.model, dict(record))
         else:
             run.stale += 1
+        for callback in self.callbacks:
+            callback.on_validation_end(self.model, dict(record))
+        if improved:
+            for callback in self.callbacks:
+                callback.on_best(self.model, dict(record))
         if self.log is not None:
-            self.log(_summary(record, improved=improved))
-        run.segment_start = time.perf_counter()  # tokens/s counts training time only
+            self.log(summary_line(record, improved=improved))
+        run.segment_start = run.step_start = time.perf_counter()  # tokens/s counts training time only
 
         if self.config.patience is not None and run.stale >= self.config.patience:
             return "early_stopping"
         if self._out_of_time(run):
             return "time_budget"
         return None
-
-
-def _summary(record: dict[str, float], *, improved: bool) -> str:
-    """One log line per validation; a trailing star marks an improvement of the monitored metric.
-
-    Example: ``epoch 2 step 40 | train_loss 1.23 grad_norm 0.8 | valid_loss 1.1 per 0.2 | 950 tok/s 3.2 s *``.
-    """
-    metrics = " ".join(f"{name} {value:.4g}" for name, value in record.items() if name not in _RECORD_KEYS)
-    return (
-        f"epoch {record['epoch']} step {record['step']} | train_loss {record['train_loss']:.4g} "
-        f"grad_norm {record['grad_norm']:.4g} | {metrics} | {record['tokens_per_s']:.0f} tok/s "
-        f"{record['seconds']:.1f} s" + (" *" if improved else "")
-    )

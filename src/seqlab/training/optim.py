@@ -1,0 +1,75 @@
+"""Optimizers by name, with weight decay on the weight matrices only.
+
+Weight decay shrinks the weights that multiply inputs; it is not applied to biases, to the gains and biases
+of normalisation layers (a decayed gain fights the normalisation it scales), nor to embedding tables (rare
+tokens' rows would shrink toward zero between their few updates). The rule, as in nanoGPT's
+``configure_optimizers``: a trainable parameter decays if it has two or more dimensions and is not the weight
+of an embedding (``nn.Embedding``, ``nn.EmbeddingBag`` or seqlab's ``LearnedPositionalEncoding``). A weight
+shared by an embedding and another layer (tied input and output embeddings) counts as an embedding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from seqlab.nn.positional import LearnedPositionalEncoding
+from seqlab.training.train_config import TrainConfig
+
+EMBEDDINGS = (nn.Embedding, nn.EmbeddingBag, LearnedPositionalEncoding)
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """The model's trainable parameters in two optimizer groups: with and without weight decay.
+
+    Args:
+        model: any module; parameters with ``requires_grad=False`` are left out.
+        weight_decay: the decay of the first group (the second has 0.0).
+    Returns:
+        ``[{"params": decayed, "weight_decay": weight_decay}, {"params": others, "weight_decay": 0.0}]`` in
+        the order of ``model.parameters()``, without an empty group.
+    """
+    embedding_weights = {
+        id(parameter)
+        for module in model.modules()
+        if isinstance(module, EMBEDDINGS)
+        for parameter in module.parameters(recurse=False)
+    }
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
+    for parameter in model.parameters():
+        if not parameter.requires_grad:
+            continue
+        if parameter.dim() >= 2 and id(parameter) not in embedding_weights:
+            decay.append(parameter)
+        else:
+            no_decay.append(parameter)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [group for group in groups if group["params"]]
+
+
+def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    """The optimizer named by ``config.optimizer`` over ``parameter_groups(model, config.weight_decay)``.
+
+    "adam": ``torch.optim.Adam`` (Kingma & Ba, 2015), weight decay as L2 added to the gradient; "adamw":
+    ``torch.optim.AdamW`` (Loshchilov & Hutter, 2019), decay decoupled from the adaptive step; "sgd":
+    ``torch.optim.SGD`` with ``momentum`` and ``nesterov`` (Sutskever et al., 2013), decay as L2.
+
+    Args:
+        model: the module whose trainable parameters to optimize.
+        config: supplies optimizer, lr, weight_decay, momentum and nesterov.
+    Returns:
+        The optimizer, with learning rate ``config.lr`` in every group.
+    Raises:
+        ValueError: if the model has no trainable parameters.
+    """
+    groups = parameter_groups(model, config.weight_decay)
+    if not groups:
+        raise ValueError("model has no trainable parameters (all have requires_grad=False)")
+    if config.optimizer == "adam":
+        return torch.optim.Adam(groups, lr=config.lr)
+    if config.optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=config.lr)
+    return torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum, nesterov=config.nesterov)

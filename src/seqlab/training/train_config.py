@@ -1,0 +1,108 @@
+"""``TrainConfig``: the optimisation settings of one training run, saved with every checkpoint.
+
+Every field is settable from the command line as ``--set train.KEY=VALUE``. Fields are only ever added, with
+defaults that keep the behaviour of older runs, so a ``recipe.json`` written by an earlier seqlab still loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from seqlab.errors import ConfigError
+from seqlab.training.schedules import SCHEDULES, ScheduleName
+from seqlab.validation import check_bool, check_choice, check_int, check_real
+
+OptimizerName = Literal["adam", "adamw", "sgd"]
+OPTIMIZERS: tuple[OptimizerName, ...] = ("adam", "adamw", "sgd")
+DeviceName = Literal["auto", "cpu", "cuda", "mps"]
+DEVICES: tuple[DeviceName, ...] = ("auto", "cpu", "cuda", "mps")
+PrecisionName = Literal["fp32", "bf16", "fp16"]
+PRECISIONS: tuple[PrecisionName, ...] = ("fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings of one training run; a recipe saves them with its checkpoint.
+
+    Training stops at the first of: ``max_epochs`` epochs, ``max_steps`` optimizer steps, ``time_budget``
+    seconds, or ``patience`` validations in a row without improvement of the monitored metric.
+
+    One optimizer step reads ``batch_size`` sequences as ``grad_accumulation_steps`` = k micro-batches of
+    ``batch_size // k`` sequences; each micro-batch's mean loss is weighted by its share of the step's
+    tokens, so the step's gradient is that of the token mean over all k micro-batches (equal to one batch of
+    ``batch_size`` when the loss is a token mean).
+
+    Gradient clipping happens in this order: first by global norm (``clip_norm``), then by value
+    (``clip_value``) on the norm-clipped gradient; the logged ``grad_norm`` is the norm before both.
+
+    ``lr`` is the peak learning rate; ``schedule`` and ``warmup_steps`` choose its multiplier per step (see
+    ``seqlab.training.schedules``): a linear warmup over ``warmup_steps`` steps, then constant, inverse-sqrt
+    ("Noam") or cosine decay to 0 at ``max_steps``.
+
+    ``weight_decay`` applies to the weight matrices only (parameters with two or more dimensions that are not
+    embeddings; see ``seqlab.training.optim``): as an L2 term added to the gradient for "adam" and "sgd"
+    (as ``torch.optim.Adam``/``SGD`` do), decoupled from the gradient for "adamw" (Loshchilov & Hutter, 2019).
+
+    Raises:
+        ConfigError: (a ValueError) for a value of the wrong type or out of range; the message shows it.
+    """
+
+    lr: float = 1e-3  # peak learning rate
+    batch_size: int = 64  # sequences per optimizer step, over all its micro-batches
+    max_epochs: int = 30  # passes over the training batches
+    max_steps: int | None = None  # optimizer-step budget; None = unlimited
+    time_budget: float | None = None  # wall-clock seconds, validation included; None = unlimited
+    clip_norm: float | None = 1.0  # clip the global gradient norm to this (None = no clipping)
+    clip_value: float | None = None  # then clamp each gradient entry to [-clip_value, clip_value] (None = no)
+    patience: int | None = 5  # early stopping: validations without improvement (one per epoch by default)
+    weight_decay: float = 0.0  # on weight matrices only: L2 for adam and sgd, decoupled for adamw
+    seed: int = 0  # seeds Python, NumPy and torch when fit() starts, and the data-shuffling generator
+    validate_every: int | None = None  # also validate every this many steps; None = at epoch ends only
+    schedule: ScheduleName = "constant"  # after warmup: constant, inverse_sqrt (Noam) or cosine to 0
+    warmup_steps: int = 0  # linear warmup: step s < warmup_steps uses lr * s / warmup_steps
+    optimizer: OptimizerName = "adam"  # adam, adamw (decoupled weight decay) or sgd
+    momentum: float = 0.0  # sgd only: heavy-ball momentum in [0, 1)
+    nesterov: bool = False  # sgd only: Nesterov momentum (needs momentum > 0)
+    device: DeviceName = "auto"  # auto = cuda if available, else mps if available, else cpu
+    precision: PrecisionName = "fp32"  # autocast dtype of forward and loss: fp32 (off), bf16, fp16 (scaled)
+    grad_accumulation_steps: int = 1  # micro-batches per optimizer step; must divide batch_size
+
+    def __post_init__(self) -> None:
+        check_real("lr", self.lr, greater_than=0)
+        check_int("batch_size", self.batch_size)
+        check_int("max_epochs", self.max_epochs)
+        for name in ("max_steps", "patience", "validate_every"):
+            check_int(name, getattr(self, name), optional=True)
+        for name in ("time_budget", "clip_norm", "clip_value"):
+            check_real(name, getattr(self, name), greater_than=0, optional=True)
+        check_real("weight_decay", self.weight_decay, at_least=0)
+        check_int("seed", self.seed, minimum=0, maximum=2**32 - 1)
+        check_choice("schedule", self.schedule, SCHEDULES)
+        check_int("warmup_steps", self.warmup_steps, minimum=0)
+        if self.schedule == "cosine":
+            if self.max_steps is None:
+                raise ConfigError("schedule 'cosine' needs max_steps, the step where its decay ends")
+            if self.warmup_steps >= self.max_steps:
+                raise ConfigError(
+                    f"warmup_steps ({self.warmup_steps}) must be < max_steps ({self.max_steps}) for schedule 'cosine'"
+                )
+        self._check_optimizer()
+        check_choice("device", self.device, DEVICES)
+        check_choice("precision", self.precision, PRECISIONS)
+        check_int("grad_accumulation_steps", self.grad_accumulation_steps)
+        if self.batch_size % self.grad_accumulation_steps != 0:
+            raise ConfigError(
+                f"batch_size ({self.batch_size}) must be divisible by grad_accumulation_steps "
+                f"({self.grad_accumulation_steps})"
+            )
+
+    def _check_optimizer(self) -> None:
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_real("momentum", self.momentum, at_least=0, below=1)
+        check_bool("nesterov", self.nesterov)
+        if self.optimizer != "sgd" and (self.momentum != 0 or self.nesterov):
+            name, value = ("momentum", self.momentum) if self.momentum != 0 else ("nesterov", self.nesterov)
+            raise ConfigError(f"{name} ({value!r}) is used by optimizer 'sgd' only, not {self.optimizer!r}")
+        if self.nesterov and self.momentum == 0:
+            raise ConfigError(f"nesterov (True) needs momentum > 0, got momentum ({self.momentum!r})")

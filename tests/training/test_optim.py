@@ -1,0 +1,115 @@
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from seqlab.nn.positional import LearnedPositionalEncoding
+from seqlab.nn.recurrent import LSTM
+from seqlab.training.objectives import LossOutput
+from seqlab.training.optim import build_optimizer, parameter_groups
+from seqlab.training.trainer import TrainConfig, Trainer
+
+
+class Mixed(nn.Module):
+    """Every kind of parameter the decay rule must sort: matrices, biases, norm gains, embeddings."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embedding = nn.Embedding(7, 4)
+        self.positions = LearnedPositionalEncoding(5, 4)
+        self.lstm = LSTM(4, 3)
+        self.torch_lstm = nn.LSTM(3, 3, batch_first=True)
+        self.norm = nn.LayerNorm(3)
+        self.hidden = nn.Linear(3, 4)
+        self.output = nn.Linear(4, 7)
+        self.output.weight = self.embedding.weight  # tied: still an embedding
+        self.frozen = nn.Linear(2, 2)
+        self.frozen.requires_grad_(False)
+
+
+def names_of(model, params):
+    ids = {id(p) for p in params}
+    return sorted(name for name, p in model.named_parameters() if id(p) in ids)
+
+
+def test_decay_goes_to_weight_matrices_only_not_biases_norms_or_embeddings():
+    model = Mixed()
+    decay, no_decay = parameter_groups(model, 0.1)
+    assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.1, 0.0)
+    lstm_matrices = [n for n, p in model.lstm.named_parameters() if p.dim() >= 2]
+    assert lstm_matrices  # the seqlab LSTM has weight_ih / weight_hh matrices to decay
+    expected = sorted(
+        ["hidden.weight", "torch_lstm.weight_ih_l0", "torch_lstm.weight_hh_l0"] + [f"lstm.{n}" for n in lstm_matrices]
+    )
+    assert names_of(model, decay["params"]) == expected
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert set(names_of(model, no_decay["params"])) == trainable - set(expected)
+    assert {"embedding.weight", "positions.weight", "norm.weight", "norm.bias", "hidden.bias"} <= set(
+        names_of(model, no_decay["params"])
+    )
+    assert not {"frozen.weight", "frozen.bias"} & set(names_of(model, decay["params"] + no_decay["params"]))
+
+
+def test_a_model_with_nothing_to_decay_gets_one_group():
+    (group,) = parameter_groups(nn.LayerNorm(3), 0.1)
+    assert group["weight_decay"] == 0.0 and len(group["params"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "kind"),
+    [
+        ({"optimizer": "adam"}, torch.optim.Adam),
+        ({"optimizer": "adamw"}, torch.optim.AdamW),
+        ({"optimizer": "sgd"}, torch.optim.SGD),
+        ({"optimizer": "sgd", "momentum": 0.9, "nesterov": True}, torch.optim.SGD),
+    ],
+)
+def test_the_optimizer_choice_reaches_torch(kwargs, kind):
+    config = TrainConfig(lr=0.03, weight_decay=0.2, **kwargs)
+    optimizer = build_optimizer(Mixed(), config)
+    assert type(optimizer) is kind
+    assert [group["weight_decay"] for group in optimizer.param_groups] == [0.2, 0.0]
+    assert {group["lr"] for group in optimizer.param_groups} == {0.03}
+    if kind is torch.optim.SGD:
+        momentum, nesterov = kwargs.get("momentum", 0.0), kwargs.get("nesterov", False)
+        assert {(g["momentum"], g["nesterov"]) for g in optimizer.param_groups} == {(momentum, nesterov)}
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw"])
+def test_adamw_decay_is_decoupled_and_adam_decay_is_l2_in_the_gradient(optimizer):
+    """With a zero loss gradient, one step moves only decayed parameters: AdamW scales them by exactly
+    (1 - lr * wd) (Loshchilov & Hutter, 2019, Algorithm 2, line 12); Adam sees the gradient wd * p, whose first
+    normalised step is lr * p / (|p| + eps) ~ lr * sign(p) (Kingma & Ba, 2015, Algorithm 1)."""
+    model = Mixed()
+    before = copy.deepcopy(model)
+    lr, wd = 0.01, 0.5
+    config = TrainConfig(
+        optimizer=optimizer, lr=lr, weight_decay=wd, max_steps=1, clip_norm=None, batch_size=1, device="cpu"
+    )
+
+    def zero_loss(model, batch):
+        return LossOutput(sum(p.sum() for p in model.parameters() if p.requires_grad) * 0.0, 1)
+
+    Trainer(
+        model,
+        config,
+        loss_fn=zero_loss,
+        train_batches=lambda epoch, generator, batch_size: [None],
+        validate=lambda model: {"valid_loss": 0.0},
+        progress=False,
+        log=None,
+    ).fit()
+    decay, _ = parameter_groups(model, wd)
+    decayed = set(names_of(model, decay["params"]))
+    old = dict(before.named_parameters())
+    for name, p in model.named_parameters():
+        p0 = old[name].detach()
+        if name not in decayed:
+            torch.testing.assert_close(p.detach(), p0, rtol=0, atol=0)
+        elif optimizer == "adamw":
+            torch.testing.assert_close(p.detach(), p0 * (1 - lr * wd))
+        else:
+            g = wd * p0
+            torch.testing.assert_close(p.detach(), p0 - lr * g / (g.abs() + 1e-8))
