@@ -29,7 +29,7 @@ from seqlab.data.timeseries import (
 )
 from seqlab.errors import CheckpointError, ConfigError, DataError
 from seqlab.models.classifier import Seq2VecClassifier, Seq2VecClassifierConfig
-from seqlab.models.seq2seq.rnn import CellName
+from seqlab.models.recurrent_layers import CellName
 from seqlab.training.seeding import seed_everything
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
 
