@@ -607,7 +607,7 @@ def damaged(tmp_path: Path, checkpoint: Path, damage: str) -> tuple[Path, str]:
     if damage == "config_other_model":
         saved = json.loads(config.read_text())
         config.write_text(json.dumps({**saved, "model_type": "GPT"}))
-        return ckpt, f"{config}: holds a 'GPT' model, expected 'RNNSeq2Seq'"
+        return ckpt, f"{config}: holds a 'GPT' model, expected 'rnn_seq2seq'"
     if damage == "weights_missing":
         (ckpt / "model.safetensors").unlink()
         return ckpt, f"{ckpt / 'model.safetensors'}: missing"

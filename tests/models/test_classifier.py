@@ -96,7 +96,7 @@ def test_save_and_load_round_trip_gives_identical_outputs(tmp_path, overrides):
     x, lengths = make_batch(tokens=tokens, dtype=torch.float32)
     model.save_pretrained(tmp_path)
     payload = json.loads((tmp_path / "config.json").read_text())
-    assert payload == {"model_type": "Seq2VecClassifier", "config": dataclasses.asdict(model.config)}
+    assert payload == {"model_type": "seq2vec_classifier", "config": dataclasses.asdict(model.config)}
 
     loaded = Seq2VecClassifier.from_pretrained(tmp_path)
     assert loaded.config == model.config and not loaded.training

@@ -94,6 +94,7 @@ class Seq2VecClassifier(PretrainedMixin, nn.Module):
     """
 
     config_class: ClassVar[type] = Seq2VecClassifierConfig
+    model_type: ClassVar[str] = "seq2vec_classifier"
 
     def __init__(self, config: Seq2VecClassifierConfig) -> None:
         super().__init__()

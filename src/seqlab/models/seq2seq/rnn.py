@@ -180,6 +180,7 @@ class RNNSeq2Seq(PretrainedMixin, nn.Module):
     """
 
     config_class: ClassVar[type] = RNNSeq2SeqConfig
+    model_type: ClassVar[str] = "rnn_seq2seq"
 
     def __init__(self, config: RNNSeq2SeqConfig) -> None:
         super().__init__()
