@@ -78,49 +78,59 @@ class TrainingRun(NamedTuple):
     loss_fn: Callable[[nn.Module, Any], LossOutput]  # (model, batch) -> LossOutput
     train_batches: Callable[..., Iterable[Any]]  # (epoch, generator, batch_size) -> one epoch's batches
     validate: Callable[[nn.Module], dict[str, float]]  # model -> {"valid_loss": ..., ...}
-    save: Callable[[Path], None]  # writes the run directory's checkpoint files (model, recipe.json, vocabularies)
+    save: Callable[[Path], None]  # writes the model and the task's own files (vocabularies, labels) into a directory
     test: Callable[[], Report]  # scores and examples of the trained model on the test data
-    summary: str  # what was built, for the log line: "data: ...; model: N parameters, <summary_model>"
-    summary_model: str  # e.g. the architecture or the kernel path
+    summary: str  # the data that was read, for the log line: "checkpoint: DIR; <summary>; model: N parameters"
+    summary_model: str = ""  # a note on the model, appended to the log line (e.g. the architecture or kernel path)
     valid_metric: str = "valid_loss"  # the validation metric, at the best validation, reported in the results
 
 
 def run_training(
-    train_config: TrainConfig,
+    name: str,
+    config: Any,
     out_dir: Path,
     prepare: Callable[[], TrainingRun],
     *,
     progress: bool = True,
     log: Callable[[str], None] = print,
 ) -> Report:
-    """The train skeleton every recipe shares.
+    """The train skeleton every recipe shares, for recipe ``name`` and its sectioned ``config`` (with a
+    ``train`` section, a ``TrainConfig``).
 
-    Seeds Python, NumPy and torch with ``train_config.seed``; calls ``prepare()`` (which reads the data, builds
+    Seeds Python, NumPy and torch with ``config.train.seed``; calls ``prepare()`` (which reads the data, builds
     the model and checks everything that can fail, so an error leaves no directory behind); creates ``out_dir``;
-    logs ``checkpoint: DIR; SUMMARY; model: N parameters, SUMMARY_MODEL``; trains with a :class:`Trainer` that
-    saves the run each time validation improves; saves the best model; tests it; writes ``results.json``.
+    logs ``checkpoint: DIR; SUMMARY; model: N parameters[, SUMMARY_MODEL]``; trains with a :class:`Trainer`,
+    saving the run (``run.save`` and ``recipe.json``) each time validation improves; saves the best model; tests
+    it; writes ``results.json``.
 
     Returns: Report(results, examples): the test scores, then the best ``valid_metric``, steps, epochs,
         train_seconds and total_seconds (wall-clock seconds); ``results.json`` adds ``stopped_by``.
     """
     started = time.perf_counter()
+    train_config: TrainConfig = config.train
     seed_everything(train_config.seed)
     run = prepare()
     out_dir.mkdir(parents=True, exist_ok=True)
     parameters = sum(p.numel() for p in run.model.parameters())
-    log(f"checkpoint: {out_dir}; {run.summary}; model: {parameters:,} parameters, {run.summary_model}")
+    note = f", {run.summary_model}" if run.summary_model else ""
+    log(f"checkpoint: {out_dir}; {run.summary}; model: {parameters:,} parameters{note}")
+
+    def save() -> None:
+        run.save(out_dir)
+        save_recipe_file(out_dir, name, config)
+
     trainer = Trainer(
         run.model,
         train_config,
         loss_fn=run.loss_fn,
         train_batches=run.train_batches,
         validate=run.validate,
-        on_best=lambda model, record: run.save(out_dir),
+        on_best=lambda model, record: save(),
         progress=progress,
         log=log,
     )
     result = trainer.fit()
-    run.save(out_dir)
+    save()
     tested = run.test()
     row = {
         **tested.results,

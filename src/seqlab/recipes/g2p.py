@@ -43,7 +43,6 @@ from seqlab.recipes.base import (
     load_recipe_config,
     model_device,
     run_training,
-    save_recipe_file,
 )
 from seqlab.training.objectives import teacher_forcing_loss
 from seqlab.training.trainer import TrainConfig
@@ -170,7 +169,7 @@ class Config:
 
 @dataclass
 class G2PSystem:
-    """A trained G2P model with its vocabularies: what a checkpoint directory holds."""
+    """A trained G2P model with its vocabularies and recipe config: what a run directory holds."""
 
     model: RNNSeq2Seq | TransformerSeq2Seq
     letters: Vocabulary
@@ -178,10 +177,10 @@ class G2PSystem:
     config: Config
 
     def save(self, directory: Path) -> None:
+        """Write the model and both vocabularies (``run_training`` adds ``recipe.json``, which ``load`` reads)."""
         self.model.save_pretrained(directory)
         self.letters.save(directory / SOURCE_VOCAB)
         self.phonemes.save(directory / TARGET_VOCAB)
-        save_recipe_file(directory, NAME, self.config)
 
     @classmethod
     def load(cls, directory: Path) -> G2PSystem:
@@ -331,7 +330,7 @@ def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable
             summary_model=config.model.arch,
         )
 
-    return run_training(config.train, out_dir, prepare, progress=progress, log=log)
+    return run_training(NAME, config, out_dir, prepare, progress=progress, log=log)
 
 
 def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:

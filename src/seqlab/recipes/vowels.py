@@ -35,7 +35,6 @@ from seqlab.recipes.base import (
     load_recipe_config,
     model_device,
     run_training,
-    save_recipe_file,
 )
 from seqlab.training.trainer import LossOutput, TrainConfig
 from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
@@ -106,10 +105,10 @@ class VowelsSystem:
     config: Config
 
     def save(self, directory: Path) -> None:
+        """Write the model, class names and channel statistics (``run_training`` adds ``recipe.json``)."""
         self.model.save_pretrained(directory)
         normalisation = {"labels": self.labels, "mean": self.mean.tolist(), "std": self.std.tolist()}
         (directory / LABELS_FILE).write_text(json.dumps(normalisation, indent=2) + "\n")
-        save_recipe_file(directory, NAME, self.config)
 
     @classmethod
     def load(cls, directory: Path) -> VowelsSystem:
@@ -246,7 +245,7 @@ def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable
             valid_metric="valid_error",
         )
 
-    return run_training(config.train, out_dir, prepare, progress=progress, log=log)
+    return run_training(NAME, config, out_dir, prepare, progress=progress, log=log)
 
 
 def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:
