@@ -10,7 +10,7 @@ import pytest
 
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.recipes import RECIPES, g2p, get_recipe, recipe_of_checkpoint, register_recipe, vowels
-from seqlab.recipes.base import RECIPE_FILE, load_recipe_config, save_recipe_file
+from seqlab.recipes.base import RECIPE_FILE, RECIPE_MEMBERS, Recipe, load_recipe_config, save_recipe_file
 from seqlab.training.trainer import TrainConfig
 
 
@@ -25,6 +25,11 @@ def test_predict_takes_exactly_the_declared_options(name):
     assert [p.kind for p in parameters if p.kind is not inspect.Parameter.KEYWORD_ONLY] == 2 * [
         inspect.Parameter.POSITIONAL_OR_KEYWORD
     ]  # (checkpoint, inputs)
+
+
+def test_recipe_members_name_the_whole_protocol():
+    methods = [name for name, value in vars(Recipe).items() if callable(value) and not name.startswith("_")]
+    assert set(RECIPE_MEMBERS) == {*Recipe.__annotations__, *methods}
 
 
 def test_the_registry_holds_the_shipped_recipes_by_name():

@@ -11,11 +11,9 @@ from pathlib import Path
 
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.recipes import g2p, vowels
-from seqlab.recipes.base import RECIPE_FILE, Recipe, Report, recipe_name_of
+from seqlab.recipes.base import RECIPE_FILE, RECIPE_MEMBERS, Recipe, Report, recipe_name_of
 
 RECIPES: dict[str, Recipe] = {}
-
-_MEMBERS = ("NAME", "DESCRIPTION", "Config", "PREDICT_OPTIONS", "train", "evaluate", "predict")
 
 
 def register_recipe(recipe: Recipe) -> Recipe:
@@ -24,7 +22,7 @@ def register_recipe(recipe: Recipe) -> Recipe:
     Raises:
         TypeError: the recipe lacks a member of the ``Recipe`` protocol, or another recipe has its NAME.
     """
-    missing = [member for member in _MEMBERS if not hasattr(recipe, member)]
+    missing = [member for member in RECIPE_MEMBERS if not hasattr(recipe, member)]
     if missing:
         raise TypeError(f"{recipe!r} is not a recipe: it lacks {', '.join(missing)}")
     if recipe.NAME in RECIPES:

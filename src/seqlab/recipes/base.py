@@ -71,12 +71,15 @@ class Recipe(Protocol):
         ...
 
 
+RECIPE_MEMBERS = ("NAME", "DESCRIPTION", "Config", "PREDICT_OPTIONS", "train", "evaluate", "predict")  # of Recipe
+
+
 class TrainingRun(NamedTuple):
     """A recipe's built model and the task functions around it, as :func:`run_training` uses them."""
 
     model: nn.Module
     loss_fn: Callable[[nn.Module, Any], LossOutput]  # (model, batch) -> LossOutput
-    train_batches: Callable[..., Iterable[Any]]  # (epoch, generator, batch_size) -> one epoch's batches
+    train_batches: Callable[[int, torch.Generator, int], Iterable[Any]]  # (epoch, generator, batch_size) -> batches
     validate: Callable[[nn.Module], dict[str, float]]  # model -> {"valid_loss": ..., ...}
     save: Callable[[Path], None]  # writes the model and the task's own files (vocabularies, labels) into a directory
     test: Callable[[], Report]  # scores and examples of the trained model on the test data
