@@ -32,6 +32,7 @@ CHECKPOINT_FILES = {
     "target_vocab.json",
     "recipe.json",
     "results.json",
+    "metrics.jsonl",
 }
 TINY = [
     "model.hidden_size=16",
@@ -380,8 +381,8 @@ def keys_of(section: type) -> str:
         ("hidden_size=1", "--set hidden_size: unknown key; sections are data, model, train, decode"),
         ("nothing", "--set 'nothing': expected section.key=value"),
         ("=3", "--set '=3': expected section.key=value"),
-        ("data.test_fraction=0.9", "--set: [data] test_fraction (0.9) must be in [0, 0.5)"),
-        ("decode.beam_size=0", "--set: [decode] beam_size (0) must be >= 1"),
+        ("data.test_fraction=0.9", "--set: [data] test_fraction (0.9) must be a finite number >= 0.0 and < 0.5"),
+        ("decode.beam_size=0", "--set: [decode] beam_size (0) must be an integer >= 1"),
         ("train.lr=-1", "--set: [train] lr (-1.0) must be a finite number > 0"),
         ("train.max_steps=0", "--set: [train] max_steps (0) must be None or an integer >= 1"),
         ("model.label_smoothing=1.5", "--set: [model] label_smoothing (1.5) must be in [0, 1)"),
@@ -600,14 +601,14 @@ def damaged(tmp_path: Path, checkpoint: Path, damage: str) -> tuple[Path, str]:
         saved = json.loads(recipe.read_text())
         saved["config"]["decode"]["beam_size"] = 0
         recipe.write_text(json.dumps(saved))
-        return ckpt, f"{recipe}: bad recipe config (beam_size (0) must be >= 1)"
+        return ckpt, f"{recipe}: bad recipe config (beam_size (0) must be an integer >= 1)"
     if damage == "config_missing":
         config.unlink()
         return ckpt, f"{config}: missing; is {ckpt} a seqlab checkpoint?"
     if damage == "config_other_model":
         saved = json.loads(config.read_text())
         config.write_text(json.dumps({**saved, "model_type": "GPT"}))
-        return ckpt, f"{config}: holds a 'GPT' model, expected 'RNNSeq2Seq'"
+        return ckpt, f"{config}: holds a 'GPT' model, expected 'rnn_seq2seq'"
     if damage == "weights_missing":
         (ckpt / "model.safetensors").unlink()
         return ckpt, f"{ckpt / 'model.safetensors'}: missing"

@@ -15,8 +15,11 @@ from pathlib import Path
 from seqlab.config import apply_overrides, describe, flatten, load_toml, parse_assignments
 from seqlab.errors import ConfigError, SeqlabError
 from seqlab.recipes import RECIPES, get_recipe, recipe_of_checkpoint
+from seqlab.recipes.base import run_directory
 
 EXIT_USAGE = 2
+# The options a recipe's predict may declare in PREDICT_OPTIONS, and their flags.
+PREDICT_FLAGS = {"beam_size": "--beam-size", "nbest": "--nbest"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,7 +78,7 @@ def _build_parser() -> argparse.ArgumentParser:
     predict.add_argument("checkpoint", type=Path)
     predict.add_argument("inputs", nargs="+", metavar="INPUT")
     predict.add_argument("--beam-size", type=int, help="beam width (default: the checkpoint's; 1 = greedy)")
-    predict.add_argument("--nbest", type=int, default=1, help="hypotheses printed per input")
+    predict.add_argument("--nbest", type=int, help="hypotheses printed per input (default: 1)")
     predict.set_defaults(handler=_predict)
 
     recipes = commands.add_parser("recipes", help="list recipes, or show one recipe's defaults")
@@ -90,7 +93,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.config is not None:
         config = apply_overrides(config, flatten(load_toml(args.config)), source=str(args.config))
     config = apply_overrides(config, parse_assignments(args.assignments))
-    out_dir = _output_directory(args.out, recipe.NAME, overwrite=args.overwrite)
+    out_dir = run_directory(args.out, recipe.NAME, overwrite=args.overwrite)
     report = recipe.train(config, out_dir, progress=not args.no_progress, log=lambda s: print(s, file=sys.stderr))
     print(_table(["metric", "value"], [(k, _fmt(v)) for k, v in report.results.items()]))
     print()
@@ -109,11 +112,15 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    for name, value in (("--beam-size", args.beam_size), ("--nbest", args.nbest)):
-        if value is not None and value < 1:
-            raise ConfigError(f"{name} ({value}) must be >= 1")
+    given = {name: getattr(args, name) for name in PREDICT_FLAGS if getattr(args, name) is not None}
+    for name, value in given.items():
+        if value < 1:
+            raise ConfigError(f"{PREDICT_FLAGS[name]} ({value}) must be >= 1")
     recipe = recipe_of_checkpoint(args.checkpoint)
-    for line in recipe.predict(args.checkpoint, args.inputs, beam_size=args.beam_size, nbest=args.nbest):
+    refused = [PREDICT_FLAGS[name] for name in given if name not in recipe.PREDICT_OPTIONS]
+    if refused:
+        raise ConfigError(f"{' '.join(refused)}: the {recipe.NAME} recipe's predict takes no such option")
+    for line in recipe.predict(args.checkpoint, args.inputs, **given):
         print(line)
     return 0
 
@@ -126,24 +133,6 @@ def _recipes(args: argparse.Namespace) -> int:
     print(f"{recipe.NAME}: {recipe.DESCRIPTION}\n")
     print(_table(["key", "default"], [(k, repr(v)) for k, v in describe(recipe.Config())]))
     return 0
-
-
-def _output_directory(requested: Path | None, recipe: str, *, overwrite: bool) -> Path:
-    """The checkpoint directory: ``requested`` (refused if it holds files, unless ``overwrite``), else a fresh one.
-
-    The recipe creates it only once its data and configuration have been checked, so a failed start leaves nothing.
-    """
-    if requested is not None:
-        if requested.exists() and not requested.is_dir():
-            raise ConfigError(f"--out {requested}: exists and is not a directory")
-        if requested.is_dir() and any(requested.iterdir()) and not overwrite:
-            raise ConfigError(f"--out {requested}: already exists and is not empty; pass --overwrite to replace it")
-        return requested
-    candidate, n = Path("runs") / recipe, 1
-    while candidate.exists():
-        n += 1
-        candidate = Path("runs") / f"{recipe}-{n}"
-    return candidate
 
 
 def _fmt(value: object) -> str:

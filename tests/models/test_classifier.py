@@ -96,7 +96,7 @@ def test_save_and_load_round_trip_gives_identical_outputs(tmp_path, overrides):
     x, lengths = make_batch(tokens=tokens, dtype=torch.float32)
     model.save_pretrained(tmp_path)
     payload = json.loads((tmp_path / "config.json").read_text())
-    assert payload == {"model_type": "Seq2VecClassifier", "config": dataclasses.asdict(model.config)}
+    assert payload == {"model_type": "seq2vec_classifier", "config": dataclasses.asdict(model.config)}
 
     loaded = Seq2VecClassifier.from_pretrained(tmp_path)
     assert loaded.config == model.config and not loaded.training
@@ -120,14 +120,14 @@ def test_save_and_load_round_trip_gives_identical_outputs(tmp_path, overrides):
         ({"num_classes": 2, "input_size": 12, "embedding_size": 4},
          "give input_size (12) for continuous input or vocab_size (None) and embedding_size (4) for token input, "
          "not both"),
-        ({"num_classes": 2, "input_size": 0}, "input_size (0) must be an integer >= 1 or None"),
-        ({"num_classes": 2, "input_size": 3, "attention_size": 2.5}, "attention_size (2.5) must be an integer >= 1 "
-         "or None"),
+        ({"num_classes": 2, "input_size": 0}, "input_size (0) must be None or an integer >= 1"),
+        ({"num_classes": 2, "input_size": 3, "attention_size": 2.5}, "attention_size (2.5) must be None or an "
+         "integer >= 1"),
         ({"num_classes": 2, "input_size": 3, "hidden_size": 0}, "hidden_size (0) must be an integer >= 1"),
         ({"num_classes": 2, "input_size": 3, "num_layers": True}, "num_layers (True) must be an integer >= 1"),
-        ({"num_classes": 2, "input_size": 3, "cell": "tcn"}, "cell ('tcn') must be one of rnn, gru, lstm"),
-        ({"num_classes": 2, "input_size": 3, "pooling": "sum"}, "pooling ('sum') must be one of last, mean, max, "
-         "attention"),
+        ({"num_classes": 2, "input_size": 3, "cell": "tcn"}, "cell ('tcn') must be one of 'rnn', 'gru', 'lstm'"),
+        ({"num_classes": 2, "input_size": 3, "pooling": "sum"}, "pooling ('sum') must be one of 'last', 'mean', "
+         "'max', 'attention'"),
         ({"num_classes": 2, "input_size": 3, "bidirectional": 1}, "bidirectional (1) must be true or false"),
         ({"num_classes": 2, "input_size": 3, "dropout": 1.0}, "dropout (1.0) must be in [0, 1)"),
     ],

@@ -49,7 +49,7 @@ def test_round_trip_restores_config_weights_and_outputs(tmp_path, overrides):
     model.save_pretrained(directory)
     assert sorted(p.name for p in directory.iterdir()) == ["config.json", "model.safetensors"]
     payload = json.loads((directory / "config.json").read_text())
-    assert payload == {"model_type": "RNNSeq2Seq", "config": dataclasses.asdict(model.config)}
+    assert payload == {"model_type": "rnn_seq2seq", "config": dataclasses.asdict(model.config)}
     with safe_open(directory / "model.safetensors", framework="pt") as f:
         assert sorted(f.keys()) == sorted(model.state_dict())
 
@@ -87,7 +87,7 @@ def test_config_that_is_not_json(checkpoint, content):
 def test_config_for_another_model_type(checkpoint, payload, found):
     directory, config_path, _, _ = checkpoint
     config_path.write_text(json.dumps(payload))
-    expect_error(directory, f"{config_path}: holds a {found} model, expected 'RNNSeq2Seq'")
+    expect_error(directory, f"{config_path}: holds a {found} model, expected 'rnn_seq2seq'")
 
 
 def test_config_with_an_unknown_field(checkpoint):
@@ -108,7 +108,7 @@ def test_config_with_an_invalid_value(checkpoint):
 def test_config_without_its_config_object(checkpoint):
     """Currently a bare KeyError('config') escapes from_pretrained."""
     directory, config_path, _, _ = checkpoint
-    config_path.write_text(json.dumps({"model_type": "RNNSeq2Seq"}))
+    config_path.write_text(json.dumps({"model_type": "rnn_seq2seq"}))
     with pytest.raises(CheckpointError, match=f"^{re.escape(str(config_path))}: "):
         RNNSeq2Seq.from_pretrained(directory)
 

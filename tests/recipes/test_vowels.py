@@ -26,7 +26,7 @@ from seqlab.data.timeseries import AEON_HINT, read_ts_file
 from seqlab.models.classifier import Seq2VecClassifier
 from seqlab.recipes import vowels
 
-CHECKPOINT_FILES = {"config.json", "model.safetensors", "labels.json", "recipe.json", "results.json"}
+CHECKPOINT_FILES = {"config.json", "model.safetensors", "labels.json", "recipe.json", "results.json", "metrics.jsonl"}
 CLASSES = {"a": (-2.0, 1.0), "b": (0.0, -1.5), "c": (2.0, 1.0)}  # label: mean of channel 0 and channel 1
 TRAIN_PER_CLASS, TEST_PER_CLASS = 8, 4
 HIDDEN = 8
@@ -298,6 +298,15 @@ def test_predict_prints_one_label_per_series_agreeing_with_evaluate(checkpoint, 
     assert set(predicted[12:]) <= set(train.labels)
 
 
+@pytest.mark.parametrize("flags", [["--beam-size", "2"], ["--nbest", "1"], ["--beam-size", "2", "--nbest", "2"]])
+def test_predict_refuses_options_the_recipe_does_not_take(checkpoint, toy, flags):
+    """vowels declares no PREDICT_OPTIONS: a decoding flag is an error, not silently ignored."""
+    refused = " ".join(flag for flag in flags if flag.startswith("--"))
+    assert_error(
+        run_cli("predict", checkpoint, toy.test, *flags), f"{refused}: the vowels recipe's predict takes no such option"
+    )
+
+
 def unlabelled_copy(path: Path, out: Path) -> Path:
     """The series of ``path`` in a ``@classLabel false`` file (label fields dropped)."""
     body = path.read_text().split("@data\n")[1].splitlines()
@@ -384,7 +393,7 @@ def test_a_missing_or_garbage_ts_file_is_one_line(tmp_path, toy, which):
         ("model.cell=transformer", "--set model.cell: 'transformer' is not one of rnn, gru, lstm"),
         ("model.hidden_size=0", "--set: [model] hidden_size (0) must be an integer >= 1"),
         ("model.dropout=1", "--set: [model] dropout (1.0) must be in [0, 1)"),
-        ("data.valid_fraction=0.5", "--set: [data] valid_fraction (0.5) must be in (0, 0.5)"),
+        ("data.valid_fraction=0.5", "--set: [data] valid_fraction (0.5) must be a finite number > 0.0 and < 0.5"),
         (
             "data.shuffle=true",
             "--set data.shuffle: unknown key in [data]; valid keys are "

@@ -1,10 +1,15 @@
-"""Assembled models; each implements save_pretrained / from_pretrained, and generators the decoding step interface."""
+"""Assembled models; each implements save_pretrained / from_pretrained, and generators the decoding step interface.
+
+``load_pretrained(directory)`` builds whichever registered model (``MODEL_TYPES``) a checkpoint holds.
+"""
 
 from seqlab.models.classifier import ClassifierOutput, Seq2VecClassifier, Seq2VecClassifierConfig
 from seqlab.models.interfaces import Seq2SeqOutput, StepModel, StepOutput, select_rows
+from seqlab.models.pretrained import MODEL_TYPES, load_pretrained
 from seqlab.models.seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig, TransformerSeq2Seq, TransformerSeq2SeqConfig
 
 __all__ = [
+    "MODEL_TYPES",
     "ClassifierOutput",
     "RNNSeq2Seq",
     "RNNSeq2SeqConfig",
@@ -15,5 +20,6 @@ __all__ = [
     "StepOutput",
     "TransformerSeq2Seq",
     "TransformerSeq2SeqConfig",
+    "load_pretrained",
     "select_rows",
 ]

@@ -11,21 +11,16 @@ Forward pass, for a sequence of n real steps:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
+from seqlab.errors import ConfigError
 from seqlab.models.pretrained import PretrainedMixin
+from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
 from seqlab.nn.pooling import POOLING_NAMES, PoolingName, make_pooling
-from seqlab.nn.recurrent import GRU, LSTM, RNN
-
-CellName = Literal["rnn", "gru", "lstm"]
-_LAYERS = {"rnn": RNN, "gru": GRU, "lstm": LSTM}
-
-
-def _is_positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+from seqlab.validation import check_bool, check_choice, check_int, check_probability
 
 
 @dataclass(frozen=True)
@@ -49,34 +44,25 @@ class Seq2VecClassifierConfig:
     attention_size: int | None = None  # A of attention pooling; None means C*H (Yang et al., 2016)
 
     def __post_init__(self) -> None:
-        if not _is_positive_int(self.num_classes) or self.num_classes < 2:
-            raise ValueError(f"num_classes ({self.num_classes!r}) must be an integer >= 2")
+        check_int("num_classes", self.num_classes, minimum=2)
         for name in ("input_size", "vocab_size", "embedding_size", "attention_size"):
-            value = getattr(self, name)
-            if value is not None and not _is_positive_int(value):
-                raise ValueError(f"{name} ({value!r}) must be an integer >= 1 or None")
-        for name in ("hidden_size", "num_layers"):
-            value = getattr(self, name)
-            if not _is_positive_int(value):
-                raise ValueError(f"{name} ({value!r}) must be an integer >= 1")
+            check_int(name, getattr(self, name), optional=True)
+        check_int("hidden_size", self.hidden_size)
+        check_int("num_layers", self.num_layers)
         if self.input_size is not None and (self.vocab_size is not None or self.embedding_size is not None):
-            raise ValueError(
+            raise ConfigError(
                 f"give input_size ({self.input_size}) for continuous input or vocab_size ({self.vocab_size}) and "
                 f"embedding_size ({self.embedding_size}) for token input, not both"
             )
         if self.input_size is None and (self.vocab_size is None or self.embedding_size is None):
-            raise ValueError(
+            raise ConfigError(
                 f"token input needs both vocab_size ({self.vocab_size}) and embedding_size "
                 f"({self.embedding_size}); continuous input needs input_size"
             )
-        if self.cell not in _LAYERS:
-            raise ValueError(f"cell ({self.cell!r}) must be one of rnn, gru, lstm")
-        if self.pooling not in POOLING_NAMES:
-            raise ValueError(f"pooling ({self.pooling!r}) must be one of {', '.join(POOLING_NAMES)}")
-        if not isinstance(self.bidirectional, bool):
-            raise ValueError(f"bidirectional ({self.bidirectional!r}) must be true or false")
-        if not isinstance(self.dropout, (int, float)) or isinstance(self.dropout, bool) or not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout ({self.dropout!r}) must be in [0, 1)")
+        check_choice("cell", self.cell, RECURRENT_LAYERS)
+        check_choice("pooling", self.pooling, POOLING_NAMES)
+        check_bool("bidirectional", self.bidirectional)
+        check_probability("dropout", self.dropout)
 
     @property
     def token_input(self) -> bool:
@@ -108,6 +94,7 @@ class Seq2VecClassifier(PretrainedMixin, nn.Module):
     """
 
     config_class: ClassVar[type] = Seq2VecClassifierConfig
+    model_type: ClassVar[str] = "seq2vec_classifier"
 
     def __init__(self, config: Seq2VecClassifierConfig) -> None:
         super().__init__()
@@ -119,7 +106,7 @@ class Seq2VecClassifier(PretrainedMixin, nn.Module):
         else:
             self.embedding = nn.Identity()
             E = config.input_size
-        self.rnn = _LAYERS[config.cell](
+        self.rnn = RECURRENT_LAYERS[config.cell](
             E,
             config.hidden_size,
             num_layers=config.num_layers,

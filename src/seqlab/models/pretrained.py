@@ -1,7 +1,10 @@
-"""``save_pretrained`` / ``from_pretrained``: a model directory is its frozen config as JSON plus safetensors weights.
+"""``save_pretrained`` / ``from_pretrained`` / ``load_pretrained``: a model directory is its frozen config as JSON
+plus safetensors weights.
 
-Nothing is unpickled on load: ``config.json`` is plain JSON checked against the config dataclass, and the weights
-are read by safetensors, so a checkpoint from elsewhere can never run code.
+``config.json`` holds ``{"model_type": NAME, "config": {...}}``, where NAME is the model's stable registry name
+(``model_type``, as in Hugging Face's ``config.json``), never its Python class name, so renaming a class breaks no
+checkpoint. Nothing is unpickled on load: ``config.json`` is plain JSON checked against the config dataclass, and
+the weights are read by safetensors, so a checkpoint from elsewhere can never run code.
 """
 
 from __future__ import annotations
@@ -19,24 +22,46 @@ from seqlab.errors import CheckpointError
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+# seqlab 0.1.0 wrote the class name as model_type; its checkpoints keep loading under these aliases.
+LEGACY_MODEL_TYPES = {
+    "RNNSeq2Seq": "rnn_seq2seq",
+    "TransformerSeq2Seq": "transformer_seq2seq",
+    "Seq2VecClassifier": "seq2vec_classifier",
+}
 
 ModelT = TypeVar("ModelT", bound="PretrainedMixin")
+
+MODEL_TYPES: dict[str, type[PretrainedMixin]] = {}  # the registry, model_type -> class; filled by class definitions
 
 
 class PretrainedMixin:
     """Adds directory checkpoints to an ``nn.Module`` built from one frozen dataclass config.
 
-    A subclass sets ``config_class`` and takes the config as its only constructor argument.
+    A subclass sets ``config_class``, takes the config as its only constructor argument, and sets
+    ``model_type``, its registry name in ``config.json``; defining the class registers it in ``MODEL_TYPES``.
+
+    Raises:
+        TypeError: at class definition, if another class already registered the same ``model_type``.
     """
 
     config_class: ClassVar[type]
+    model_type: ClassVar[str]
     config: Any
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("model_type")
+        if name is None:  # a subclass of a registered model saves and loads as its parent's type
+            return
+        if name in MODEL_TYPES:
+            raise TypeError(f"model_type {name!r} is taken by {MODEL_TYPES[name].__qualname__}")
+        MODEL_TYPES[name] = cls
 
     def save_pretrained(self, directory: str | Path) -> None:
         """Write ``config.json`` and ``model.safetensors`` into ``directory`` (created if needed)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        payload = {"model_type": type(self).__name__, "config": dataclasses.asdict(self.config)}
+        payload = {"model_type": self.model_type, "config": dataclasses.asdict(self.config)}
         (directory / CONFIG_FILE).write_text(json.dumps(payload, indent=2) + "\n")
         assert isinstance(self, nn.Module)
         save_model(self, str(directory / WEIGHTS_FILE))
@@ -49,21 +74,14 @@ class PretrainedMixin:
             CheckpointError: the directory or one of its files is missing, the config was written for another
                 model type or has unknown fields, or the weights do not match the config.
         """
-        directory = Path(directory)
-        if not directory.is_dir():
-            raise CheckpointError(f"{directory}: no such checkpoint directory")
-        config_path = directory / CONFIG_FILE
-        try:
-            payload = json.loads(config_path.read_text())
-        except FileNotFoundError:
-            raise CheckpointError(f"{config_path}: missing; is {directory} a seqlab checkpoint?") from None
-        except IsADirectoryError:
-            raise CheckpointError(f"{config_path}: is a directory, not a file") from None
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise CheckpointError(f"{config_path}: not valid JSON") from None
-        found = payload.get("model_type") if isinstance(payload, dict) else None
-        if found != cls.__name__:
-            raise CheckpointError(f"{config_path}: holds a {found!r} model, expected {cls.__name__!r}")
+        config_path, payload = _read_config(Path(directory))
+        found = _model_type(payload)
+        if found != cls.model_type:
+            raise CheckpointError(f"{config_path}: holds a {found!r} model, expected {cls.model_type!r}")
+        return cls._build(config_path, payload)
+
+    @classmethod
+    def _build(cls: type[ModelT], config_path: Path, payload: dict[str, Any]) -> ModelT:
         if not isinstance(payload.get("config"), dict):
             raise CheckpointError(f"{config_path}: no 'config' object")
         try:
@@ -71,13 +89,49 @@ class PretrainedMixin:
             model = cls(config)
         except (TypeError, ValueError) as e:
             raise CheckpointError(f"{config_path}: bad config ({e})") from None
-        weights_path = directory / WEIGHTS_FILE
+        weights_path = config_path.parent / WEIGHTS_FILE
         if not weights_path.is_file():
             raise CheckpointError(f"{weights_path}: missing")
+        assert isinstance(model, nn.Module)
         _check_weight_shapes(model, weights_path)
         load_model(model, str(weights_path))
         model.eval()
         return model
+
+
+def load_pretrained(directory: str | Path) -> PretrainedMixin:
+    """The model saved in ``directory``, as the class its ``config.json`` names (float32 parameters, eval mode).
+
+    Raises:
+        CheckpointError: as ``from_pretrained``, or ``model_type`` names no registered model (one line that
+            lists the registered names).
+    """
+    config_path, payload = _read_config(Path(directory))
+    found = _model_type(payload)
+    if found not in MODEL_TYPES:
+        raise CheckpointError(f"{config_path}: unknown model_type {found!r}; known: {', '.join(sorted(MODEL_TYPES))}")
+    return MODEL_TYPES[found]._build(config_path, payload)
+
+
+def _read_config(directory: Path) -> tuple[Path, Any]:
+    """``directory``'s config.json path and its parsed JSON; CheckpointError (one line) if it cannot be read."""
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: no such checkpoint directory")
+    config_path = directory / CONFIG_FILE
+    try:
+        return config_path, json.loads(config_path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{config_path}: missing; is {directory} a seqlab checkpoint?") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"{config_path}: is a directory, not a file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise CheckpointError(f"{config_path}: not valid JSON") from None
+
+
+def _model_type(payload: Any) -> Any:
+    """The registry name recorded in a parsed config.json, with 0.1.0's class names mapped to it; None if absent."""
+    found = payload.get("model_type") if isinstance(payload, dict) else None
+    return LEGACY_MODEL_TYPES.get(found, found) if isinstance(found, str) else found
 
 
 def _check_weight_shapes(model: nn.Module, weights_path: Path) -> None:

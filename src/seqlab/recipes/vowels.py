@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -29,13 +27,21 @@ from seqlab.data.timeseries import (
 )
 from seqlab.errors import CheckpointError, ConfigError, DataError
 from seqlab.models.classifier import Seq2VecClassifier, Seq2VecClassifierConfig
-from seqlab.models.seq2seq.rnn import CellName
-from seqlab.training.seeding import seed_everything
-from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
+from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
+from seqlab.nn.pooling import POOLING_NAMES, PoolingName
+from seqlab.recipes.base import (
+    Report,
+    TrainingRun,
+    load_recipe_config,
+    model_device,
+    run_training,
+)
+from seqlab.training.trainer import LossOutput, TrainConfig
+from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
 
 NAME = "vowels"
 DESCRIPTION = "Japanese Vowels speaker classification (aeon's .ts files): bidirectional RNN + pooling, accuracy (%)"
-RECIPE_FILE = "recipe.json"
+PREDICT_OPTIONS: tuple[str, ...] = ()
 LABELS_FILE = "labels.json"
 
 
@@ -49,8 +55,8 @@ class VowelsDataConfig:
     split_seed: int = 0  # seed of the stratified validation split
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.valid_fraction < 0.5:
-            raise ValueError(f"valid_fraction ({self.valid_fraction}) must be in (0, 0.5)")
+        check_real("valid_fraction", self.valid_fraction, greater_than=0.0, below=0.5)
+        check_int("split_seed", self.split_seed, minimum=None)
 
 
 @dataclass(frozen=True)
@@ -61,11 +67,16 @@ class VowelsModelConfig:
     cell: CellName = "gru"  # rnn | gru | lstm
     num_layers: int = 1  # stacked recurrent layers
     bidirectional: bool = True  # read the utterance both ways
-    pooling: Literal["last", "mean", "max", "attention"] = "last"  # how the steps' outputs become one vector
+    pooling: PoolingName = "last"  # how the steps' outputs become one vector
     dropout: float = 0.2  # before the output layer (and between layers)
 
     def __post_init__(self) -> None:
-        self.model_config(input_size=1, num_classes=2)  # the model's own checks, before any data is read
+        check_int("hidden_size", self.hidden_size)
+        check_choice("cell", self.cell, RECURRENT_LAYERS)
+        check_int("num_layers", self.num_layers)
+        check_bool("bidirectional", self.bidirectional)
+        check_choice("pooling", self.pooling, POOLING_NAMES)
+        check_probability("dropout", self.dropout)
 
     def model_config(self, *, input_size: int, num_classes: int) -> Seq2VecClassifierConfig:
         """The classifier config of these hyperparameters for the data's channels and classes."""
@@ -83,13 +94,6 @@ class Config:
     )
 
 
-class Report(NamedTuple):
-    """What ``seqlab train`` prints: the results row and (series, true speaker, predicted speaker) examples."""
-
-    results: dict[str, float]
-    examples: list[tuple[str, str, str]]
-
-
 @dataclass
 class VowelsSystem:
     """A trained classifier with its class names and channel statistics: what a checkpoint directory holds."""
@@ -101,21 +105,15 @@ class VowelsSystem:
     config: Config
 
     def save(self, directory: Path) -> None:
+        """Write the model, class names and channel statistics (``run_training`` adds ``recipe.json``)."""
         self.model.save_pretrained(directory)
         normalisation = {"labels": self.labels, "mean": self.mean.tolist(), "std": self.std.tolist()}
         (directory / LABELS_FILE).write_text(json.dumps(normalisation, indent=2) + "\n")
-        recipe = {"recipe": NAME, "config": asdict(self.config)}
-        (directory / RECIPE_FILE).write_text(json.dumps(recipe, indent=2) + "\n")
 
     @classmethod
     def load(cls, directory: Path) -> VowelsSystem:
+        config = load_recipe_config(directory, Config)
         try:
-            sections = json.loads((directory / RECIPE_FILE).read_text())["config"]
-            config = Config(
-                data=VowelsDataConfig(**sections["data"]),
-                model=VowelsModelConfig(**sections["model"]),
-                train=TrainConfig(**sections["train"]),
-            )
             stored = json.loads((directory / LABELS_FILE).read_text())
             labels, mean, std = list(stored["labels"]), np.array(stored["mean"]), np.array(stored["std"])
         except FileNotFoundError as e:
@@ -144,11 +142,11 @@ class VowelsSystem:
     def classify(self, series: Sequence[np.ndarray]) -> list[int]:
         """Predicted class id of each standardised (T_i, C) series."""
         self.model.eval()
+        device = model_device(self.model)
         predictions = [0] * len(series)
         for batch in series_batches(series, [0] * len(series), batch_size=256, shuffle=False):
-            for row, label in zip(
-                batch.indices.tolist(), self.model(batch.x, batch.lengths).logits.argmax(-1).tolist(), strict=True
-            ):
+            logits = self.model(batch.x.to(device), batch.lengths.to(device)).logits
+            for row, label in zip(batch.indices.tolist(), logits.argmax(-1).tolist(), strict=True):
                 predictions[row] = label
         return predictions
 
@@ -179,78 +177,73 @@ def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable
         ConfigError: aeon is missing. DataError: a .ts file is missing or malformed, channels differ between
             files, or the test file has classes absent from training.
     """
-    started = time.perf_counter()
-    if (config.data.train_path is None) != (config.data.test_path is None):
-        raise ConfigError("give both data.train_path and data.test_path (or neither, for aeon's Japanese Vowels)")
-    if config.data.train_path is None:
-        train_source, test_source = map(str, japanese_vowels_paths())
-    else:
-        train_source, test_source = config.data.train_path, config.data.test_path
-    full, test = read_ts_file(train_source), read_ts_file(test_source)
-    train_rows, valid_rows = stratified_split(
-        full.labels, fraction=config.data.valid_fraction, seed=config.data.split_seed
-    )
-    if not valid_rows:
-        raise DataError(f"{train_source}: too few series to hold out a validation set")
-    mean, std = channel_statistics([full.series[i] for i in train_rows])
-    labels = sorted(set(full.labels))
-    seed_everything(config.train.seed)
-    model = Seq2VecClassifier(config.model.model_config(input_size=len(mean), num_classes=len(labels)))
-    system = VowelsSystem(model, labels, mean, std, config)
-    series, targets = system.prepare(full, source=train_source)
-    test_series, test_targets = system.prepare(test, source=test_source)
-    train_set = ([series[i] for i in train_rows], [targets[i] for i in train_rows])
-    valid_set = ([series[i] for i in valid_rows], [targets[i] for i in valid_rows])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    log(
-        f"checkpoint: {out_dir}; data: {len(train_rows)} train / {len(valid_rows)} valid / {len(test_series)} test "
-        f"series, {len(mean)} channels, {len(labels)} classes; model: {sum(p.numel() for p in model.parameters()):,} "
-        f"parameters, {'fused' if model.rnn.fused else 'reference'} path"
-    )
 
-    def loss_fn(m, batch):
-        return LossOutput(F.cross_entropy(m(batch.x, batch.lengths).logits, batch.targets), len(batch.targets))
+    def prepare() -> TrainingRun:
+        if (config.data.train_path is None) != (config.data.test_path is None):
+            raise ConfigError("give both data.train_path and data.test_path (or neither, for aeon's Japanese Vowels)")
+        if config.data.train_path is None:
+            train_source, test_source = map(str, japanese_vowels_paths())
+        else:
+            train_source, test_source = config.data.train_path, config.data.test_path
+        full, test = read_ts_file(train_source), read_ts_file(test_source)
+        train_rows, valid_rows = stratified_split(
+            full.labels, fraction=config.data.valid_fraction, seed=config.data.split_seed
+        )
+        if not valid_rows:
+            raise DataError(f"{train_source}: too few series to hold out a validation set")
+        mean, std = channel_statistics([full.series[i] for i in train_rows])
+        labels = sorted(set(full.labels))
+        model = Seq2VecClassifier(config.model.model_config(input_size=len(mean), num_classes=len(labels)))
+        system = VowelsSystem(model, labels, mean, std, config)
+        series, targets = system.prepare(full, source=train_source)
+        test_series, test_targets = system.prepare(test, source=test_source)
+        train_set = ([series[i] for i in train_rows], [targets[i] for i in train_rows])
+        valid_set = ([series[i] for i in valid_rows], [targets[i] for i in valid_rows])
 
-    def validate(m):
-        correct, total, loss = 0, 0, 0.0
-        for batch in series_batches(*valid_set, batch_size=256, shuffle=False):
-            logits = m(batch.x, batch.lengths).logits
-            loss += F.cross_entropy(logits, batch.targets, reduction="sum").item()
-            correct += int((logits.argmax(-1) == batch.targets).sum())
-            total += len(batch.targets)
-        return {"valid_loss": loss / total, "valid_error": 100.0 * (1 - correct / total)}
+        def loss_fn(m, batch):
+            return LossOutput(F.cross_entropy(m(batch.x, batch.lengths).logits, batch.targets), len(batch.targets))
 
-    trainer = Trainer(
-        model,
-        config.train,
-        loss_fn=loss_fn,
-        train_batches=lambda epoch, gen, batch_size: series_batches(
-            *train_set, batch_size=batch_size, shuffle=True, generator=gen
-        ),
-        validate=validate,
-        on_best=lambda m, metrics: system.save(out_dir),
-        progress=progress,
-        log=log,
-    )
-    result = trainer.fit()
-    system.save(out_dir)
-    predictions = system.classify(test_series)
-    accuracy = 100.0 * sum(p == t for p, t in zip(predictions, test_targets, strict=True)) / len(test_targets)
-    row = {
-        "accuracy": accuracy,
-        "test_series": float(len(test_series)),
-        "valid_error": result.best.get("valid_error", float("nan")),
-        "steps": float(result.steps),
-        "epochs": float(result.epochs),
-        "train_seconds": result.seconds,
-        "total_seconds": time.perf_counter() - started,
-    }
-    (out_dir / "results.json").write_text(json.dumps({**row, "stopped_by": result.stopped_by}, indent=2) + "\n")
-    examples = [
-        (f"test series {i + 1}", labels[test_targets[i]], labels[predictions[i]])
-        for i in range(0, len(test_series), 37)
-    ]
-    return Report(row, examples)
+        def train_batches(epoch, generator, batch_size):
+            return series_batches(*train_set, batch_size=batch_size, shuffle=True, generator=generator)
+
+        def validate(m):
+            device = model_device(m)
+            correct, total, loss = 0, 0, 0.0
+            for batch in series_batches(*valid_set, batch_size=256, shuffle=False):
+                logits = m(batch.x.to(device), batch.lengths.to(device)).logits
+                targets = batch.targets.to(device)
+                loss += F.cross_entropy(logits, targets, reduction="sum").item()
+                correct += int((logits.argmax(-1) == targets).sum())
+                total += len(targets)
+            return {"valid_loss": loss / total, "valid_error": 100.0 * (1 - correct / total)}
+
+        def test_report() -> Report:
+            predictions = system.classify(test_series)
+            correct = sum(p == t for p, t in zip(predictions, test_targets, strict=True))
+            examples = [
+                (f"test series {i + 1}", labels[test_targets[i]], labels[predictions[i]])
+                for i in range(0, len(test_series), 37)
+            ]
+            return Report(
+                {"accuracy": 100.0 * correct / len(test_targets), "test_series": float(len(test_series))}, examples
+            )
+
+        return TrainingRun(
+            model,
+            loss_fn=loss_fn,
+            train_batches=train_batches,
+            validate=validate,
+            save=system.save,
+            test=test_report,
+            summary=(
+                f"data: {len(train_rows)} train / {len(valid_rows)} valid / {len(test_series)} test series, "
+                f"{len(mean)} channels, {len(labels)} classes"
+            ),
+            summary_model=f"{'fused' if model.rnn.fused else 'reference'} path",
+            valid_metric="valid_error",
+        )
+
+    return run_training(NAME, config, out_dir, prepare, progress=progress, log=log)
 
 
 def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:
@@ -260,8 +253,8 @@ def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:
     return {"accuracy": system.accuracy(data, source=data_path), "series": float(len(data.series))}
 
 
-def predict(checkpoint: Path, inputs: Sequence[str], *, beam_size: int | None = None, nbest: int = 1) -> list[str]:
-    """``FILE:N  LABEL`` for every series N (from 1) of each ``.ts`` file in ``inputs`` (beam_size, nbest unused)."""
+def predict(checkpoint: Path, inputs: Sequence[str]) -> list[str]:
+    """``FILE:N  LABEL`` for every series N (from 1) of each ``.ts`` file in ``inputs``."""
     system = VowelsSystem.load(checkpoint)
     lines = []
     for path in inputs:

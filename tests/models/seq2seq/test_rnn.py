@@ -133,7 +133,7 @@ def test_attention_models_do_read_the_memory(attention):
         _, final = torch_encoder(model, src, lengths)
         g = torch.Generator().manual_seed(5)
         noise = torch.randn(src.shape[0], src.shape[1], 2 * H, generator=g, dtype=torch.float64)
-        state = model.decoder.init_state(EncoderOutput(noise, final), model.encode(src, lengths).src_mask)
+        state = model.decoder.init_state(EncoderOutput(noise, final), model.encode(src, lengths).src_keep_mask)
         logits = model.decoder(tgt_in, state)[0].logits
     assert not torch.allclose(logits, expected)
 
@@ -211,7 +211,7 @@ def test_reorder_state_then_step_equals_step_then_reorder(cell, attention):
         got = (reordered.hidden.h, reordered.hidden.c) if cell == "lstm" else (reordered.hidden,)
         for mine, theirs in zip(got, hidden, strict=True):
             assert torch.equal(mine, theirs[:, index])  # (L, B', H): rows along dim 1
-        for name in ("memory", "keys", "src_mask"):
+        for name in ("memory", "keys", "src_keep_mask"):
             assert torch.equal(getattr(reordered, name), getattr(state, name)[index])
         if attention == "none":
             assert torch.equal(reordered.context, state.context[index])
@@ -344,8 +344,8 @@ def test_forward_keeps_no_hidden_state_between_calls():
         ({"decoder_layers": 0}, "decoder_layers (0) must be an integer >= 1"),
         ({"dropout": 1.0}, "dropout (1.0) must be in [0, 1)"),
         ({"dropout": -0.1}, "dropout (-0.1) must be in [0, 1)"),
-        ({"attention": "foo"}, "attention ('foo') must be additive, dot, scaled_dot, bilinear or none"),
-        ({"cell": "foo"}, "cell ('foo') must be one of rnn, gru, lstm"),
+        ({"attention": "foo"}, "attention ('foo') must be one of 'additive', 'dot', 'scaled_dot', 'bilinear', 'none'"),
+        ({"cell": "foo"}, "cell ('foo') must be one of 'rnn', 'gru', 'lstm'"),
     ],
 )
 def test_config_validation_messages(overrides, message):

@@ -528,10 +528,11 @@ def test_g2p_trains_a_transformer_through_the_cli(trained_cli):
         "target_vocab.json",
         "recipe.json",
         "results.json",
+        "metrics.jsonl",
     }
     assert stdout.strip().splitlines()[-1] == f"checkpoint: {out}"
     payload = json.loads((out / "config.json").read_text())
-    assert payload["model_type"] == "TransformerSeq2Seq"
+    assert payload["model_type"] == "transformer_seq2seq"
     model = payload["config"]
     assert (model["d_model"], model["num_heads"], model["d_ff"], model["encoder_layers"]) == (16, 2, 32, 1)
     assert json.loads((out / "recipe.json").read_text())["config"]["model"]["arch"] == "transformer"

@@ -24,13 +24,14 @@ from torch import Tensor, nn
 
 from seqlab.models.interfaces import Seq2SeqOutput, StepOutput, select_rows
 from seqlab.models.pretrained import PretrainedMixin
+from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
 from seqlab.nn.attention import AdditiveAttention, BilinearAttention, DotProductAttention
 from seqlab.nn.cells import LSTMState
 from seqlab.nn.recurrent import GRU, LSTM, RNN
+from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_special_ids
 
-CellName = Literal["rnn", "gru", "lstm"]
 AttentionName = Literal["additive", "dot", "scaled_dot", "bilinear", "none"]
-_LAYERS = {"rnn": RNN, "gru": GRU, "lstm": LSTM}
+ATTENTION_NAMES = ("additive", "dot", "scaled_dot", "bilinear", "none")
 
 
 @dataclass(frozen=True)
@@ -52,32 +53,21 @@ class RNNSeq2SeqConfig:
     eos_id: int = 2  # end-of-sequence symbol the decoder emits last
 
     def __post_init__(self) -> None:
-        sizes = (
-            "src_vocab_size",
-            "tgt_vocab_size",
-            "embedding_size",
-            "hidden_size",
-            "encoder_layers",
-            "decoder_layers",
+        for name in ("src_vocab_size", "tgt_vocab_size", "embedding_size", "hidden_size"):
+            check_int(name, getattr(self, name))
+        check_int("encoder_layers", self.encoder_layers)
+        check_int("decoder_layers", self.decoder_layers)
+        check_special_ids(
+            src_vocab_size=self.src_vocab_size,
+            tgt_vocab_size=self.tgt_vocab_size,
+            pad_id=self.pad_id,
+            bos_id=self.bos_id,
+            eos_id=self.eos_id,
         )
-        for name in sizes:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} ({value!r}) must be an integer >= 1")
-        for name in ("encoder_layers", "decoder_layers"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} ({getattr(self, name)!r}) must be an integer >= 1")
-        smallest = min(self.src_vocab_size, self.tgt_vocab_size)
-        for name, size in (("pad_id", smallest), ("bos_id", self.tgt_vocab_size), ("eos_id", self.tgt_vocab_size)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or not 0 <= value < size:
-                raise ValueError(f"{name} ({value!r}) must be in [0, {size})")
-        if self.cell not in _LAYERS:
-            raise ValueError(f"cell ({self.cell!r}) must be one of rnn, gru, lstm")
-        if self.attention not in ("additive", "dot", "scaled_dot", "bilinear", "none"):
-            raise ValueError(f"attention ({self.attention!r}) must be additive, dot, scaled_dot, bilinear or none")
-        if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout ({self.dropout!r}) must be in [0, 1)")
+        check_choice("cell", self.cell, RECURRENT_LAYERS)
+        check_bool("bidirectional", self.bidirectional)
+        check_choice("attention", self.attention, ATTENTION_NAMES)
+        check_probability("dropout", self.dropout)
 
 
 class EncoderOutput(NamedTuple):
@@ -91,13 +81,13 @@ class RNNDecoderState(NamedTuple):
     """What one decoding step needs: the decoder's recurrent state and the encoded source.
 
     hidden: (L, B, H), or LSTMState of two such tensors. memory: (B, S, C*H). keys: (B, S, Hk), the memory as the
-    score function sees it. src_mask: (B, S), True at real source steps. context: (B, C*H) fixed context, or None.
+    score function sees it. src_keep_mask: (B, S), True at real source steps. context: (B, C*H) fixed context, or None.
     """
 
     hidden: Tensor | LSTMState
     memory: Tensor
     keys: Tensor
-    src_mask: Tensor
+    src_keep_mask: Tensor
     context: Tensor | None
 
 
@@ -151,7 +141,7 @@ class AttentionDecoder(nn.Module):
         self.combine = nn.Linear(hidden_size + memory_size, hidden_size, bias=False)  # W_c
         self.output = nn.Linear(hidden_size, vocab_size)  # W_y, b_y
 
-    def init_state(self, encoded: EncoderOutput, src_mask: Tensor) -> RNNDecoderState:
+    def init_state(self, encoded: EncoderOutput, src_keep_mask: Tensor) -> RNNDecoderState:
         """s_0 from the encoder's final state; keys computed once per source."""
         B = encoded.final.shape[0]
         L, H = self.rnn.num_layers, self.rnn.hidden_size
@@ -159,7 +149,7 @@ class AttentionDecoder(nn.Module):
         hidden = LSTMState(s_0, torch.zeros_like(s_0)) if isinstance(self.rnn, LSTM) else s_0
         keys = encoded.memory if self.key_projection is None else self.key_projection(encoded.memory)
         context = encoded.final if self.attention is None else None
-        return RNNDecoderState(hidden, encoded.memory, keys, src_mask, context)
+        return RNNDecoderState(hidden, encoded.memory, keys, src_keep_mask, context)
 
     def forward(self, tgt_in: Tensor, state: RNNDecoderState) -> tuple[Seq2SeqOutput, RNNDecoderState]:
         embedded = self.dropout(self.embedding(tgt_in))  # (B, T, E)
@@ -171,7 +161,7 @@ class AttentionDecoder(nn.Module):
         if self.attention is None:
             context, weights = fixed, None
         else:
-            context, weights = self.attention(s, state.keys, state.memory, mask=state.src_mask)
+            context, weights = self.attention(s, state.keys, state.memory, mask=state.src_keep_mask)
         h_tilde = torch.tanh(self.combine(torch.cat([s, context], dim=-1)))  # (B, T, H)
         logits = self.output(self.dropout(h_tilde))  # (B, T, V)
         return Seq2SeqOutput(logits, weights), state._replace(hidden=hidden)
@@ -190,13 +180,14 @@ class RNNSeq2Seq(PretrainedMixin, nn.Module):
     """
 
     config_class: ClassVar[type] = RNNSeq2SeqConfig
+    model_type: ClassVar[str] = "rnn_seq2seq"
 
     def __init__(self, config: RNNSeq2SeqConfig) -> None:
         super().__init__()
         self.config = config
         H, E = config.hidden_size, config.embedding_size
         C = 2 if config.bidirectional else 1
-        layer = _LAYERS[config.cell]
+        layer = RECURRENT_LAYERS[config.cell]
         self.encoder = RNNEncoder(
             nn.Embedding(config.src_vocab_size, E, padding_idx=config.pad_id),
             layer(
@@ -221,15 +212,11 @@ class RNNSeq2Seq(PretrainedMixin, nn.Module):
             dropout=config.dropout,
         )
 
-    def encode(self, src: Tensor, src_lengths: Tensor, *, max_length: int | None = None) -> RNNDecoderState:
-        """Run the encoder; the returned state starts decoding. src (B, S), src_lengths (B,).
-
-        ``max_length`` (the most tokens decoding will produce) is part of the encode interface that
-        KV-cached models size their caches by; the recurrent state does not grow, so it is not needed here.
-        """
+    def encode(self, src: Tensor, src_lengths: Tensor) -> RNNDecoderState:
+        """Run the encoder; the returned state starts decoding. src (B, S), src_lengths (B,)."""
         S = src.shape[1]
-        src_mask = torch.arange(S, device=src.device) < src_lengths.to(src.device).unsqueeze(1)  # (B, S)
-        return self.decoder.init_state(self.encoder(src, src_lengths), src_mask)
+        src_keep_mask = torch.arange(S, device=src.device) < src_lengths.to(src.device).unsqueeze(1)  # (B, S)
+        return self.decoder.init_state(self.encoder(src, src_lengths), src_keep_mask)
 
     def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Seq2SeqOutput:
         output, _ = self.decoder(tgt_in, self.encode(src, src_lengths))
@@ -241,10 +228,13 @@ class RNNSeq2Seq(PretrainedMixin, nn.Module):
         return StepOutput(output.logits.squeeze(1), state)
 
     def reorder_state(self, state: RNNDecoderState, index: Tensor) -> RNNDecoderState:
-        """Rows ``index`` (B',) of the state: hidden is (L, B, H), everything else batch-first."""
-        return RNNDecoderState(
-            select_rows(state.hidden, index, dim=1),
-            *(select_rows(part, index) for part in state[1:]),
+        """Rows ``index`` (B',) of the state: hidden is (L, B, H) (batch at -2), everything else batch-first."""
+        return state._replace(
+            hidden=select_rows(state.hidden, index, dim=-2),
+            memory=select_rows(state.memory, index),
+            keys=select_rows(state.keys, index),
+            src_keep_mask=select_rows(state.src_keep_mask, index),
+            context=select_rows(state.context, index),
         )
 
 

@@ -114,6 +114,7 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
     """
 
     config_class: ClassVar[type] = TransformerSeq2SeqConfig
+    model_type: ClassVar[str] = "transformer_seq2seq"
 
     def __init__(self, config: TransformerSeq2SeqConfig) -> None:
         super().__init__()

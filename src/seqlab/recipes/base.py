@@ -1,0 +1,223 @@
+"""What every recipe shares: the ``Recipe`` protocol, the report, the run directory and the train skeleton.
+
+A recipe is one module of task logic (data, model, metrics) that satisfies :class:`Recipe`. It hands the shared
+skeleton (:func:`run_training`) a :class:`TrainingRun`, and the skeleton does the rest the same way for every
+task: seed, build, log one summary line, train with best-checkpoint saving, save, test, write ``results.json``.
+A run directory holds the model's own files (``config.json``, ``model.safetensors``), whatever the recipe adds
+(vocabularies, labels), ``recipe.json`` (the recipe's name and its whole sectioned config) and ``results.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+import typing
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol, TypeVar
+
+import torch
+from torch import nn
+
+from seqlab.errors import CheckpointError, ConfigError
+from seqlab.training.seeding import seed_everything
+from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
+
+RECIPE_FILE = "recipe.json"
+RESULTS_FILE = "results.json"
+
+ConfigT = TypeVar("ConfigT")
+
+
+class Report(NamedTuple):
+    """What ``seqlab train`` prints: the results row and (input, reference, prediction) examples from the test data."""
+
+    results: dict[str, float]
+    examples: list[tuple[str, str, str]]
+
+
+class Recipe(Protocol):
+    """A named task that ``seqlab train | evaluate | predict`` runs; a module with these members satisfies it.
+
+    Attributes:
+        NAME: the registry name (``seqlab train NAME``), also written to ``recipe.json``.
+        DESCRIPTION: one line for ``seqlab recipes``.
+        Config: a frozen dataclass whose fields are frozen section dataclasses (``data``, ``model``, ``train``, ...)
+            with defaults; ``Config()`` is the recipe's default setup.
+        PREDICT_OPTIONS: the keyword-only arguments ``predict`` takes (e.g. ``("beam_size", "nbest")``, or ``()``);
+            the command line passes an option only to a recipe that names it here, and refuses it otherwise.
+    """
+
+    NAME: str
+    DESCRIPTION: str
+    Config: type[Any]
+    PREDICT_OPTIONS: tuple[str, ...]
+
+    def train(self, config: Any, out_dir: Path, *, progress: bool = True, log: Callable[[str], None] = print) -> Report:
+        """Train on the config's data, leave the run directory in ``out_dir``, and report the test scores.
+
+        Raises: DataError or ConfigError (one line) before ``out_dir`` is created.
+        """
+        ...
+
+    def evaluate(self, checkpoint: Path, data_path: str) -> dict[str, float]:
+        """Scores of the run directory ``checkpoint`` on a data file in the task's standard format."""
+        ...
+
+    def predict(self, checkpoint: Path, inputs: Sequence[str], /, **options: Any) -> list[str]:
+        """Output lines for ``inputs``; ``options`` are exactly the recipe's ``PREDICT_OPTIONS`` (each optional)."""
+        ...
+
+
+RECIPE_MEMBERS = ("NAME", "DESCRIPTION", "Config", "PREDICT_OPTIONS", "train", "evaluate", "predict")  # of Recipe
+
+
+class TrainingRun(NamedTuple):
+    """A recipe's built model and the task functions around it, as :func:`run_training` uses them."""
+
+    model: nn.Module
+    loss_fn: Callable[[nn.Module, Any], LossOutput]  # (model, batch) -> LossOutput
+    train_batches: Callable[[int, torch.Generator, int], Iterable[Any]]  # (epoch, generator, batch_size) -> batches
+    validate: Callable[[nn.Module], dict[str, float]]  # model -> {"valid_loss": ..., ...}
+    save: Callable[[Path], None]  # writes the model and the task's own files (vocabularies, labels) into a directory
+    test: Callable[[], Report]  # scores and examples of the trained model on the test data
+    summary: str  # the data that was read, for the log line: "checkpoint: DIR; <summary>; model: N parameters"
+    summary_model: str = ""  # a note on the model, appended to the log line (e.g. the architecture or kernel path)
+    valid_metric: str = "valid_loss"  # the validation metric, at the best validation, reported in the results
+
+
+def run_training(
+    name: str,
+    config: Any,
+    out_dir: Path,
+    prepare: Callable[[], TrainingRun],
+    *,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+) -> Report:
+    """The train skeleton every recipe shares, for recipe ``name`` and its sectioned ``config`` (with a
+    ``train`` section, a ``TrainConfig``).
+
+    Seeds Python, NumPy and torch with ``config.train.seed``; calls ``prepare()`` (which reads the data, builds
+    the model and checks everything that can fail, so an error leaves no directory behind); creates ``out_dir``;
+    logs ``checkpoint: DIR; SUMMARY; model: N parameters[, SUMMARY_MODEL]``; trains with a :class:`Trainer`,
+    saving the run (``run.save`` and ``recipe.json``) each time validation improves; saves the best model; tests
+    it; writes ``results.json``.
+
+    Returns: Report(results, examples): the test scores, then the best ``valid_metric``, steps, epochs,
+        train_seconds and total_seconds (wall-clock seconds); ``results.json`` adds ``stopped_by``.
+    """
+    started = time.perf_counter()
+    train_config: TrainConfig = config.train
+    seed_everything(train_config.seed)
+    run = prepare()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    parameters = sum(p.numel() for p in run.model.parameters())
+    note = f", {run.summary_model}" if run.summary_model else ""
+    log(f"checkpoint: {out_dir}; {run.summary}; model: {parameters:,} parameters{note}")
+
+    def save() -> None:
+        run.save(out_dir)
+        save_recipe_file(out_dir, name, config)
+
+    trainer = Trainer(
+        run.model,
+        train_config,
+        loss_fn=run.loss_fn,
+        train_batches=run.train_batches,
+        validate=run.validate,
+        on_best=lambda model, record: save(),
+        progress=progress,
+        log=log,
+        run_dir=out_dir,
+    )
+    result = trainer.fit()
+    save()
+    tested = run.test()
+    row = {
+        **tested.results,
+        run.valid_metric: result.best.get(run.valid_metric, math.nan),
+        "steps": float(result.steps),
+        "epochs": float(result.epochs),
+        "train_seconds": result.seconds,
+        "total_seconds": time.perf_counter() - started,
+    }
+    (out_dir / RESULTS_FILE).write_text(json.dumps({**row, "stopped_by": result.stopped_by}, indent=2) + "\n")
+    return Report(row, tested.examples)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of the model's parameters, where its inputs must go (the trainer may have moved it)."""
+    return next(model.parameters()).device
+
+
+def save_recipe_file(directory: Path, name: str, config: Any) -> None:
+    """Write ``recipe.json``: the recipe's ``name`` and its sectioned ``config``, section by section."""
+    payload = {"recipe": name, "config": dataclasses.asdict(config)}
+    (directory / RECIPE_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def load_recipe_config(directory: Path, config_class: type[ConfigT]) -> ConfigT:
+    """The sectioned config saved in ``directory``'s ``recipe.json``, each section rebuilt (and validated) as its
+    dataclass.
+
+    Raises:
+        CheckpointError: the file is missing or unreadable, a section is missing, or a section has unknown or
+            invalid values (one line naming the file and the reason).
+    """
+    path = directory / RECIPE_FILE
+    section_types = typing.get_type_hints(config_class)
+    try:
+        saved = json.loads(path.read_text())["config"]
+        sections = {f.name: section_types[f.name](**saved[f.name]) for f in dataclasses.fields(config_class)}
+        return config_class(**sections)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise CheckpointError(f"{path}: not valid JSON") from None
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: bad recipe config ({e!s})") from None
+
+
+def recipe_name_of(directory: Path) -> str:
+    """The name of the recipe that wrote run directory ``directory``, from its ``recipe.json``.
+
+    Raises:
+        CheckpointError: the directory is missing or has no readable ``recipe.json``.
+    """
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: no such checkpoint directory")
+    path = directory / RECIPE_FILE
+    try:
+        name = json.loads(path.read_text())["recipe"]
+    except FileNotFoundError:
+        raise CheckpointError(f"{directory}: not a seqlab checkpoint (no {path.name})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+        raise CheckpointError(f"{path}: not a seqlab recipe file") from None
+    if not isinstance(name, str):
+        raise CheckpointError(f"{path}: not a seqlab recipe file")
+    return name
+
+
+def run_directory(requested: Path | None, recipe: str, *, overwrite: bool) -> Path:
+    """The run directory of ``seqlab train``: ``requested`` (``--out``; refused if it holds files, unless
+    ``overwrite``), else the first free ``runs/RECIPE``, ``runs/RECIPE-2``, ...
+
+    The recipe creates it only once its data and configuration have been checked, so a failed start leaves nothing.
+
+    Raises:
+        ConfigError: ``requested`` is a file, or a non-empty directory without ``overwrite``.
+    """
+    if requested is not None:
+        if requested.exists() and not requested.is_dir():
+            raise ConfigError(f"--out {requested}: exists and is not a directory")
+        if requested.is_dir() and any(requested.iterdir()) and not overwrite:
+            raise ConfigError(f"--out {requested}: already exists and is not empty; pass --overwrite to replace it")
+        return requested
+    candidate, n = Path("runs") / recipe, 1
+    while candidate.exists():
+        n += 1
+        candidate = Path("runs") / f"{recipe}-{n}"
+    return candidate

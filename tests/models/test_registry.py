@@ -1,0 +1,99 @@
+"""The model registry: config.json records a stable ``model_type`` and ``load_pretrained`` builds the class it names.
+
+Each registered model round-trips through ``load_pretrained`` (same class, config and weights); an unknown
+``model_type`` is one line; the class names that seqlab 0.1.0 wrote still load as aliases.
+"""
+
+import json
+import re
+
+import pytest
+import torch
+from torch import nn
+
+from seqlab.errors import CheckpointError
+from seqlab.models import (
+    MODEL_TYPES,
+    RNNSeq2Seq,
+    RNNSeq2SeqConfig,
+    Seq2VecClassifier,
+    Seq2VecClassifierConfig,
+    TransformerSeq2Seq,
+    TransformerSeq2SeqConfig,
+    load_pretrained,
+)
+from seqlab.models.pretrained import LEGACY_MODEL_TYPES, PretrainedMixin
+
+TINY = {
+    "rnn_seq2seq": RNNSeq2SeqConfig(7, 6, embedding_size=4, hidden_size=5, encoder_layers=1),
+    "transformer_seq2seq": TransformerSeq2SeqConfig(7, 6, d_model=8, num_heads=2, d_ff=12, encoder_layers=1),
+    "seq2vec_classifier": Seq2VecClassifierConfig(num_classes=3, input_size=2, hidden_size=4),
+}
+CLASSES = {
+    "rnn_seq2seq": RNNSeq2Seq,
+    "transformer_seq2seq": TransformerSeq2Seq,
+    "seq2vec_classifier": Seq2VecClassifier,
+}
+
+
+def save(tmp_path, model_type):
+    torch.manual_seed(0)
+    model = CLASSES[model_type](TINY[model_type])
+    directory = tmp_path / model_type
+    model.save_pretrained(directory)
+    return model, directory
+
+
+def test_every_registered_model_has_a_round_trip_case():
+    assert MODEL_TYPES == CLASSES
+
+
+@pytest.mark.parametrize("model_type", sorted(CLASSES))
+def test_load_pretrained_returns_the_saved_class_config_and_weights(tmp_path, model_type):
+    model, directory = save(tmp_path, model_type)
+    assert json.loads((directory / "config.json").read_text())["model_type"] == model_type
+    loaded = load_pretrained(directory)
+    assert type(loaded) is CLASSES[model_type]
+    assert loaded.config == model.config
+    assert not loaded.training
+    expected, got = model.state_dict(), loaded.state_dict()
+    assert expected.keys() == got.keys()
+    for name in expected:
+        assert torch.equal(got[name], expected[name]), name
+
+
+@pytest.mark.parametrize("model_type", sorted(CLASSES))
+def test_from_pretrained_of_another_class_is_refused_in_one_line(tmp_path, model_type):
+    _, directory = save(tmp_path, model_type)
+    other = RNNSeq2Seq if model_type != "rnn_seq2seq" else TransformerSeq2Seq
+    message = f"{directory / 'config.json'}: holds a {model_type!r} model, expected {other.model_type!r}"
+    with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
+        other.from_pretrained(directory)
+
+
+def test_unknown_model_type_is_one_line(tmp_path):
+    _, directory = save(tmp_path, "rnn_seq2seq")
+    config_path = directory / "config.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "model_type": "gpt"}))
+    message = f"{config_path}: unknown model_type 'gpt'; known: rnn_seq2seq, seq2vec_classifier, transformer_seq2seq"
+    with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
+        load_pretrained(directory)
+
+
+@pytest.mark.parametrize(("legacy", "model_type"), sorted(LEGACY_MODEL_TYPES.items()))
+def test_class_names_written_by_seqlab_0_1_load_as_aliases(tmp_path, legacy, model_type):
+    model, directory = save(tmp_path, model_type)
+    config_path = directory / "config.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "model_type": legacy}))
+    for loaded in (load_pretrained(directory), CLASSES[model_type].from_pretrained(directory)):
+        assert type(loaded) is CLASSES[model_type]
+        assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_taken_model_type_is_refused_at_class_definition():
+    with pytest.raises(TypeError, match=r"^model_type 'rnn_seq2seq' is taken by RNNSeq2Seq$"):
+
+        class Impostor(PretrainedMixin, nn.Module):
+            model_type = "rnn_seq2seq"
+
+    assert MODEL_TYPES["rnn_seq2seq"] is RNNSeq2Seq

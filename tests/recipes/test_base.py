@@ -1,0 +1,87 @@
+"""The recipe protocol, registry and shared helpers of ``seqlab.recipes.base``."""
+
+import dataclasses
+import inspect
+import json
+import re
+import types
+
+import pytest
+
+from seqlab.errors import CheckpointError, ConfigError
+from seqlab.recipes import RECIPES, g2p, get_recipe, recipe_of_checkpoint, register_recipe, vowels
+from seqlab.recipes.base import RECIPE_FILE, RECIPE_MEMBERS, Recipe, load_recipe_config, save_recipe_file
+from seqlab.training.trainer import TrainConfig
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_predict_takes_exactly_the_declared_options(name):
+    """The CLI passes only PREDICT_OPTIONS: each must be an optional keyword-only argument, and nothing else."""
+    recipe = RECIPES[name]
+    parameters = inspect.signature(recipe.predict).parameters.values()
+    keywords = [p for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    assert tuple(p.name for p in keywords) == recipe.PREDICT_OPTIONS
+    assert all(p.default is not inspect.Parameter.empty for p in keywords)
+    assert [p.kind for p in parameters if p.kind is not inspect.Parameter.KEYWORD_ONLY] == 2 * [
+        inspect.Parameter.POSITIONAL_OR_KEYWORD
+    ]  # (checkpoint, inputs)
+
+
+def test_recipe_members_name_the_whole_protocol():
+    methods = [name for name, value in vars(Recipe).items() if callable(value) and not name.startswith("_")]
+    assert set(RECIPE_MEMBERS) == {*Recipe.__annotations__, *methods}
+
+
+def test_the_registry_holds_the_shipped_recipes_by_name():
+    assert {"g2p": g2p, "vowels": vowels} == RECIPES
+    assert get_recipe("vowels") is vowels
+    with pytest.raises(ConfigError, match=r"^unknown recipe 'gpt'; available: g2p, vowels$"):
+        get_recipe("gpt")
+
+
+def test_register_refuses_a_taken_name_and_an_incomplete_recipe():
+    with pytest.raises(TypeError, match=r"^recipe name 'g2p' is taken by "):
+        register_recipe(g2p)
+    partial = types.SimpleNamespace(NAME="half", DESCRIPTION="", Config=object, train=print)
+    with pytest.raises(TypeError, match=r"is not a recipe: it lacks PREDICT_OPTIONS, evaluate, predict$"):
+        register_recipe(partial)
+    assert "half" not in RECIPES
+
+
+def test_a_sectioned_config_round_trips_through_the_recipe_file(tmp_path):
+    config = g2p.Config(
+        model=g2p.G2PModelConfig(arch="transformer", d_model=8, num_heads=2, dropout=0.0),
+        train=TrainConfig(lr=1e-2, batch_size=3, max_steps=7),
+        decode=g2p.G2PDecodeConfig(beam_size=2),
+    )
+    save_recipe_file(tmp_path, g2p.NAME, config)
+    assert json.loads((tmp_path / RECIPE_FILE).read_text()) == {"recipe": "g2p", "config": dataclasses.asdict(config)}
+    assert load_recipe_config(tmp_path, g2p.Config) == config
+    assert recipe_of_checkpoint(tmp_path) is g2p
+
+
+def test_a_recipe_file_missing_a_section_is_one_line(tmp_path):
+    save_recipe_file(tmp_path, vowels.NAME, vowels.Config())
+    path = tmp_path / RECIPE_FILE
+    saved = json.loads(path.read_text())
+    del saved["config"]["model"]
+    path.write_text(json.dumps(saved))
+    with pytest.raises(CheckpointError, match=f"^{re.escape(str(path))}: bad recipe config \\('model'\\)$"):
+        load_recipe_config(tmp_path, vowels.Config)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"arch": "lstm"}, "arch ('lstm') must be one of 'rnn', 'transformer'"),
+        ({"d_model": 10, "num_heads": 4}, "d_model (10) must be divisible by num_heads (4)"),
+        ({"d_model": 6, "num_heads": 2}, "rotary positions need an even head_dim, got 3"),
+        ({"attention_kind": "local"}, "window (None) must be set exactly when attention_kind is 'local'"),
+        ({"window": 0, "attention_kind": "local"}, "window (0) must be None or an integer >= 1"),
+        ({"cell": "tcn"}, "cell ('tcn') must be one of 'rnn', 'gru', 'lstm'"),
+    ],
+)
+def test_the_g2p_model_section_checks_its_own_fields(changes, message):
+    """Checked on the section itself (no dummy model config), for either arch."""
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        g2p.G2PModelConfig(**changes)
