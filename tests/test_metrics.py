@@ -3,6 +3,7 @@ import random
 
 import pytest
 
+from seqlab.data.vocab import Vocabulary
 from seqlab.metrics import G2PScores, g2p_scores, perplexity, phoneme_error_rate, word_error_rate
 
 
@@ -90,3 +91,17 @@ def test_perplexity():
         perplexity(1.0, 0)
     with pytest.raises(ValueError, match=r"^total_nll_nats \(-0.5\) must be >= 0$"):
         perplexity(-0.5, 2)
+
+
+def test_a_hypothesis_with_pad_or_bos_inside_is_an_error():
+    """Decoded through Vocabulary.decode, a PAD or BOS mid-word is an inserted symbol, not a silent gap."""
+    vocab = Vocabulary(["B", "AH", "T"])
+    B, AH, T = vocab.encode(["B", "AH", "T"])
+    reference = [[["B", "AH", "T"]]]
+    assert phoneme_error_rate([vocab.decode([B, AH, T, vocab.eos_id])], reference) == 0.0
+    for inserted in (vocab.pad_id, vocab.bos_id):
+        hypothesis = vocab.decode([B, inserted, AH, T, vocab.eos_id, vocab.eos_id])
+        assert phoneme_error_rate([hypothesis], reference) == pytest.approx(100 / 3)
+        assert word_error_rate([hypothesis], reference) == 100.0
+    replaced = vocab.decode([B, vocab.pad_id, T, vocab.eos_id])  # PAD in place of AH: a substitution
+    assert g2p_scores([replaced], reference) == G2PScores(pytest.approx(100 / 3), 100.0)

@@ -33,14 +33,22 @@ def test_encode_decode_round_trip(vocab):
     ids = vocab.encode(["HH", "AH", "L", "OW"], add_bos=True, add_eos=True)
     assert ids == [1, 5, 3, 6, 7, 2]
     assert vocab.encode(["B"]) == [4]
-    assert vocab.decode(ids) == ["HH", "AH", "L", "OW"]
+    assert vocab.decode(ids[1:]) == ["HH", "AH", "L", "OW"]  # a search's output row: no start token
     assert vocab.decode(ids, strip_special=False) == ["<s>", "HH", "AH", "L", "OW", "</s>"]
 
 
-def test_decode_stops_at_eos_and_drops_padding(vocab):
-    assert vocab.decode([1, 4, 0, 3, 2, 6, 6, 0]) == ["B", "AH"]
-    assert vocab.decode(torch.tensor([4, 3, 2, 0])) == ["B", "AH"]
+def test_decode_stops_at_the_first_eos(vocab):
+    assert vocab.decode([4, 3, 2, 6, 6, 0]) == ["B", "AH"]
+    assert vocab.decode(torch.tensor([4, 3, 2, 2, 2])) == ["B", "AH"]  # rows are padded with EOS
     assert vocab.decode([2, 4]) == []
+    assert vocab.decode([4, 3]) == ["B", "AH"]  # no EOS: every step counts
+
+
+def test_decode_keeps_pad_and_bos_before_eos_as_visible_symbols(vocab):
+    """A hypothesis with PAD or BOS inside is wrong, so they must survive decoding to be scored."""
+    assert vocab.decode([4, 0, 3, 2, 0]) == ["B", "<pad>", "AH"]
+    assert vocab.decode([1, 4, 3, 2]) == ["<s>", "B", "AH"]
+    assert vocab.decode([0, 0, 2]) == ["<pad>", "<pad>"]
 
 
 def test_decode_out_of_range(vocab):
