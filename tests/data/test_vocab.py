@@ -1,5 +1,6 @@
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -51,6 +52,12 @@ def test_decode_keeps_pad_and_bos_before_eos_as_visible_symbols(vocab):
     assert vocab.decode([0, 0, 2]) == ["<pad>", "<pad>"]
 
 
+def test_repr_shows_the_size_and_the_first_twelve_symbols(vocab):
+    assert repr(vocab) == "Vocabulary(8 symbols: <pad> <s> </s> AH B HH L OW)"
+    assert repr(Vocabulary("abcdefghij")) == "Vocabulary(13 symbols: <pad> <s> </s> a b c d e f g h i ...)"
+    assert repr(Vocabulary("abcdefghi")) == "Vocabulary(12 symbols: <pad> <s> </s> a b c d e f g h i)"
+
+
 def test_decode_out_of_range(vocab):
     with pytest.raises(ValueError, match=r"^id 8 is out of range for a vocabulary of 8 symbols$"):
         vocab.decode([3, 8])
@@ -88,6 +95,23 @@ def test_save_load_round_trip(tmp_path, vocab):
         assert loaded == original
         assert loaded.encode(original.symbols[3:]) == original.encode(original.symbols[3:])
     assert vocab != unicode_vocab
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
+
+
+@pytest.mark.parametrize("name", ["g2p_v0_1/source_vocab.json", "g2p_transformer_v0_1/target_vocab.json"])
+def test_save_writes_the_bytes_seqlab_0_1_wrote(tmp_path, name):
+    """Vocabulary files are part of every checkpoint: re-saving one written by seqlab 0.1.0 gives it back."""
+    Vocabulary.load(FIXTURES / name).save(tmp_path / "vocab.json")
+    assert (tmp_path / "vocab.json").read_bytes() == (FIXTURES / name).read_bytes()
+
+
+def test_save_writes_non_ascii_symbols_as_utf8(tmp_path):
+    Vocabulary(["é", "ß"]).save(tmp_path / "vocab.json")
+    assert (
+        tmp_path / "vocab.json"
+    ).read_bytes() == '{\n"symbols": [\n"<pad>",\n"<s>",\n"</s>",\n"é",\n"ß"\n]\n}\n'.encode()
 
 
 def test_load_missing(tmp_path):
