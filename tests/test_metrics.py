@@ -2,7 +2,10 @@ import math
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from seqlab.data.vocab import Vocabulary
 from seqlab.metrics import G2PScores, g2p_scores, perplexity, phoneme_error_rate, word_error_rate
 
 
@@ -90,3 +93,68 @@ def test_perplexity():
         perplexity(1.0, 0)
     with pytest.raises(ValueError, match=r"^total_nll_nats \(-0.5\) must be >= 0$"):
         perplexity(-0.5, 2)
+
+
+def test_a_hypothesis_with_pad_or_bos_inside_is_an_error():
+    """Decoded through Vocabulary.decode, a PAD or BOS mid-word is an inserted symbol, not a silent gap."""
+    vocab = Vocabulary(["B", "AH", "T"])
+    B, AH, T = vocab.encode(["B", "AH", "T"])
+    reference = [[["B", "AH", "T"]]]
+    assert phoneme_error_rate([vocab.decode([B, AH, T, vocab.eos_id])], reference) == 0.0
+    for inserted in (vocab.pad_id, vocab.bos_id):
+        hypothesis = vocab.decode([B, inserted, AH, T, vocab.eos_id, vocab.eos_id])
+        assert phoneme_error_rate([hypothesis], reference) == pytest.approx(100 / 3)
+        assert word_error_rate([hypothesis], reference) == 100.0
+    replaced = vocab.decode([B, vocab.pad_id, T, vocab.eos_id])  # PAD in place of AH: a substitution
+    assert g2p_scores([replaced], reference) == G2PScores(pytest.approx(100 / 3), 100.0)
+
+
+# Small alphabets so that generated sequences share symbols and edit distances are interesting.
+SEQUENCES = st.lists(st.sampled_from(["AA", "B", "CH"]), max_size=6)
+REFERENCES = st.lists(st.sampled_from(["AA", "B", "CH"]), min_size=1, max_size=6)
+PROPERTY = settings(max_examples=50, deadline=None)
+
+
+@PROPERTY
+@given(st.lists(REFERENCES, min_size=1, max_size=5))
+def test_identical_sequences_score_zero(words):
+    references = [[word] for word in words]
+    assert g2p_scores(words, references) == G2PScores(0.0, 0.0)
+
+
+@PROPERTY
+@given(REFERENCES, REFERENCES)
+def test_per_of_one_word_is_a_symmetric_distance_over_the_reference_length(a, b):
+    """PER * |r| / 100 is the edit distance, which is symmetric, zero only for equal sequences, and between
+    the length difference and the longer length."""
+    d_ab = phoneme_error_rate([a], [[b]]) * len(b) / 100
+    d_ba = phoneme_error_rate([b], [[a]]) * len(a) / 100
+    assert d_ab == pytest.approx(d_ba) == pytest.approx(brute_force_edit_distance(a, b))
+    assert (round(d_ab) == 0) == (a == b)
+    assert abs(len(a) - len(b)) <= round(d_ab) <= max(len(a), len(b))
+
+
+@PROPERTY
+@given(st.lists(st.tuples(SEQUENCES, st.lists(REFERENCES, min_size=1, max_size=3)), min_size=1, max_size=5))
+def test_wer_is_a_percentage_of_words_and_per_is_bounded(words):
+    hypotheses = [hypothesis for hypothesis, _ in words]
+    references = [variants for _, variants in words]
+    wer = word_error_rate(hypotheses, references)
+    assert 0.0 <= wer <= 100.0
+    assert wer * len(words) / 100 == pytest.approx(round(wer * len(words) / 100))
+    assert (wer == 0.0) == all(list(h) in [list(v) for v in vs] for h, vs in words)
+    per = phoneme_error_rate(hypotheses, references)
+    assert per >= 0.0 and (per == 0.0) == (wer == 0.0)
+
+
+@PROPERTY
+@given(SEQUENCES, st.lists(REFERENCES, min_size=1, max_size=4))
+def test_any_reference_rule_is_the_minimum_over_references(hypothesis, variants):
+    """Against several references a word scores as against its closest one (ties: the shortest)."""
+    alone = [
+        (phoneme_error_rate([hypothesis], [[v]]) * len(v) / 100, len(v), word_error_rate([hypothesis], [[v]]))
+        for v in variants
+    ]
+    distance, length, _ = min(alone, key=lambda score: (round(score[0]), score[1]))
+    assert phoneme_error_rate([hypothesis], [variants]) == pytest.approx(100 * distance / length)
+    assert word_error_rate([hypothesis], [variants]) == min(wer for _, _, wer in alone)

@@ -2,6 +2,8 @@ import random
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.testing import assert_close
 
 from seqlab.data.batching import BUCKET_BATCHES, Seq2SeqBatch, batch_iterator, collate_seq2seq
@@ -123,3 +125,40 @@ def test_batch_iterator_errors():
         batch_iterator(make_pairs(3), batch_size=0, shuffle=False)
     with pytest.raises(ValueError, match=r"^cannot batch an empty list of pairs$"):
         batch_iterator([], batch_size=2, shuffle=False)
+
+
+PAIRS = st.lists(
+    st.tuples(
+        st.lists(st.integers(3, 20), min_size=1, max_size=9),  # a source is never empty
+        st.lists(st.integers(3, 20), max_size=9),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(PAIRS, st.integers(1, 9), st.booleans(), st.booleans(), st.integers(0, 2**31 - 1))
+def test_epoch_properties(pairs, batch_size, shuffle, bucket, seed):
+    """Every pair once per epoch; each row holds its pair, its lengths, BOS/EOS, and pad_id everywhere else."""
+    pad_id, bos_id, eos_id = 0, 1, 2
+    batches = epoch(
+        pairs, batch_size=batch_size, shuffle=shuffle, bucket=bucket, generator=torch.Generator().manual_seed(seed)
+    )
+    indices = [i for batch in batches for i in batch.indices.tolist()]
+    assert sorted(indices) == list(range(len(pairs)))
+    sizes = sorted(len(batch.indices) for batch in batches)
+    assert sizes[1:] == [batch_size] * (len(batches) - 1) and 1 <= sizes[0] <= batch_size
+    for batch in batches:
+        rows = batch.indices.tolist()
+        assert batch.src.shape[1] == max(len(pairs[i][0]) for i in rows)
+        assert batch.tgt_in.shape[1] == batch.tgt_out.shape[1] == max(len(pairs[i][1]) for i in rows) + 1
+        for b, i in enumerate(rows):
+            source, target = pairs[i]
+            S, n = len(source), len(target)
+            assert batch.src_lengths[b] == S and batch.tgt_lengths[b] == n + 1
+            assert batch.src[b, :S].tolist() == source
+            assert batch.tgt_in[b, : n + 1].tolist() == [bos_id, *target]
+            assert batch.tgt_out[b, : n + 1].tolist() == [*target, eos_id]
+            assert (batch.src[b, S:] == pad_id).all()
+            assert (batch.tgt_in[b, n + 1 :] == pad_id).all() and (batch.tgt_out[b, n + 1 :] == pad_id).all()

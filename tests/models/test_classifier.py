@@ -78,12 +78,19 @@ def test_every_pooling_and_cell_trains_and_gradients_reach_every_parameter(cell,
         assert p.grad.abs().sum() > 0, name
 
 
-def test_dropout_is_inactive_in_eval():
-    model = make_model(dropout=0.5, pooling="attention")
+@pytest.mark.parametrize("cell", CELLS)
+def test_dropout_is_inactive_in_eval_against_a_dropout_free_twin(cell):
+    """Same weights, dropout 0: equal in eval (dropout off), different in training (dropout on)."""
+    model = make_model(cell=cell, dropout=0.5, pooling="attention")
+    twin = make_model(cell=cell, dropout=0.0, pooling="attention", seed=1)
+    twin.load_state_dict(model.state_dict())
     x, lengths = make_batch()
-    assert_close(model(x, lengths).logits, model(x, lengths).logits, rtol=0, atol=0)
+    assert_close(model(x, lengths).logits, twin(x, lengths).logits, rtol=0, atol=0)
     model.train()
-    assert not torch.equal(model(x, lengths).logits, model(x, lengths).logits)
+    twin.train()
+    torch.manual_seed(0)
+    assert not torch.equal(model(x, lengths).logits, twin(x, lengths).logits)
+    assert_close(twin(x, lengths).logits, twin.eval()(x, lengths).logits, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize(

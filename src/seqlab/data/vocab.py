@@ -98,9 +98,12 @@ class Vocabulary:
     def decode(self, ids: Iterable[int], *, strip_special: bool = True) -> list[str]:
         """Symbols of ``ids`` (ints or a 1-D tensor).
 
-        With ``strip_special`` (the default) decoding stops at the first EOS and drops PAD and BOS, which
-        turns a decoder's padded output row into the predicted sequence; otherwise every id is mapped,
-        specials included.
+        With ``strip_special`` (the default) decoding stops at the first EOS, which is dropped with everything
+        after it: a search's output row (``SearchOutput.tokens``, which holds no start token and is padded with
+        EOS) becomes the predicted sequence. PAD and BOS before that EOS are kept as ``<pad>`` and ``<s>``:
+        a model that emits them has made an error, and a reference never contains them, so they count as
+        errors in the phoneme and word error rates instead of vanishing. Otherwise every id is mapped, EOS
+        and what follows included.
 
         Raises:
             ValueError: if an id is outside [0, len(self)).
@@ -110,11 +113,8 @@ class Vocabulary:
             index = int(index)
             if not 0 <= index < len(self._symbols):
                 raise ValueError(f"id {index} is out of range for a vocabulary of {len(self)} symbols")
-            if strip_special:
-                if index == self.eos_id:
-                    break
-                if index in (self.pad_id, self.bos_id):
-                    continue
+            if strip_special and index == self.eos_id:
+                break
             decoded.append(self._symbols[index])
         return decoded
 

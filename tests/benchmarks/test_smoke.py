@@ -1,0 +1,63 @@
+"""The benchmark scripts run end to end at the smallest shapes and print their tables (never timed here)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def flags(values: dict[str, object]) -> list[str]:
+    return [item for flag, value in values.items() for item in (flag, str(value))]
+
+
+SMOKE = {
+    "recurrent.py": (
+        ["--shapes", "2,3,2,4,1", "2,2,2,4,2", *flags({"--repeats": 2, "--warmup": 0, "--threads": 1})],
+        ["shape (B,T,E,H,L)", "tokens/s IQR", "ratio IQR"],
+    ),
+    "attention.py": (
+        flags(
+            {"--max-T": 8, "--batch": 1, "--heads": 1, "--head-dim": 2, "--window": 2, "--decode-batch": 2}
+            | {"--new-tokens": 2, "--repeats": 1, "--warmup": 0, "--threads": 1}
+        ),
+        ["T path", "vs no cache", "same tokens on every path: yes"],
+    ),
+}
+
+
+@pytest.mark.parametrize("script", sorted(SMOKE))
+def test_benchmark_runs_and_prints_its_table(script):
+    arguments, expected = SMOKE[script]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *arguments],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    for text in expected:
+        assert text in result.stdout, f"{text!r} missing from:\n{result.stdout}"
+    if script == "recurrent.py":
+        rows = [line for line in result.stdout.splitlines() if line.startswith(("2,3,2,4,1 ", "2,2,2,4,2 "))]
+        # 2 shapes x 3 cases x (4 families x 3 rows + 2 reference-only variants)
+        assert len(rows) == 2 * 3 * 14
+        assert {line.split()[-1] for line in rows if " torch.nn " in line} == {"1.00-1.00"}
+
+
+def test_recurrent_benchmark_refuses_a_bad_shape():
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "recurrent.py"), "--shapes", "2,3,2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "expected B,T,E,H,L (five integers), got '2,3,2'" in result.stderr

@@ -1,0 +1,136 @@
+"""teacher_forcing_loss against losses computed by hand, token by token.
+
+The model is a fake whose logits are a parameter, so the loss and its gradient can be checked per position.
+"""
+
+from typing import NamedTuple
+
+import pytest
+import torch
+from torch import nn
+
+from seqlab.data.batching import collate_seq2seq
+from seqlab.training.objectives import teacher_forcing_loss
+
+V = 8
+PAD, BOS, EOS = 0, 1, 2
+PAIRS = [([3, 4, 5], [3, 4, 5, 6]), ([4], [5]), ([6, 3], [6, 3, 4])]  # targets of 4, 1 and 3 tokens
+
+
+class FakeOutput(NamedTuple):
+    logits: torch.Tensor
+
+
+class FakeModel(nn.Module):
+    """Returns its own logits (B, T, V), after checking that it was called with the batch's tensors."""
+
+    def __init__(self, logits: torch.Tensor, batch) -> None:
+        super().__init__()
+        self.logits = nn.Parameter(logits.clone())
+        self.batch = batch
+
+    def forward(self, src, src_lengths, tgt_in):
+        assert src is self.batch.src and src_lengths is self.batch.src_lengths and tgt_in is self.batch.tgt_in
+        return FakeOutput(self.logits)
+
+
+def make_batch(pad_id: int = PAD):
+    return collate_seq2seq(PAIRS, pad_id=pad_id, bos_id=BOS, eos_id=EOS)
+
+
+def random_logits(batch, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    B, T = batch.tgt_out.shape
+    return torch.randn(B, T, V, generator=generator, dtype=torch.float64)
+
+
+def real_positions(batch) -> list[tuple[int, int]]:
+    """(b, t) of every real target token, from the lengths alone (not from comparing with pad_id)."""
+    return [(b, t) for b, n in enumerate(batch.tgt_lengths.tolist()) for t in range(n)]
+
+
+def log_softmax_by_hand(row: torch.Tensor) -> torch.Tensor:
+    return row - torch.log(torch.exp(row).sum())
+
+
+def masked_nll_by_hand(logits, batch) -> torch.Tensor:
+    positions = real_positions(batch)
+    total = sum(-log_softmax_by_hand(logits[b, t])[batch.tgt_out[b, t]] for b, t in positions)
+    return total / len(positions)
+
+
+def smoothed_loss_by_hand(logits, batch, eps: float) -> torch.Tensor:
+    """torch's form: the target distribution (1 - eps) one-hot + eps / V over all V classes, so per token
+    (1 - eps) * (-log p_y) + eps * mean over the V classes of -log p_c; averaged over the real tokens."""
+    positions = real_positions(batch)
+    total = 0.0
+    for b, t in positions:
+        log_p = log_softmax_by_hand(logits[b, t])
+        total = total + (1 - eps) * -log_p[batch.tgt_out[b, t]] + eps * (-log_p).sum() / V
+    return total / len(positions)
+
+
+def test_batch_has_padding():
+    batch = make_batch()
+    assert len(real_positions(batch)) < batch.tgt_out.numel()  # the tests below exercise the padding
+
+
+@pytest.mark.parametrize("pad_id", [PAD, 7])  # 7: a pad id no real token uses
+def test_loss_is_the_masked_token_nll(pad_id):
+    batch = make_batch(pad_id)
+    logits = random_logits(batch)
+    result = teacher_forcing_loss(FakeModel(logits, batch), batch, pad_id=pad_id)
+    torch.testing.assert_close(result.loss, masked_nll_by_hand(logits, batch))
+    assert result.num_tokens == len(real_positions(batch)) == 4 + 1 + 3 + 3  # each target plus EOS
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.5])
+def test_label_smoothed_loss_is_the_smoothed_target_cross_entropy(eps):
+    batch = make_batch()
+    logits = random_logits(batch)
+    result = teacher_forcing_loss(FakeModel(logits, batch), batch, label_smoothing=eps)
+    expected = smoothed_loss_by_hand(logits, batch, eps)
+    torch.testing.assert_close(result.loss, expected)
+    # The same number written as (1 - eps) * NLL + eps * (mean over real tokens of the mean over V of -log p).
+    positions = real_positions(batch)
+    uniform = sum(-log_softmax_by_hand(logits[b, t]).mean() for b, t in positions) / len(positions)
+    torch.testing.assert_close(result.loss, (1 - eps) * masked_nll_by_hand(logits, batch) + eps * uniform)
+    assert not torch.isclose(result.loss, masked_nll_by_hand(logits, batch))
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.2])
+def test_padded_logits_change_neither_loss_nor_gradients(eps):
+    batch = make_batch()
+    logits = random_logits(batch)
+    padded = torch.ones_like(batch.tgt_out, dtype=torch.bool)
+    for b, t in real_positions(batch):
+        padded[b, t] = False
+    changed = logits.clone()
+    changed[padded] = random_logits(batch, seed=1)[padded] * 100.0
+
+    results, grads = [], []
+    for values in (logits, changed):
+        model = FakeModel(values, batch)
+        result = teacher_forcing_loss(model, batch, label_smoothing=eps)
+        result.loss.backward()
+        results.append(result.loss.detach())
+        grads.append(model.logits.grad)
+    torch.testing.assert_close(results[1], results[0], rtol=0, atol=0)
+    torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)
+    assert grads[0][padded].abs().max() == 0.0
+    assert grads[0][~padded].abs().min() > 0.0
+
+
+def test_gradient_is_softmax_minus_target_over_the_token_count():
+    """d loss / d logits[b, t] = (softmax - smoothed one-hot) / N at every real position (N real tokens)."""
+    eps = 0.1
+    batch = make_batch()
+    logits = random_logits(batch)
+    model = FakeModel(logits, batch)
+    teacher_forcing_loss(model, batch, label_smoothing=eps).loss.backward()
+    positions = real_positions(batch)
+    for b, t in positions:
+        target = torch.full((V,), eps / V, dtype=torch.float64)
+        target[batch.tgt_out[b, t]] += 1 - eps
+        expected = (torch.softmax(logits[b, t], dim=0) - target) / len(positions)
+        torch.testing.assert_close(model.logits.grad[b, t], expected)
