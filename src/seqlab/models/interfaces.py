@@ -35,6 +35,23 @@ class StepModel(Protocol):
     def reorder_state(self, state: Any, index: Tensor) -> Any: ...
 
 
+class LanguageModelStepModel(StepModel, Protocol):
+    """A decoder-only language model (RNN or GPT) that generation can drive: a prompt, then one token at a time.
+
+    ``prefill(input_ids, keep_mask)``: input_ids (B, T) prompts, left-padded to a common length; keep_mask
+    (B, T) bool, True at real tokens (None = all real). Every row must have at least one real token. Returns
+    ``StepOutput(logits (B, V) of the token after each row's last prompt token, state)``, where padding changed
+    nothing: each row's logits equal those of its prompt alone (positions count real tokens only).
+    ``step`` and ``reorder_state`` then continue as for any ``StepModel``.
+    ``context_length``: the most tokens (prompt + generated) the model can attend to, or None when unbounded
+    (a recurrent model carries its state instead).
+    """
+
+    context_length: int | None
+
+    def prefill(self, input_ids: Tensor, keep_mask: Tensor | None = None) -> StepOutput: ...
+
+
 class Seq2SeqOutput(NamedTuple):
     """logits (B, T, V) for every target step; attention (B, T, S) cross-attention weights, or None when not
     requested or not formed (the fixed-context model)."""
