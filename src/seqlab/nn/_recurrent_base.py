@@ -4,8 +4,9 @@
 directions and steps: ``input_projection(x)`` for all steps at once, then ``recurrence()`` (the step with its
 parameters bound) once per time step. A padded step keeps the old state, so each sequence's final state is
 taken at its true length and the backward direction starts fresh at its true last step. ``run_fused`` hands
-the same parameters to one of PyTorch's fused RNN kernels. ``RecurrentBase`` validates the configuration and
-the inputs, picks the path (``fused``) and converts layers to and from torch.nn.
+the same parameters to one of PyTorch's fused RNN kernels (through ``seqlab.nn.functional.fused_rnn``).
+``RecurrentBase`` validates the configuration and the inputs, picks the path (``fused``) and converts layers to
+and from torch.nn.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from seqlab.nn.cells import RECURRENT_INITS, LSTMState
+from seqlab.nn.functional.fused_rnn import fused_kernels_available, fused_rnn, fused_rnn_packed
 
 State = Tensor | LSTMState
 MERGE_MODES = ("concat", "sum", "mean", "mul")
@@ -184,7 +186,7 @@ def run_reference(
 
 
 def run_fused(
-    kernel: Callable[..., tuple[Tensor, ...]],
+    kernel: str,
     cells: Sequence[nn.Module],
     x: Tensor,
     lengths: Tensor | None,
@@ -198,16 +200,23 @@ def run_fused(
     batch_first: bool,
     merge_mode: str,
 ) -> tuple[Tensor, State]:
-    """The fused path: ``kernel`` (``torch._VF.lstm`` etc.) on the cells' parameters in torch's flat order,
+    """The fused path: ``kernel`` ("lstm", "gru", "rnn_tanh" or "rnn_relu", see ``seqlab.nn.functional.fused_rnn``)
+    on the cells' parameters in torch's flat order,
     on packed sequences when lengths are given; same inputs and results as ``run_reference``. A merge mode
     other than concat is applied to the kernel's [forward, backward] output, which is exact for one layer."""
     weights = [getattr(cell, name, None) for cell in cells for name in _FLAT_WEIGHT_NAMES]
     weights = [w for w in weights if w is not None]
     # The kernel reads a projection from h and c having different sizes.
     hx = tuple(state) if isinstance(state, LSTMState) else state
-    options = (bias, num_layers, dropout, training, bidirectional)
+    options = {
+        "bias": bias,
+        "num_layers": num_layers,
+        "dropout": dropout,
+        "training": training,
+        "bidirectional": bidirectional,
+    }
     if lengths is None:
-        result = kernel(x, hx, weights, *options, batch_first)
+        result = fused_rnn(kernel, x, hx, weights, batch_first=batch_first, **options)
         outputs = result[0]
     else:
         packed = pack_padded_sequence(x, lengths.cpu(), batch_first=batch_first, enforce_sorted=False)
@@ -216,7 +225,7 @@ def run_fused(
             hx = tuple(part.index_select(1, sorted_indices) for part in hx)
         else:
             hx = hx.index_select(1, sorted_indices)
-        result = kernel(packed.data, packed.batch_sizes, hx, weights, *options)
+        result = fused_rnn_packed(kernel, packed.data, packed.batch_sizes, hx, weights, **options)
         out_packed = PackedSequence(result[0], packed.batch_sizes, sorted_indices, unsorted_indices)
         total_length = x.shape[1] if batch_first else x.shape[0]
         outputs, _ = pad_packed_sequence(out_packed, batch_first=batch_first, total_length=total_length)
@@ -231,6 +240,7 @@ class RecurrentBase(nn.Module):
 
     torch_class: type[nn.RNNBase]
     has_cell_state = False  # True for the LSTM, whose state is LSTMState(h, c)
+    fused_kernel: str  # the kernel's name in seqlab.nn.functional.fused_rnn.KERNEL_NAMES
 
     def __init__(
         self,
@@ -294,11 +304,12 @@ class RecurrentBase(nn.Module):
 
     @property
     def fused(self) -> bool:
-        """True when forward runs PyTorch's fused kernel, False when it runs the reference time loop."""
+        """True when forward runs PyTorch's fused kernel, False when it runs the reference time loop: the
+        configuration has torch.nn semantics and the kernels accept seqlab's call (``fused_kernels_available``)."""
         lacking = self._options_torch_lacks()
         if self.num_layers == 1:
             lacking.pop("merge_mode", None)  # the kernel's [forward, backward] output is merged afterwards
-        return self.use_fused and not lacking
+        return self.use_fused and not lacking and fused_kernels_available()
 
     def _options_torch_lacks(self) -> dict[str, object]:
         """The options set to something torch.nn's layer cannot compute, by name."""
@@ -326,7 +337,7 @@ class RecurrentBase(nn.Module):
         options = {"batch_first": self.batch_first, "dropout": self.dropout, "training": self.training}
         if self.fused:
             outputs, final_state = run_fused(
-                self._fused_kernel(),
+                self.fused_kernel,
                 self.cells,
                 x,
                 lengths,

@@ -228,7 +228,7 @@ class MultiHeadAttention(nn.Module):
             kdim=module.kdim,
             vdim=module.vdim,
         ).to(dtype=weight.dtype, device=weight.device)
-        if module._qkv_same_embed_dim:
+        if module.in_proj_weight is not None:
             w_q, w_k, w_v = module.in_proj_weight.chunk(3)  # (D, D) each
         else:
             w_q, w_k, w_v = module.q_proj_weight, module.k_proj_weight, module.v_proj_weight
@@ -263,7 +263,7 @@ class MultiHeadAttention(nn.Module):
             dtype=weight.dtype,
         )
         with torch.no_grad():
-            if module._qkv_same_embed_dim:
+            if module.in_proj_weight is not None:
                 module.in_proj_weight.copy_(torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]))
             else:
                 module.q_proj_weight.copy_(self.q_proj.weight)
