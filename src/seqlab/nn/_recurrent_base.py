@@ -22,6 +22,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from seqlab.nn.cells import RECURRENT_INITS, LSTMState
 from seqlab.nn.functional.fused_rnn import fused_kernels_available, fused_rnn, fused_rnn_packed
+from seqlab.validation import check_choice, check_int, check_probability
 
 State = Tensor | LSTMState
 MERGE_MODES = ("concat", "sum", "mean", "mul")
@@ -260,17 +261,13 @@ class RecurrentBase(nn.Module):
         proj_size: int = 0,
     ) -> None:
         super().__init__()
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
-        for name, p in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
-            if not 0.0 <= p < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {p}")
-        if merge_mode not in MERGE_MODES:
-            raise ValueError(f"merge_mode must be one of {MERGE_MODES}, got {merge_mode!r}")
+        check_int("num_layers", num_layers)
+        check_probability("dropout", dropout)
+        check_probability("recurrent_dropout", recurrent_dropout)
+        check_choice("merge_mode", merge_mode, MERGE_MODES)
         if merge_mode != "concat" and not bidirectional:
             raise ValueError(f"merge_mode={merge_mode!r} needs bidirectional=True: one direction has nothing to merge")
-        if recurrent_init not in RECURRENT_INITS:
-            raise ValueError(f"recurrent_init must be one of {RECURRENT_INITS}, got {recurrent_init!r}")
+        check_choice("recurrent_init", recurrent_init, RECURRENT_INITS)
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.num_layers = num_layers

@@ -20,17 +20,10 @@ import torch
 from torch import nn
 
 from seqlab.nn._recurrent_base import RecurrentBase, RecurrentOutput
-from seqlab.nn.cells import GRUCell, LSTMCell, RNNCell, orthogonal_gate_blocks_
+from seqlab.nn.cells import GRUCell, LSTMCell, RNNCell
 from seqlab.nn.layer_norm_cells import LayerNormGRUCell, LayerNormLSTMCell
 
 __all__ = ["GRU", "LSTM", "RNN", "RecurrentOutput"]
-
-
-def _with_recurrent_init(cell: LayerNormLSTMCell | LayerNormGRUCell, recurrent_init: str) -> nn.Module:
-    """A layer-norm cell (which always starts from the uniform init) with ``recurrent_init`` applied."""
-    if recurrent_init == "orthogonal":
-        orthogonal_gate_blocks_(cell.weight_hh, cell.num_gates)
-    return cell
 
 
 class RNN(RecurrentBase):
@@ -178,10 +171,15 @@ class LSTM(RecurrentBase):
 
         def make_cell(size: int) -> nn.Module:
             if layer_norm:
-                cell = LayerNormLSTMCell(
-                    size, hidden_size, bias=bias, forget_bias=forget_bias, device=device, dtype=dtype
+                return LayerNormLSTMCell(
+                    size,
+                    hidden_size,
+                    bias=bias,
+                    forget_bias=forget_bias,
+                    recurrent_init=recurrent_init,
+                    device=device,
+                    dtype=dtype,
                 )
-                return _with_recurrent_init(cell, recurrent_init)
             return LSTMCell(
                 size,
                 hidden_size,
@@ -270,8 +268,15 @@ class GRU(RecurrentBase):
 
         def make_cell(size: int) -> nn.Module:
             if layer_norm:
-                cell = LayerNormGRUCell(size, hidden_size, bias=bias, variant=variant, device=device, dtype=dtype)
-                return _with_recurrent_init(cell, recurrent_init)
+                return LayerNormGRUCell(
+                    size,
+                    hidden_size,
+                    bias=bias,
+                    variant=variant,
+                    recurrent_init=recurrent_init,
+                    device=device,
+                    dtype=dtype,
+                )
             return GRUCell(
                 size,
                 hidden_size,
