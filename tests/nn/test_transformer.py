@@ -105,7 +105,7 @@ def test_decoder_layer_matches_torch(norm_first, activation):
     memory_mask = _keep_mask([5, 2, 4], S)
     tgt_mask = nn.Transformer.generate_square_subsequent_mask(T, dtype=torch.float64)
     expected = reference(x, memory, tgt_mask=tgt_mask, tgt_is_causal=True, memory_key_padding_mask=~memory_mask)
-    out = layer(x, memory, memory_mask=memory_mask)
+    out = layer(x, memory, memory_keep_mask=memory_mask)
     assert_close(out.output, expected, **EXACT)
     assert out.cache is None and out.cross_weights is None
 
@@ -152,10 +152,10 @@ def test_decoder_stack_matches_torch(norm_first):
     memory_mask = _keep_mask([3, 5, 1], S)
     tgt_mask = nn.Transformer.generate_square_subsequent_mask(T, dtype=torch.float64)
     expected = reference(x, memory, tgt_mask=tgt_mask, tgt_is_causal=True, memory_key_padding_mask=~memory_mask)
-    out = decoder(x, memory, memory_mask=memory_mask)
+    out = decoder(x, memory, memory_keep_mask=memory_mask)
     assert_close(out.output, expected, **EXACT)
     assert out.caches is None and out.cross_weights is None
-    weights = decoder(x, memory, memory_mask=memory_mask, need_weights=True).cross_weights
+    weights = decoder(x, memory, memory_keep_mask=memory_mask, need_weights=True).cross_weights
     assert len(weights) == 2 and weights[1].shape == (B, N, T, S)
     assert_close(weights[1].sum(-1), torch.ones(B, N, T, dtype=torch.float64), **EXACT)
     assert (weights[1].masked_select(~memory_mask[:, None, None, :]) == 0).all()
@@ -167,13 +167,13 @@ def test_cached_decoding_one_token_at_a_time_equals_full_forward(norm_first):
     x = torch.randn(B, T, D, dtype=torch.float64)
     memory = torch.randn(B, S, D, dtype=torch.float64)
     memory_mask = _keep_mask([5, 2, 3], S)
-    full = decoder(x, memory, memory_mask=memory_mask)
+    full = decoder(x, memory, memory_keep_mask=memory_mask)
 
     memory_kv = decoder.project_memory(memory)  # once per source
     caches = decoder.empty_caches(B, T, dtype=torch.float64)
     steps = []
     for t in range(T):
-        step = decoder(x[:, t : t + 1], memory_kv, memory_mask=memory_mask, caches=caches)
+        step = decoder(x[:, t : t + 1], memory_kv, memory_keep_mask=memory_mask, caches=caches)
         caches = step.caches
         steps.append(step.output)
     assert_close(torch.cat(steps, dim=1), full.output, **EXACT)
@@ -217,7 +217,7 @@ def test_decoder_layer_returns_cache_and_cross_weights():
     memory = torch.randn(B, S, D, dtype=torch.float64)
     memory_mask = _keep_mask([5, 2, 3], S)
     cache = KVCache.empty(B, N, T + 1, D // N, dtype=torch.float64)
-    out = layer(x, memory, memory_mask=memory_mask, cache=cache, need_weights=True)
+    out = layer(x, memory, memory_keep_mask=memory_mask, cache=cache, need_weights=True)
     assert out.cache.length == T
     k, _ = layer.self_attn.project_key_value(x)  # post-LN: self-attention sees x itself
     assert_close(out.cache.keys_so_far, k, **EXACT)
@@ -261,7 +261,7 @@ def test_padding_never_changes_real_positions(norm_first):
     tgt = torch.randn(B, T, D, dtype=torch.float64)
     keep = _keep_mask(lengths, S)
     memory = encoder(src, keep_mask=keep)
-    out = decoder(tgt, memory, memory_mask=keep).output
+    out = decoder(tgt, memory, memory_keep_mask=keep).output
     for b, length in enumerate(lengths):
         alone = encoder(src[b : b + 1, :length])
         assert_close(memory[b : b + 1, :length], alone, **EXACT)
@@ -285,10 +285,10 @@ def test_dropout_acts_in_training_only():
 
 def test_attention_kind_and_window_reach_self_attention_only():
     layer = TransformerDecoderLayer(D, N, D_FF, attention_kind="local", window=2)
-    assert (layer.self_attn.kind, layer.self_attn.window, layer.self_attn.dropout) == ("local", 2, 0.0)
-    assert (layer.cross_attn.kind, layer.cross_attn.dropout, layer.dropout1.p) == ("full", 0.1, 0.1)
+    assert (layer.self_attn.attention_kind, layer.self_attn.window, layer.self_attn.dropout) == ("local", 2, 0.0)
+    assert (layer.cross_attn.attention_kind, layer.cross_attn.dropout, layer.dropout1.p) == ("full", 0.1, 0.1)
     encoder_layer = TransformerEncoderLayer(D, N, D_FF, attention_kind="linear")
-    assert encoder_layer.self_attn.kind == "linear"
+    assert encoder_layer.self_attn.attention_kind == "linear"
 
 
 def test_local_attention_with_a_window_covering_every_key_equals_full_attention():

@@ -1,9 +1,9 @@
 """Building blocks: recurrent cells and layers, attention, pooling, Transformer layers. No I/O, no training, no CLI."""
 
-from seqlab.nn.attention import AdditiveAttention, Attention, AttentionOutput, BilinearAttention, DotProductAttention
+from seqlab.nn.attention import AdditiveAttention, Attention, BilinearAttention, DotProductAttention
 from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState, RNNCell
 from seqlab.nn.functional.attention import (
-    AttentionResult,
+    AttentionOutput,
     causal_keep_mask,
     linear_attention,
     local_attention,
@@ -11,7 +11,7 @@ from seqlab.nn.functional.attention import (
 )
 from seqlab.nn.kv_cache import KVCache
 from seqlab.nn.layer_norm_cells import LayerNormGRUCell, LayerNormLSTMCell
-from seqlab.nn.multi_head_attention import MHAOutput, MultiHeadAttention
+from seqlab.nn.multi_head_attention import MultiHeadAttention
 from seqlab.nn.pooling import AttentionPooling, LastPooling, MaxPooling, MeanPooling, PoolingOutput, make_pooling
 from seqlab.nn.positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding
 from seqlab.nn.recurrent import GRU, LSTM, RNN, RecurrentOutput
@@ -31,7 +31,6 @@ __all__ = [
     "Attention",
     "AttentionOutput",
     "AttentionPooling",
-    "AttentionResult",
     "BilinearAttention",
     "DotProductAttention",
     "FeedForward",
@@ -43,7 +42,6 @@ __all__ = [
     "LayerNormGRUCell",
     "LayerNormLSTMCell",
     "LearnedPositionalEncoding",
-    "MHAOutput",
     "MaxPooling",
     "MeanPooling",
     "MultiHeadAttention",

@@ -223,14 +223,14 @@ def run_fused(
         packed = pack_padded_sequence(x, lengths.cpu(), batch_first=batch_first, enforce_sorted=False)
         sorted_indices, unsorted_indices = packed.sorted_indices, packed.unsorted_indices
         if isinstance(hx, tuple):
-            hx = tuple(part.index_select(1, sorted_indices) for part in hx)
+            hx = tuple(part.index_select(-2, sorted_indices) for part in hx)  # batch dim of a state is -2
         else:
-            hx = hx.index_select(1, sorted_indices)
+            hx = hx.index_select(-2, sorted_indices)
         result = fused_rnn_packed(kernel, packed.data, packed.batch_sizes, hx, weights, **options)
         out_packed = PackedSequence(result[0], packed.batch_sizes, sorted_indices, unsorted_indices)
         total_length = x.shape[1] if batch_first else x.shape[0]
         outputs, _ = pad_packed_sequence(out_packed, batch_first=batch_first, total_length=total_length)
-        result = (result[0], *(part.index_select(1, unsorted_indices) for part in result[1:]))
+        result = (result[0], *(part.index_select(-2, unsorted_indices) for part in result[1:]))
     if bidirectional and merge_mode != "concat":
         outputs = merge_directions(*outputs.chunk(2, dim=-1), merge_mode)  # (..., 2H) -> (..., H)
     return outputs, LSTMState(result[1], result[2]) if isinstance(state, LSTMState) else result[1]

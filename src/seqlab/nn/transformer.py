@@ -89,7 +89,7 @@ def _self_attention(
     # Only full attention forms a weight matrix to drop; the layer's dropout still acts on the sublayer outputs.
     attention_dropout = dropout if kind == "full" else 0.0
     return MultiHeadAttention(
-        d_model, num_heads, dropout=attention_dropout, bias=bias, kind=kind, window=window, rotary=rotary
+        d_model, num_heads, dropout=attention_dropout, bias=bias, attention_kind=kind, window=window, rotary=rotary
     )
 
 
@@ -172,7 +172,7 @@ class TransformerEncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, *, keep_mask: Tensor | None = None, causal: bool = False) -> Tensor:
         h = self.norm1(x) if self.norm_first else x
-        x = x + self.dropout1(self.self_attn(h, key_padding_mask=keep_mask, causal=causal).output)
+        x = x + self.dropout1(self.self_attn(h, keep_mask=keep_mask, causal=causal).output)
         x = x if self.norm_first else self.norm1(x)
 
         h = self.norm2(x) if self.norm_first else x
@@ -219,7 +219,7 @@ class TransformerDecoderLayer(nn.Module):
     Inputs:
         x: (B, T, D), the T newest target positions.
         memory: encoder output (B, S, D), or its keys and values from ``project_memory``.
-        memory_mask: (B, S) bool, True at real source positions, or None.
+        memory_keep_mask: (B, S) bool, True at real source positions, or None.
         cache: self-attention KVCache holding the earlier positions (``KVCache.empty`` to start), or None to
             attend only to x. Causal masking is bottom-right aligned, so x's positions follow the cached ones.
         need_weights: also return the cross-attention weights.
@@ -264,7 +264,7 @@ class TransformerDecoderLayer(nn.Module):
         x: Tensor,
         memory: Tensor | MemoryKV,
         *,
-        memory_mask: Tensor | None = None,
+        memory_keep_mask: Tensor | None = None,
         cache: KVCache | None = None,
         need_weights: bool = False,
     ) -> DecoderLayerOutput:
@@ -275,9 +275,9 @@ class TransformerDecoderLayer(nn.Module):
 
         h = self.norm2(x) if self.norm_first else x
         if isinstance(memory, Tensor):
-            crossed = self.cross_attn(h, memory, memory, key_padding_mask=memory_mask, need_weights=need_weights)
+            crossed = self.cross_attn(h, memory, memory, keep_mask=memory_keep_mask, need_weights=need_weights)
         else:
-            crossed = self.cross_attn(h, key_padding_mask=memory_mask, need_weights=need_weights, precomputed_kv=memory)
+            crossed = self.cross_attn(h, keep_mask=memory_keep_mask, need_weights=need_weights, precomputed_kv=memory)
         x = x + self.dropout2(crossed.output)
         x = x if self.norm_first else self.norm2(x)
 
@@ -364,7 +364,7 @@ class TransformerDecoder(nn.Module):
     Inputs:
         x: (B, T, D), the T newest target positions.
         memory: encoder output (B, S, D), or the per-layer keys and values from ``project_memory``.
-        memory_mask: (B, S) bool, True at real source positions, or None.
+        memory_keep_mask: (B, S) bool, True at real source positions, or None.
         caches: one self-attention KVCache per layer, or None to attend only to x.
         need_weights: also return every layer's cross-attention weights.
     Outputs: ``DecoderOutput(output (B, T, D), caches, cross_weights)``.
@@ -396,7 +396,7 @@ class TransformerDecoder(nn.Module):
         x: Tensor,
         memory: Tensor | Sequence[MemoryKV],
         *,
-        memory_mask: Tensor | None = None,
+        memory_keep_mask: Tensor | None = None,
         caches: Sequence[KVCache] | None = None,
         need_weights: bool = False,
     ) -> DecoderOutput:
@@ -409,7 +409,7 @@ class TransformerDecoder(nn.Module):
         for i, layer in enumerate(self.layers):
             layer_memory = memory if isinstance(memory, Tensor) else memory[i]
             cache = None if caches is None else caches[i]
-            out = layer(x, layer_memory, memory_mask=memory_mask, cache=cache, need_weights=need_weights)
+            out = layer(x, layer_memory, memory_keep_mask=memory_keep_mask, cache=cache, need_weights=need_weights)
             x = out.output
             new_caches.append(out.cache)
             weights.append(out.cross_weights)

@@ -273,7 +273,7 @@ def test_reorder_state_copies_rows_so_beams_never_share_cache_buffers(kind):
             state = model.step(tgt_in[:, t], state).state
         first, second = model.reorder_state(state, index), model.reorder_state(state, index)
         for reordered in (first, second):
-            assert torch.equal(reordered.src_mask, state.src_mask[index])
+            assert torch.equal(reordered.src_keep_mask, state.src_keep_mask[index])
             for (k, v), (k_0, v_0) in zip(reordered.memory_kv, state.memory_kv, strict=True):
                 assert torch.equal(k, k_0[index]) and torch.equal(v, v_0[index])
             for cache, cache_0 in zip(reordered.caches, state.caches, strict=True):

@@ -1,6 +1,6 @@
 """Transformer encoder-decoder (Vaswani et al. 2017) for sequence transduction, with KV-cached incremental decoding.
 
-    e(x_s) = sqrt(D) E_src[x_s] (+ PE(s))          memory = Encoder(e(x), src_mask)
+    e(x_s) = sqrt(D) E_src[x_s] (+ PE(s))          memory = Encoder(e(x), src_keep_mask)
     e(y_t) = sqrt(D) E_tgt[y_t] (+ PE(t))          h_t    = Decoder(e(y_<=t), memory)    (causal self-attention)
     p(y_{t+1} | y_<=t, x) = softmax(W_y h_t)       W_y = E_tgt when the output projection is tied (Press & Wolf 2017)
 
@@ -93,13 +93,13 @@ class TransformerSeq2SeqConfig:
 class TransformerDecoderState(NamedTuple):
     """What one decoding step needs, every tensor batch-first (so ``select_rows`` reorders beams).
 
-    memory_kv: per decoder layer, the cross-attention keys and values (B, N, S, Dh). src_mask: (B, S), True at
+    memory_kv: per decoder layer, the cross-attention keys and values (B, N, S, Dh). src_keep_mask: (B, S), True at
     real source steps. caches: per decoder layer, the self-attention KVCache; caches[0].length is the number of
     target positions consumed so far.
     """
 
     memory_kv: list[MemoryKV]
-    src_mask: Tensor
+    src_keep_mask: Tensor
     caches: list[KVCache]
 
 
@@ -161,30 +161,30 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
 
     def _encode_source(self, src: Tensor, src_lengths: Tensor) -> tuple[list[MemoryKV], Tensor]:
         S = src.shape[1]
-        src_mask = torch.arange(S, device=src.device) < src_lengths.to(src.device).unsqueeze(1)  # (B, S)
-        memory = self.encoder(self._embed(self.src_embedding, src, 0), keep_mask=src_mask)  # (B, S, D)
-        return self.decoder.project_memory(memory), src_mask
+        src_keep_mask = torch.arange(S, device=src.device) < src_lengths.to(src.device).unsqueeze(1)  # (B, S)
+        memory = self.encoder(self._embed(self.src_embedding, src, 0), keep_mask=src_keep_mask)  # (B, S, D)
+        return self.decoder.project_memory(memory), src_keep_mask
 
     def encode(self, src: Tensor, src_lengths: Tensor, *, max_length: int | None = None) -> TransformerDecoderState:
         """Run the encoder; the returned state starts decoding with room for ``max_length`` target tokens
         (config.max_length if None). src (B, S), src_lengths (B,)."""
-        memory_kv, src_mask = self._encode_source(src, src_lengths)
+        memory_kv, src_keep_mask = self._encode_source(src, src_lengths)
         k = memory_kv[0][0]
         caches = self.decoder.empty_caches(
             src.shape[0], max_length or self.config.max_length, dtype=k.dtype, device=k.device
         )
-        return TransformerDecoderState(memory_kv, src_mask, caches)
+        return TransformerDecoderState(memory_kv, src_keep_mask, caches)
 
     def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Seq2SeqOutput:
-        memory_kv, src_mask = self._encode_source(src, src_lengths)
-        out = self.decoder(self._embed(self.tgt_embedding, tgt_in, 0), memory_kv, memory_mask=src_mask)
+        memory_kv, src_keep_mask = self._encode_source(src, src_lengths)
+        out = self.decoder(self._embed(self.tgt_embedding, tgt_in, 0), memory_kv, memory_keep_mask=src_keep_mask)
         return Seq2SeqOutput(self.output(out.output), None)
 
     def step(self, tokens: Tensor, state: TransformerDecoderState) -> StepOutput:
         """One decoding step: tokens (B,) previous outputs -> StepOutput(logits (B, V), state with caches + 1)."""
         position = state.caches[0].length
         x = self._embed(self.tgt_embedding, tokens.unsqueeze(1), position)  # (B, 1, D)
-        out = self.decoder(x, state.memory_kv, memory_mask=state.src_mask, caches=state.caches)
+        out = self.decoder(x, state.memory_kv, memory_keep_mask=state.src_keep_mask, caches=state.caches)
         return StepOutput(self.output(out.output).squeeze(1), state._replace(caches=out.caches))
 
     def reorder_state(self, state: TransformerDecoderState, index: Tensor) -> TransformerDecoderState:
