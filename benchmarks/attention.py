@@ -231,7 +231,7 @@ def greedy_tokens(model: TransformerSeq2Seq, src: Tensor, lengths: Tensor, new_t
     """(B, new_tokens) argmax tokens after BOS, EOS included (nothing stops early)."""
     bos = torch.full((src.shape[0], 1), model.config.bos_id, device=src.device)
     if cached:
-        state = model.encode(src, lengths, max_length=new_tokens)
+        state = model.encode(src, lengths)
         tokens = bos[:, 0]
         generated = []
         for _ in range(new_tokens):

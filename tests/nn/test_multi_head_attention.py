@@ -231,7 +231,7 @@ def test_cached_incremental_self_attention_equals_full_causal(chunks):
     mha = _mha()
     x = _rand(B, 5, D)
     full = mha(x, causal=True).output
-    cache = KVCache.empty(B, N, 7, DH, dtype=torch.float64)
+    cache = KVCache.empty(B, N, DH, dtype=torch.float64)
     outputs, start = [], 0
     with torch.no_grad():
         for t in chunks:
@@ -247,7 +247,7 @@ def test_cached_key_padding_mask_covers_cached_keys():
     x = _rand(B, 4, D)
     keep = torch.tensor([[True] * 4, [False] + [True] * 3])  # row 1 left-padded
     full = mha(x, keep_mask=keep, causal=True).output
-    cache = KVCache.empty(B, N, 4, DH, dtype=torch.float64)
+    cache = KVCache.empty(B, N, DH, dtype=torch.float64)
     with torch.no_grad():
         first, _, cache = mha(x[:, :3], keep_mask=keep[:, :3], causal=True, cache=cache)
         last, _, cache = mha(x[:, 3:], keep_mask=keep, causal=True, cache=cache)
@@ -276,7 +276,7 @@ def test_argument_errors():
     with pytest.raises(ValueError, match=r"^query must be \(B, T, D=8\), got shape \(2, 3, 5\)$"):
         mha(_rand(B, 3, 5))
     with pytest.raises(ValueError, match=r"KV cache and rotary embeddings are for self-attention"):
-        mha(x, x, cache=KVCache.empty(B, N, 4, DH, dtype=torch.float64))
+        mha(x, x, cache=KVCache.empty(B, N, DH, dtype=torch.float64))
     with pytest.raises(ValueError, match=r"^key must be \(B, S, kdim=8\), got shape \(2, 3, 5\)$"):
         mha(x, _rand(B, 3, 5))
     with pytest.raises(ValueError, match=r"^value was given without key$"):
@@ -311,7 +311,7 @@ def test_rotary_cached_equals_full_and_depends_only_on_relative_positions():
     assert not torch.allclose(full, _mha()(x, causal=True).output)  # the rotation is applied
     # RoPE scores depend on j - i only, so shifting every position leaves the output unchanged
     assert_close(mha(x, causal=True, offset=7).output, full)
-    cache = KVCache.empty(B, N, 5, DH, dtype=torch.float64)
+    cache = KVCache.empty(B, N, DH, dtype=torch.float64)
     outputs = []
     with torch.no_grad():
         for start, stop in ((0, 2), (2, 3), (3, 5)):
@@ -374,7 +374,7 @@ def test_cached_incremental_efficient_kinds_equal_full_causal(kind, window):
     mha = _mha(attention_kind=kind, window=window)
     x = _rand(B, 5, D)
     full = mha(x, causal=True).output
-    cache = KVCache.empty(B, N, 5, DH, dtype=torch.float64)
+    cache = KVCache.empty(B, N, DH, dtype=torch.float64)
     outputs = []
     with torch.no_grad():
         for start, stop in ((0, 2), (2, 3), (3, 4), (4, 5)):

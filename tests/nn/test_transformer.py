@@ -170,7 +170,7 @@ def test_cached_decoding_one_token_at_a_time_equals_full_forward(norm_first):
     full = decoder(x, memory, memory_keep_mask=memory_mask)
 
     memory_kv = decoder.project_memory(memory)  # once per source
-    caches = decoder.empty_caches(B, T, dtype=torch.float64)
+    caches = decoder.empty_caches(B, dtype=torch.float64)
     steps = []
     for t in range(T):
         step = decoder(x[:, t : t + 1], memory_kv, memory_keep_mask=memory_mask, caches=caches)
@@ -186,7 +186,7 @@ def test_cached_decoding_with_efficient_self_attention_equals_full_forward(kind,
     x = torch.randn(B, T, D, dtype=torch.float64)
     memory = torch.randn(B, S, D, dtype=torch.float64)
     full = decoder(x, memory).output
-    caches = decoder.empty_caches(B, T, dtype=torch.float64)
+    caches = decoder.empty_caches(B, dtype=torch.float64)
     steps = []
     for t in range(T):
         step = decoder(x[:, t : t + 1], memory, caches=caches)
@@ -201,7 +201,7 @@ def test_cached_decoding_with_rotary_positions_equals_full_forward():
     x = torch.randn(B, T, D, dtype=torch.float64)
     memory = torch.randn(B, S, D, dtype=torch.float64)
     full = decoder(x, memory).output
-    caches = decoder.empty_caches(B, T, dtype=torch.float64)
+    caches = decoder.empty_caches(B, dtype=torch.float64)
     first = decoder(x[:, :2], memory, caches=caches)  # a two-token prompt, then one token per step
     second = decoder(x[:, 2:3], memory, caches=first.caches)
     third = decoder(x[:, 3:], memory, caches=second.caches)
@@ -216,11 +216,11 @@ def test_decoder_layer_returns_cache_and_cross_weights():
     x = torch.randn(B, T, D, dtype=torch.float64)
     memory = torch.randn(B, S, D, dtype=torch.float64)
     memory_mask = _keep_mask([5, 2, 3], S)
-    cache = KVCache.empty(B, N, T + 1, D // N, dtype=torch.float64)
+    cache = KVCache.empty(B, N, D // N, dtype=torch.float64)
     out = layer(x, memory, memory_keep_mask=memory_mask, cache=cache, need_weights=True)
     assert out.cache.length == T
     k, _ = layer.self_attn.project_key_value(x)  # post-LN: self-attention sees x itself
-    assert_close(out.cache.keys_so_far, k, **EXACT)
+    assert_close(out.cache.keys, k, **EXACT)
     q = layer.cross_attn.q_proj(layer.norm1(x + layer.self_attn(x, causal=True).output))
     q = q.view(B, T, N, D // N).transpose(1, 2)  # (B, N, T, Dh)
     k_mem, _ = layer.project_memory(memory)
@@ -311,7 +311,7 @@ def test_stack_errors():
     x = torch.randn(B, 1, D, dtype=torch.float64)
     memory = torch.randn(B, S, D, dtype=torch.float64)
     with pytest.raises(ValueError, match=r"got 1 caches for a decoder of 2 layers"):
-        decoder(x, memory, caches=decoder.empty_caches(B, 2, dtype=torch.float64)[:1])
+        decoder(x, memory, caches=decoder.empty_caches(B, dtype=torch.float64)[:1])
     with pytest.raises(ValueError, match=r"memory holds keys and values for 1 layers, the decoder has 2"):
         decoder(x, decoder.project_memory(memory)[:1])
     with pytest.raises(ValueError, match=r"d_model \(8\) must be divisible by num_heads \(3\)"):

@@ -378,14 +378,11 @@ class TransformerDecoder(nn.Module):
         self.final_norm = final_norm
 
     def empty_caches(
-        self, batch_size: int, max_length: int, *, dtype: torch.dtype | None = None, device: torch.device | None = None
+        self, batch_size: int, *, dtype: torch.dtype | None = None, device: torch.device | None = None
     ) -> list[KVCache]:
-        """One empty self-attention KVCache per layer, room for max_length target positions."""
+        """One empty self-attention KVCache per layer (S = 0)."""
         attentions = [layer.self_attn for layer in self.layers]
-        return [
-            KVCache.empty(batch_size, a.num_heads, max_length, a.head_dim, dtype=dtype, device=device)
-            for a in attentions
-        ]
+        return [KVCache.empty(batch_size, a.num_heads, a.head_dim, dtype=dtype, device=device) for a in attentions]
 
     def project_memory(self, memory: Tensor) -> list[MemoryKV]:
         """Every layer's cross-attention keys and values (B, N, S, Dh) of memory (B, S, D)."""

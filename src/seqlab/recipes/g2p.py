@@ -204,7 +204,7 @@ class G2PSystem:
         for start in range(0, len(ids), decode.batch_size):
             chunk = ids[start : start + decode.batch_size]
             batch = collate_seq2seq([(x, []) for x in chunk])
-            state = self.model.encode(batch.src, batch.src_lengths, max_length=decode.max_length)
+            state = self.model.encode(batch.src, batch.src_lengths)
             bos = torch.full((len(chunk),), self.phonemes.bos_id, dtype=torch.long)
             if beam_size == 1:
                 out = greedy_search(self.model, state, bos, eos_id=self.phonemes.eos_id, max_length=decode.max_length)

@@ -6,7 +6,7 @@
 
 Positions are sinusoidal (Vaswani et al. sec. 3.5) or learned, added to the embeddings, or rotary (Su et al. 2021),
 rotating the queries and keys of every self-attention. Decoding implements the step interface of
-``seqlab.decoding``: the state holds one preallocated ``KVCache`` per decoder layer and the cross-attention keys
+``seqlab.decoding``: the state holds one ``KVCache`` per decoder layer and the cross-attention keys
 and values of the source, computed once, so each step costs O(t) instead of re-running the whole prefix.
 """
 
@@ -50,7 +50,7 @@ class TransformerSeq2SeqConfig:
     activation: Literal["relu", "gelu"] = "relu"  # feed-forward nonlinearity
     norm_first: bool = True  # pre-LN (Xiong et al. 2020); False = post-LN as in Vaswani et al.
     positional: PositionalName = "rotary"  # sinusoidal | learned | rotary
-    max_length: int = 256  # longest source or target (learned positions; decoding caches)
+    max_length: int = 256  # longest source or target with learned positions; the sin/cos tables cached
     attention_kind: AttentionKind = "full"  # self-attention: full | local (sliding window) | linear
     window: int | None = None  # keys per query for attention_kind="local"
     share_embeddings: bool = False  # one embedding table for source and target (needs equal vocabularies)
@@ -165,14 +165,11 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
         memory = self.encoder(self._embed(self.src_embedding, src, 0), keep_mask=src_keep_mask)  # (B, S, D)
         return self.decoder.project_memory(memory), src_keep_mask
 
-    def encode(self, src: Tensor, src_lengths: Tensor, *, max_length: int | None = None) -> TransformerDecoderState:
-        """Run the encoder; the returned state starts decoding with room for ``max_length`` target tokens
-        (config.max_length if None). src (B, S), src_lengths (B,)."""
+    def encode(self, src: Tensor, src_lengths: Tensor) -> TransformerDecoderState:
+        """Run the encoder once: src (B, S), src_lengths (B,) -> the state that starts decoding (empty caches)."""
         memory_kv, src_keep_mask = self._encode_source(src, src_lengths)
         k = memory_kv[0][0]
-        caches = self.decoder.empty_caches(
-            src.shape[0], max_length or self.config.max_length, dtype=k.dtype, device=k.device
-        )
+        caches = self.decoder.empty_caches(src.shape[0], dtype=k.dtype, device=k.device)
         return TransformerDecoderState(memory_kv, src_keep_mask, caches)
 
     def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Seq2SeqOutput:
