@@ -8,12 +8,12 @@ from torch.testing import assert_close
 from seqlab.nn.kv_cache import KVCache
 from seqlab.nn.positional import RotaryEmbedding
 from seqlab.nn.transformer import (
-    FeedForward,
     TransformerDecoder,
     TransformerDecoderLayer,
     TransformerEncoder,
     TransformerEncoderLayer,
 )
+from seqlab.nn.transformer_sublayers import FeedForward
 
 B, S, T, D, N, D_FF = 3, 5, 4, 8, 2, 16
 EXACT = {"rtol": 1e-12, "atol": 1e-12}
@@ -83,8 +83,8 @@ def test_encoder_layer_matches_torch(norm_first, activation):
     keep = _keep_mask([5, 3, 1], S)
     # torch's key_padding_mask is True = ignore.
     expected = reference(x, src_key_padding_mask=~keep)
-    assert_close(layer(x, keep_mask=keep), expected, **EXACT)
-    assert_close(layer(x), reference(x), **EXACT)
+    assert_close(layer(x, keep_mask=keep).output, expected, **EXACT)
+    assert_close(layer(x).output, reference(x), **EXACT)
 
 
 def test_encoder_layer_causal_matches_torch_causal_mask():
@@ -92,7 +92,7 @@ def test_encoder_layer_causal_matches_torch_causal_mask():
     layer = TransformerEncoderLayer.from_torch(reference).eval()
     x = torch.randn(B, S, D, dtype=torch.float64)
     mask = nn.Transformer.generate_square_subsequent_mask(S, dtype=torch.float64)
-    assert_close(layer(x, causal=True), reference(x, src_mask=mask, is_causal=True), **EXACT)
+    assert_close(layer(x, causal=True).output, reference(x, src_mask=mask, is_causal=True), **EXACT)
 
 
 @pytest.mark.parametrize(("norm_first", "activation"), LAYER_OPTIONS)
@@ -117,7 +117,7 @@ def test_from_torch_copies_eps_dropout_and_missing_biases():
     assert (layer.norm1.eps, layer.dropout1.p, layer.feed_forward.dropout.p) == (1e-3, 0.3, 0.3)
     assert layer.feed_forward.linear1.bias is None and layer.norm2.bias is None
     x = torch.randn(B, S, D, dtype=torch.float64)
-    assert_close(layer(x), reference(x), **EXACT)
+    assert_close(layer(x).output, reference(x), **EXACT)
 
 
 def test_from_torch_rejects_other_modules_and_activations():
@@ -278,9 +278,9 @@ def test_dropout_acts_in_training_only():
     layer.eval()
     assert_close(layer(x, memory).output, no_dropout(x, memory).output, **EXACT)
     encoder_layer = _randomize(TransformerEncoderLayer(D, N, D_FF, dropout=0.5))
-    assert (encoder_layer(x) - encoder_layer(x)).abs().max() > 1e-3
+    assert (encoder_layer(x).output - encoder_layer(x).output).abs().max() > 1e-3
     encoder_layer.eval()
-    assert_close(encoder_layer(x), encoder_layer(x), **EXACT)
+    assert_close(encoder_layer(x).output, encoder_layer(x).output, **EXACT)
 
 
 def test_attention_kind_and_window_reach_self_attention_only():
@@ -298,8 +298,8 @@ def test_local_attention_with_a_window_covering_every_key_equals_full_attention(
     narrow = TransformerEncoderLayer(D, N, D_FF, dropout=0.0, attention_kind="local", window=1).double().eval()
     narrow.load_state_dict(full.state_dict())
     x = torch.randn(B, S, D, dtype=torch.float64)
-    assert_close(local(x), full(x), **EXACT)
-    assert (narrow(x) - full(x)).abs().max() > 1e-3
+    assert_close(local(x).output, full(x).output, **EXACT)
+    assert (narrow(x).output - full(x).output).abs().max() > 1e-3
 
 
 def test_stack_errors():

@@ -2,6 +2,7 @@
 
 from seqlab.nn.attention import AdditiveAttention, Attention, BilinearAttention, DotProductAttention
 from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState, RNNCell
+from seqlab.nn.decoder_only import DecoderOnlyOutput, TransformerDecoderOnly, TransformerDecoderOnlyLayer
 from seqlab.nn.functional.attention import (
     AttentionOutput,
     causal_keep_mask,
@@ -16,11 +17,19 @@ from seqlab.nn.pooling import AttentionPooling, LastPooling, MaxPooling, MeanPoo
 from seqlab.nn.positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding
 from seqlab.nn.recurrent import GRU, LSTM, RNN, RecurrentOutput
 from seqlab.nn.transformer import (
-    FeedForward,
+    DecoderLayerOutput,
+    DecoderOutput,
+    LayerOutput,
     TransformerDecoder,
     TransformerDecoderLayer,
     TransformerEncoder,
     TransformerEncoderLayer,
+)
+from seqlab.nn.transformer_sublayers import (
+    FeedForward,
+    cross_attention_sublayer,
+    feed_forward_sublayer,
+    self_attention_sublayer,
 )
 
 __all__ = [
@@ -32,6 +41,9 @@ __all__ = [
     "AttentionOutput",
     "AttentionPooling",
     "BilinearAttention",
+    "DecoderLayerOutput",
+    "DecoderOnlyOutput",
+    "DecoderOutput",
     "DotProductAttention",
     "FeedForward",
     "GRUCell",
@@ -41,6 +53,7 @@ __all__ = [
     "LastPooling",
     "LayerNormGRUCell",
     "LayerNormLSTMCell",
+    "LayerOutput",
     "LearnedPositionalEncoding",
     "MaxPooling",
     "MeanPooling",
@@ -52,11 +65,16 @@ __all__ = [
     "SinusoidalPositionalEncoding",
     "TransformerDecoder",
     "TransformerDecoderLayer",
+    "TransformerDecoderOnly",
+    "TransformerDecoderOnlyLayer",
     "TransformerEncoder",
     "TransformerEncoderLayer",
     "causal_keep_mask",
+    "cross_attention_sublayer",
+    "feed_forward_sublayer",
     "linear_attention",
     "local_attention",
     "make_pooling",
     "scaled_dot_product_attention",
+    "self_attention_sublayer",
 ]
