@@ -332,6 +332,35 @@ def test_the_source_is_read():
     assert not torch.allclose(logits_other[1], logits[1])
 
 
+# --- cross-attention weights ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_need_weights_returns_the_last_layers_cross_attention_averaged_over_heads(norm_first):
+    model = make_model("sinusoidal", norm_first)
+    src, lengths, tgt_in = make_batch()
+    last = model.decoder.layers[-1].cross_attn
+    queries = []
+    handle = last.register_forward_pre_hook(lambda module, args: queries.append(args[0]))
+    with torch.no_grad():
+        plain = model(src, lengths, tgt_in)
+        out = model(src, lengths, tgt_in, need_weights=True)
+        handle.remove()
+        keep = torch.arange(src.shape[1])[None, :] < lengths[:, None]  # (B, S)
+        memory = model.encoder(model._embed(model.src_embedding, src, 0), keep_mask=keep)  # (B, S, D)
+        B, T, S, Dh = len(LENGTHS), tgt_in.shape[1], src.shape[1], D // N
+        q = last.q_proj(queries[-1]).view(B, T, N, Dh).transpose(1, 2)  # (B, N, T, Dh)
+        k = last.k_proj(memory).view(B, S, N, Dh).transpose(1, 2)  # (B, N, S, Dh)
+        scores = (q @ k.transpose(-2, -1) / Dh**0.5).masked_fill(~keep[:, None, None, :], -torch.inf)
+        expected = scores.softmax(dim=-1).mean(dim=1)  # (B, T, S)
+    assert plain.attention is None
+    assert out.attention.shape == (B, T, S)
+    assert_close(out.attention, expected)
+    assert_close(out.attention.sum(-1), torch.ones(B, T, dtype=torch.float64))
+    assert (out.attention.masked_select(~keep[:, None, :]) == 0).all()
+    assert_close(out.logits, plain.logits)
+
+
 # --- embeddings, tying, checkpoints --------------------------------------------------------------------
 
 

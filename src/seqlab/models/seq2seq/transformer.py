@@ -108,8 +108,10 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
 
     Args:
         config: TransformerSeq2SeqConfig.
-    Inputs of forward: src (B, S) ids, src_lengths (B,), tgt_in (B, T) = [BOS] + target (teacher forcing).
-    Outputs: Seq2SeqOutput(logits (B, T, V), attention None).
+    Inputs of forward: src (B, S) ids, src_lengths (B,), tgt_in (B, T) = [BOS] + target (teacher forcing);
+        need_weights: also return the cross-attention weights.
+    Outputs: Seq2SeqOutput(logits (B, T, V), attention (B, T, S): the last decoder layer's cross-attention weights
+        averaged over heads, zero at padded source steps, when need_weights; None otherwise).
     Raises: ValueError (from the layers) for sequences longer than the positional table or mismatched shapes.
     """
 
@@ -172,10 +174,18 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
         caches = self.decoder.empty_caches(src.shape[0], dtype=k.dtype, device=k.device)
         return TransformerDecoderState(memory_kv, src_keep_mask, caches)
 
-    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Seq2SeqOutput:
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *, need_weights: bool = False) -> Seq2SeqOutput:
+        """Teacher-forced logits; with need_weights, also the last decoder layer's cross-attention weights averaged
+        over its N heads (as torch.nn.MultiheadAttention's default), one (T, S) map per sequence."""
         memory_kv, src_keep_mask = self._encode_source(src, src_lengths)
-        out = self.decoder(self._embed(self.tgt_embedding, tgt_in, 0), memory_kv, memory_keep_mask=src_keep_mask)
-        return Seq2SeqOutput(self.output(out.output), None)
+        out = self.decoder(
+            self._embed(self.tgt_embedding, tgt_in, 0),
+            memory_kv,
+            memory_keep_mask=src_keep_mask,
+            need_weights=need_weights,
+        )
+        attention = out.cross_weights[-1].mean(dim=1) if need_weights else None  # (B, N, T, S) -> (B, T, S)
+        return Seq2SeqOutput(self.output(out.output), attention)
 
     def step(self, tokens: Tensor, state: TransformerDecoderState) -> StepOutput:
         """One decoding step: tokens (B,) previous outputs -> StepOutput(logits (B, V), state with caches + 1)."""
