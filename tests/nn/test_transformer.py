@@ -5,6 +5,7 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
+from seqlab.nn.decoder_only import TransformerDecoderOnlyLayer
 from seqlab.nn.kv_cache import KVCache
 from seqlab.nn.positional import RotaryEmbedding
 from seqlab.nn.transformer import (
@@ -268,19 +269,24 @@ def test_padding_never_changes_real_positions(norm_first):
         assert_close(out[b : b + 1], decoder(tgt[b : b + 1], alone).output, **EXACT)
 
 
-def test_dropout_acts_in_training_only():
-    layer = _randomize(TransformerDecoderLayer(D, N, D_FF, dropout=0.5))
-    no_dropout = TransformerDecoderLayer(D, N, D_FF, dropout=0.0).double()
-    no_dropout.load_state_dict(layer.state_dict())
+LAYER_CLASSES = {
+    "encoder": lambda dropout: TransformerEncoderLayer(D, N, D_FF, dropout=dropout),
+    "decoder": lambda dropout: TransformerDecoderLayer(D, N, D_FF, dropout=dropout),
+    "decoder_only": lambda dropout: TransformerDecoderOnlyLayer(D, N, D_FF, dropout=dropout),
+}
+
+
+@pytest.mark.parametrize("kind", LAYER_CLASSES)
+def test_dropout_acts_in_training_only(kind):
+    """Against a dropout-free twin with the same weights: different in training, equal in eval mode."""
+    layer = _randomize(LAYER_CLASSES[kind](0.5)).train()
+    twin = LAYER_CLASSES[kind](0.0).double().train()
+    twin.load_state_dict(layer.state_dict())
     x = torch.randn(B, T, D, dtype=torch.float64)
-    memory = torch.randn(B, S, D, dtype=torch.float64)
-    assert (layer(x, memory).output - no_dropout(x, memory).output).abs().max() > 1e-3
+    memory = (torch.randn(B, S, D, dtype=torch.float64),) if kind == "decoder" else ()
+    assert (layer(x, *memory).output - twin(x, *memory).output).abs().max() > 1e-3
     layer.eval()
-    assert_close(layer(x, memory).output, no_dropout(x, memory).output, **EXACT)
-    encoder_layer = _randomize(TransformerEncoderLayer(D, N, D_FF, dropout=0.5))
-    assert (encoder_layer(x).output - encoder_layer(x).output).abs().max() > 1e-3
-    encoder_layer.eval()
-    assert_close(encoder_layer(x).output, encoder_layer(x).output, **EXACT)
+    assert_close(layer(x, *memory).output, twin(x, *memory).output, **EXACT)
 
 
 def test_attention_kind_and_window_reach_self_attention_only():
