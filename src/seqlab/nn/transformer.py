@@ -93,13 +93,13 @@ class TransformerEncoderLayer(nn.Module):
         d_model: D.
         num_heads: N; D must be divisible by N.
         d_ff: inner size of the feed-forward network.
-        dropout: on the attention weights (kind "full" only), inside the feed-forward network and on each
+        dropout: on the attention weights (attention_kind "full" only), inside the feed-forward network and on each
             sublayer's output.
         activation: "relu" or "gelu".
         norm_first: pre-LN instead of post-LN.
         layer_norm_eps: epsilon of both layer norms.
         bias: learn the biases of the projections, the feed-forward network and the layer norms.
-        attention_kind, window, rotary: as ``MultiHeadAttention``'s ``kind``, ``window`` and ``rotary``.
+        attention_kind, window, rotary: of the self-attention, as ``MultiHeadAttention``'s.
     Inputs: x (B, T, D); keep_mask (B, S) bool, True at real positions (S counts cached positions too), or None;
         causal: position i sees only positions <= i (for decoder-only use); cache: the self-attention KVCache of
         the earlier positions, or None.

@@ -19,9 +19,11 @@ from typing import ClassVar, Literal, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from seqlab.errors import ConfigError
 from seqlab.models.interfaces import Seq2SeqOutput, StepOutput, select_rows
 from seqlab.models.pretrained import PretrainedMixin
 from seqlab.nn.kv_cache import KVCache
+from seqlab.nn.multi_head_attention import ATTENTION_KINDS
 from seqlab.nn.positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding
 from seqlab.nn.transformer import (
     MemoryKV,
@@ -30,8 +32,10 @@ from seqlab.nn.transformer import (
     TransformerEncoder,
     TransformerEncoderLayer,
 )
+from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_special_ids
 
 PositionalName = Literal["sinusoidal", "learned", "rotary"]
+POSITIONALS = ("sinusoidal", "learned", "rotary")
 AttentionKind = Literal["full", "local", "linear"]
 
 
@@ -62,32 +66,31 @@ class TransformerSeq2SeqConfig:
     def __post_init__(self) -> None:
         sizes = ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "d_ff", "encoder_layers")
         for name in (*sizes, "decoder_layers", "max_length"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} ({value!r}) must be an integer >= 1")
+            check_int(name, getattr(self, name))
         if self.d_model % self.num_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
+        check_choice("positional", self.positional, POSITIONALS)
         if self.positional == "rotary" and (self.d_model // self.num_heads) % 2:
-            raise ValueError(f"rotary positions need an even head_dim, got {self.d_model // self.num_heads}")
-        if self.positional not in ("sinusoidal", "learned", "rotary"):
-            raise ValueError(f"positional ({self.positional!r}) must be sinusoidal, learned or rotary")
-        if self.attention_kind not in ("full", "local", "linear"):
-            raise ValueError(f"attention_kind ({self.attention_kind!r}) must be full, local or linear")
+            raise ConfigError(f"rotary positions need an even head_dim, got {self.d_model // self.num_heads}")
+        check_choice("attention_kind", self.attention_kind, ATTENTION_KINDS)
+        check_choice("activation", self.activation, ("relu", "gelu"))
+        check_int("window", self.window, optional=True)
         if (self.attention_kind == "local") != (self.window is not None):
-            raise ValueError(f"window ({self.window}) must be set exactly when attention_kind is 'local'")
-        if self.window is not None and (not isinstance(self.window, int) or self.window < 1):
-            raise ValueError(f"window ({self.window!r}) must be an integer >= 1")
-        if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout ({self.dropout!r}) must be in [0, 1)")
+            raise ConfigError(f"window ({self.window}) must be set exactly when attention_kind is 'local'")
+        check_probability("dropout", self.dropout)
+        for name in ("norm_first", "share_embeddings", "tie_output"):
+            check_bool(name, getattr(self, name))
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError(
+            raise ConfigError(
                 f"share_embeddings needs equal vocabularies, got {self.src_vocab_size} and {self.tgt_vocab_size}"
             )
-        smallest = min(self.src_vocab_size, self.tgt_vocab_size)
-        for name, size in (("pad_id", smallest), ("bos_id", self.tgt_vocab_size), ("eos_id", self.tgt_vocab_size)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or not 0 <= value < size:
-                raise ValueError(f"{name} ({value!r}) must be in [0, {size})")
+        check_special_ids(
+            src_vocab_size=self.src_vocab_size,
+            tgt_vocab_size=self.tgt_vocab_size,
+            pad_id=self.pad_id,
+            bos_id=self.bos_id,
+            eos_id=self.eos_id,
+        )
 
 
 class TransformerDecoderState(NamedTuple):
