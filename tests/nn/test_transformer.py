@@ -103,10 +103,10 @@ def test_decoder_layer_matches_torch(norm_first, activation):
     assert (layer.norm_first, layer.feed_forward.activation) == (norm_first, activation)
     x = torch.randn(B, T, D, dtype=torch.float64)
     memory = torch.randn(B, S, D, dtype=torch.float64)
-    memory_mask = _keep_mask([5, 2, 4], S)
+    memory_keep = _keep_mask([5, 2, 4], S)
     tgt_mask = nn.Transformer.generate_square_subsequent_mask(T, dtype=torch.float64)
-    expected = reference(x, memory, tgt_mask=tgt_mask, tgt_is_causal=True, memory_key_padding_mask=~memory_mask)
-    out = layer(x, memory, memory_keep_mask=memory_mask)
+    expected = reference(x, memory, tgt_mask=tgt_mask, tgt_is_causal=True, memory_key_padding_mask=~memory_keep)
+    out = layer(x, memory, memory_keep_mask=memory_keep)
     assert_close(out.output, expected, **EXACT)
     assert out.cache is None and out.cross_weights is None
 
@@ -150,16 +150,16 @@ def test_decoder_stack_matches_torch(norm_first):
     decoder = TransformerDecoder.from_torch(reference).eval()
     x = torch.randn(B, T, D, dtype=torch.float64)
     memory = torch.randn(B, S, D, dtype=torch.float64)
-    memory_mask = _keep_mask([3, 5, 1], S)
+    memory_keep = _keep_mask([3, 5, 1], S)
     tgt_mask = nn.Transformer.generate_square_subsequent_mask(T, dtype=torch.float64)
-    expected = reference(x, memory, tgt_mask=tgt_mask, tgt_is_causal=True, memory_key_padding_mask=~memory_mask)
-    out = decoder(x, memory, memory_keep_mask=memory_mask)
+    expected = reference(x, memory, tgt_mask=tgt_mask, tgt_is_causal=True, memory_key_padding_mask=~memory_keep)
+    out = decoder(x, memory, memory_keep_mask=memory_keep)
     assert_close(out.output, expected, **EXACT)
     assert out.caches is None and out.cross_weights is None
-    weights = decoder(x, memory, memory_keep_mask=memory_mask, need_weights=True).cross_weights
+    weights = decoder(x, memory, memory_keep_mask=memory_keep, need_weights=True).cross_weights
     assert len(weights) == 2 and weights[1].shape == (B, N, T, S)
     assert_close(weights[1].sum(-1), torch.ones(B, N, T, dtype=torch.float64), **EXACT)
-    assert (weights[1].masked_select(~memory_mask[:, None, None, :]) == 0).all()
+    assert (weights[1].masked_select(~memory_keep[:, None, None, :]) == 0).all()
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -167,14 +167,14 @@ def test_cached_decoding_one_token_at_a_time_equals_full_forward(norm_first):
     decoder = _decoder(norm_first)
     x = torch.randn(B, T, D, dtype=torch.float64)
     memory = torch.randn(B, S, D, dtype=torch.float64)
-    memory_mask = _keep_mask([5, 2, 3], S)
-    full = decoder(x, memory, memory_keep_mask=memory_mask)
+    memory_keep = _keep_mask([5, 2, 3], S)
+    full = decoder(x, memory, memory_keep_mask=memory_keep)
 
     memory_kv = decoder.project_memory(memory)  # once per source
     caches = decoder.empty_caches(B, dtype=torch.float64)
     steps = []
     for t in range(T):
-        step = decoder(x[:, t : t + 1], memory_kv, memory_keep_mask=memory_mask, caches=caches)
+        step = decoder(x[:, t : t + 1], memory_kv, memory_keep_mask=memory_keep, caches=caches)
         caches = step.caches
         steps.append(step.output)
     assert_close(torch.cat(steps, dim=1), full.output, **EXACT)
@@ -216,16 +216,16 @@ def test_decoder_layer_returns_cache_and_cross_weights():
     layer = _randomize(TransformerDecoderLayer(D, N, D_FF, dropout=0.0)).eval()
     x = torch.randn(B, T, D, dtype=torch.float64)
     memory = torch.randn(B, S, D, dtype=torch.float64)
-    memory_mask = _keep_mask([5, 2, 3], S)
+    memory_keep = _keep_mask([5, 2, 3], S)
     cache = KVCache.empty(B, N, D // N, dtype=torch.float64)
-    out = layer(x, memory, memory_keep_mask=memory_mask, cache=cache, need_weights=True)
+    out = layer(x, memory, memory_keep_mask=memory_keep, cache=cache, need_weights=True)
     assert out.cache.length == T
     k, _ = layer.self_attn.project_key_value(x)  # post-LN: self-attention sees x itself
     assert_close(out.cache.keys, k, **EXACT)
     q = layer.cross_attn.q_proj(layer.norm1(x + layer.self_attn(x, causal=True).output))
     q = q.view(B, T, N, D // N).transpose(1, 2)  # (B, N, T, Dh)
     k_mem, _ = layer.project_memory(memory)
-    scores = (q @ k_mem.transpose(-2, -1) / (D // N) ** 0.5).masked_fill(~memory_mask[:, None, None, :], -torch.inf)
+    scores = (q @ k_mem.transpose(-2, -1) / (D // N) ** 0.5).masked_fill(~memory_keep[:, None, None, :], -torch.inf)
     assert_close(out.cross_weights, scores.softmax(dim=-1), **EXACT)
 
 
