@@ -240,7 +240,7 @@ def decoder_logits(model: TransformerSeq2Seq, state: TransformerDecoderState, pr
     computes at every step. The step interface has no whole-prefix call, so this is the one place that
     reaches into the model's parts (its target embedding, decoder and output layer, and the state's fields)."""
     x = model._embed(model.tgt_embedding, prefix, 0)  # (B, t, D)
-    out = model.decoder(x, state.memory_kv, memory_mask=state.src_mask)
+    out = model.decoder(x, state.memory_kv, memory_keep_mask=state.src_keep_mask)
     return model.output(out.output[:, -1])  # (B, V)
 
 

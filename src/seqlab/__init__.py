@@ -9,7 +9,11 @@ Shape legend (used by every docstring and reshape comment in the package):
     V  vocabulary size               L  layers
     K  beams / hypotheses per input  C  directions (1 or 2)
 
-Masks are boolean and True where a position is real / may be attended (the SDPA convention).
+Masks are boolean and True where a position is real / may be attended (the SDPA convention): ``keep_mask``, and
+``memory_keep_mask`` for the memory of cross-attention.
+
+Recurrent state tensors have their batch dimension at -2 everywhere: (B, H) for a cell, (L*C, B, H) for a layer
+(P instead of H under an LSTM projection), so code that selects or reorders sequences of a state uses dim=-2.
 """
 
 __version__ = "0.1.0"

@@ -62,7 +62,7 @@ def test_score_and_forward_match_the_formulas(name):
     alpha = torch.exp(e) / torch.exp(e).sum(-1, keepdim=True)
     assert_close(out.weights, alpha)
     assert_close(out.weights.sum(-1), torch.ones(B, T, dtype=torch.float64))
-    assert_close(out.context, torch.einsum("bts,bsh->bth", alpha, values))
+    assert_close(out.output, torch.einsum("bts,bsh->bth", alpha, values))
 
 
 @pytest.mark.parametrize("name", ["additive", "bilinear", "dot", "scaled"])
@@ -70,18 +70,18 @@ def test_mask_gives_exact_zeros_and_ignores_masked_keys_and_values(name):
     attn = _modules()[name]
     query, keys, values = _inputs(*_sizes(name))
     mask = torch.tensor([[True, True, False, True, False], [True, False, False, False, False]])
-    out = attn(query, keys, values, mask)
+    out = attn(query, keys, values, keep_mask=mask)
 
     masked = out.weights.masked_select(~mask.unsqueeze(1))  # every step's weights on masked positions
     assert masked.numel() == T * 6 and torch.all(masked == 0)
     assert_close(out.weights.sum(-1), torch.ones(B, T, dtype=torch.float64))
     # Row 1 has one real position: all weight on it, context = its value.
-    assert_close(out.context[1], values[1, 0].expand(T, HV))
+    assert_close(out.output[1], values[1, 0].expand(T, HV))
 
     noisy_keys = torch.where(mask.unsqueeze(-1), keys, torch.randn_like(keys) * 100)
     noisy_values = torch.where(mask.unsqueeze(-1), values, torch.randn_like(values) * 100)
-    noisy = attn(query, noisy_keys, noisy_values, mask)
-    assert_close(noisy.context, out.context)
+    noisy = attn(query, noisy_keys, noisy_values, keep_mask=mask)
+    assert_close(noisy.output, out.output)
     assert_close(noisy.weights, out.weights)
 
 
@@ -89,11 +89,11 @@ def test_masked_softmax_equals_softmax_over_the_real_positions_only():
     attn = DotProductAttention()
     query, keys, values = _inputs(HK, HK)
     mask = torch.tensor([[True, False, True, True, False], [False, True, True, True, True]])
-    out = attn(query, keys, values, mask)
+    out = attn(query, keys, values, keep_mask=mask)
     for b in range(B):
         real = mask[b]
         expected = attn(query[b : b + 1], keys[b : b + 1, real], values[b : b + 1, real])
-        assert_close(out.context[b], expected.context[0])
+        assert_close(out.output[b], expected.output[0])
         assert_close(out.weights[b][:, real], expected.weights[0])
 
 
@@ -102,17 +102,17 @@ def test_2d_query_equals_3d_query_with_one_step(name):
     attn = _modules()[name]
     query, keys, values = _inputs(*_sizes(name))
     mask = torch.tensor([[True, True, True, False, False], [True, True, True, True, True]])
-    step = attn(query[:, 0], keys, values, mask)
-    full = attn(query[:, :1], keys, values, mask)
-    assert step.context.shape == (B, HV) and step.weights.shape == (B, S)
-    assert_close(step.context, full.context.squeeze(1))
+    step = attn(query[:, 0], keys, values, keep_mask=mask)
+    full = attn(query[:, :1], keys, values, keep_mask=mask)
+    assert step.output.shape == (B, HV) and step.weights.shape == (B, S)
+    assert_close(step.output, full.output.squeeze(1))
     assert_close(step.weights, full.weights.squeeze(1))
 
 
 def test_values_default_to_keys():
     attn = DotProductAttention()
     query, keys, _ = _inputs(HK, HK)
-    assert_close(attn(query, keys).context, attn(query, keys, keys).context)
+    assert_close(attn(query, keys).output, attn(query, keys, keys).output)
 
 
 def test_scaled_scores_are_dot_scores_over_sqrt_dk():
@@ -124,7 +124,7 @@ def test_scaled_scores_are_dot_scores_over_sqrt_dk():
 def test_gradients_flow_to_parameters_and_inputs():
     attn = AdditiveAttention(HQ, HK, A).double()
     query, keys, values = (x.requires_grad_() for x in _inputs())
-    attn(query, keys, values, torch.tensor([[True] * 4 + [False], [True] * 5])).context.sum().backward()
+    attn(query, keys, values, keep_mask=torch.tensor([[True] * 4 + [False], [True] * 5])).output.sum().backward()
     for p in (query, keys, values, *attn.parameters()):
         assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0
 
@@ -149,11 +149,11 @@ def test_errors():
         ValueError, match=r"values must be \(B, S, Hv\) with \(B, S\) = \(2, 5\), got shape \(2, 4, 7\)"
     ):
         additive(query, keys, values[:, :4])
-    with pytest.raises(ValueError, match=r"mask shape \(2, 4\) != \(B, S\) = \(2, 5\)"):
-        additive(query, keys, values, torch.ones(B, 4, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"mask must be a bool tensor \(True = real position\), got torch.int64"):
-        additive(query, keys, values, torch.ones(B, S, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"keep_mask shape \(2, 4\) != \(B, S\) = \(2, 5\)"):
+        additive(query, keys, values, keep_mask=torch.ones(B, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"keep_mask must be a bool tensor \(True = real position\), got torch.int64"):
+        additive(query, keys, values, keep_mask=torch.ones(B, S, dtype=torch.long))
     mask = torch.ones(B, S, dtype=torch.bool)
     mask[1] = False
-    with pytest.raises(ValueError, match=r"mask row 1 has no real position"):
-        additive(query, keys, values, mask)
+    with pytest.raises(ValueError, match=r"keep_mask row 1 has no real position"):
+        additive(query, keys, values, keep_mask=mask)

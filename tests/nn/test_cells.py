@@ -196,13 +196,13 @@ def test_textbook_gru_to_torch_raises():
     [
         (
             lambda: RNNCell(E, H, nonlinearity="sigmoid"),
-            r"nonlinearity must be one of \('tanh', 'relu'\), got 'sigmoid'",
+            r"nonlinearity \('sigmoid'\) must be one of 'tanh', 'relu'",
         ),
         (
             lambda: GRUCell(E, H, variant="cho"),
-            r"variant must be one of \('reset_after', 'textbook'\), got 'cho'",
+            r"variant \('cho'\) must be one of 'reset_after', 'textbook'",
         ),
-        (lambda: LSTMCell(0, H), r"input_size \(0\) and hidden_size \(4\) must be >= 1"),
+        (lambda: LSTMCell(0, H), r"input_size \(0\) must be an integer >= 1"),
     ],
 )
 def test_bad_construction_arguments(make, message):
@@ -370,11 +370,11 @@ def test_cell_extra_repr_shows_options():
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: LSTMCell(E, H, proj_size=H), r"proj_size must be in \[0, hidden_size\) = \[0, 4\), got 4"),
-        (lambda: LSTMCell(E, H, proj_size=-1), r"proj_size must be in \[0, hidden_size\) = \[0, 4\), got -1"),
+        (lambda: LSTMCell(E, H, proj_size=H), r"proj_size \(4\) must be an integer >= 0 and <= 3"),
+        (lambda: LSTMCell(E, H, proj_size=-1), r"proj_size \(-1\) must be an integer >= 0 and <= 3"),
         (
             lambda: GRUCell(E, H, recurrent_init="identity"),
-            r"recurrent_init must be one of \('uniform', 'orthogonal'\), got 'identity'",
+            r"recurrent_init \('identity'\) must be one of 'uniform', 'orthogonal'",
         ),
         (
             lambda: LSTMCell(E, H, proj_size=P).to_torch(),

@@ -317,10 +317,10 @@ def test_initialisation_and_parameter_layout():
     [
         (
             lambda: LayerNormGRUCell(E, H, variant="cho"),
-            r"^variant must be one of \('reset_after', 'textbook'\), got 'cho'$",
+            r"^variant \('cho'\) must be one of 'reset_after', 'textbook'$",
         ),
-        (lambda: LayerNormLSTMCell(0, H), r"^input_size \(0\) and hidden_size \(4\) must be >= 1$"),
-        (lambda: LayerNormGRUCell(E, H, eps=0.0), r"^eps must be > 0, got 0.0$"),
+        (lambda: LayerNormLSTMCell(0, H), r"^input_size \(0\) must be an integer >= 1$"),
+        (lambda: LayerNormGRUCell(E, H, eps=0.0), r"^eps \(0.0\) must be a finite number > 0.0$"),
     ],
 )
 def test_bad_arguments_raise(make, message):
@@ -341,3 +341,11 @@ def test_bad_shapes_raise(kind):
     if kind == "lstm":
         with pytest.raises(ValueError, match=r"^state c must have shape \(B, H\) = \(5, 4\), got \(5, 3\)$"):
             cell(torch.randn(B, E), (torch.randn(B, H), torch.randn(B, 3)))
+
+
+@pytest.mark.parametrize("cell_class", [LayerNormLSTMCell, LayerNormGRUCell])
+def test_orthogonal_recurrent_init_makes_every_gate_block_orthogonal(cell_class):
+    cell = cell_class(E, H, recurrent_init="orthogonal")
+    for block in cell.weight_hh.detach().split(H):  # (H, H) per gate
+        torch.testing.assert_close(block @ block.T, torch.eye(H, dtype=block.dtype))
+    assert (cell.gain_ih == 1).all() and (cell.gain_hh == 1).all()

@@ -151,11 +151,11 @@ def test_self_attention_matches_torch(causal):
     expected, expected_weights = reference(
         x, x, x, key_padding_mask=~keep, attn_mask=attn_mask, need_weights=True, average_attn_weights=False
     )
-    ours = mha(x, key_padding_mask=keep, causal=causal, need_weights=True)
+    ours = mha(x, keep_mask=keep, causal=causal, need_weights=True)
     assert_close(ours.output, expected)
     assert_close(ours.weights, expected_weights)
     assert ours.cache is None
-    assert_close(mha(x, key_padding_mask=keep, causal=causal).output, expected)  # SDPA path
+    assert_close(mha(x, keep_mask=keep, causal=causal).output, expected)  # SDPA path
     _, averaged = reference(x, x, x, key_padding_mask=~keep, attn_mask=attn_mask)
     assert_close(ours.weights.mean(dim=1), averaged)
 
@@ -169,12 +169,12 @@ def test_cross_attention_with_kdim_vdim_matches_torch():
     expected, expected_weights = reference(
         query, key, value, key_padding_mask=~keep, need_weights=True, average_attn_weights=False
     )
-    ours = mha(query, key, value, key_padding_mask=keep, need_weights=True)
+    ours = mha(query, key, value, keep_mask=keep, need_weights=True)
     assert_close(ours.output, expected)
     assert_close(ours.weights, expected_weights)
     k, v = mha.project_key_value(key, value)
     assert k.shape == v.shape == (B, N, 6, DH)
-    assert_close(mha(query, key_padding_mask=keep, precomputed_kv=(k, v)).output, expected)
+    assert_close(mha(query, keep_mask=keep, precomputed_kv=(k, v)).output, expected)
 
 
 def test_from_torch_batch_second_and_to_torch_round_trip():
@@ -222,8 +222,8 @@ def test_padding_keys_never_change_real_outputs():
     x = _rand(1, 6, D)
     padded = torch.cat([x[:, :4], _rand(1, 2, D)], dim=1)
     keep = torch.tensor([[True] * 4 + [False] * 2])
-    assert_close(mha(padded, key_padding_mask=keep).output[:, :4], mha(x[:, :4]).output)
-    assert_close(mha(padded, key_padding_mask=keep, causal=True).output[:, :4], mha(x[:, :4], causal=True).output)
+    assert_close(mha(padded, keep_mask=keep).output[:, :4], mha(x[:, :4]).output)
+    assert_close(mha(padded, keep_mask=keep, causal=True).output[:, :4], mha(x[:, :4], causal=True).output)
 
 
 @pytest.mark.parametrize("chunks", [[1] * 5, [2, 1, 2]])
@@ -231,7 +231,7 @@ def test_cached_incremental_self_attention_equals_full_causal(chunks):
     mha = _mha()
     x = _rand(B, 5, D)
     full = mha(x, causal=True).output
-    cache = KVCache.empty(B, N, 7, DH, dtype=torch.float64)
+    cache = KVCache.empty(B, N, DH, dtype=torch.float64)
     outputs, start = [], 0
     with torch.no_grad():
         for t in chunks:
@@ -246,18 +246,18 @@ def test_cached_key_padding_mask_covers_cached_keys():
     mha = _mha()
     x = _rand(B, 4, D)
     keep = torch.tensor([[True] * 4, [False] + [True] * 3])  # row 1 left-padded
-    full = mha(x, key_padding_mask=keep, causal=True).output
-    cache = KVCache.empty(B, N, 4, DH, dtype=torch.float64)
+    full = mha(x, keep_mask=keep, causal=True).output
+    cache = KVCache.empty(B, N, DH, dtype=torch.float64)
     with torch.no_grad():
-        first, _, cache = mha(x[:, :3], key_padding_mask=keep[:, :3], causal=True, cache=cache)
-        last, _, cache = mha(x[:, 3:], key_padding_mask=keep, causal=True, cache=cache)
+        first, _, cache = mha(x[:, :3], keep_mask=keep[:, :3], causal=True, cache=cache)
+        last, _, cache = mha(x[:, 3:], keep_mask=keep, causal=True, cache=cache)
     assert_close(torch.cat([first, last], dim=1), full)
 
 
 def test_mask_shape_mismatch_names_both_shapes():
     mha = _mha()
-    with pytest.raises(ValueError, match=r"^key_padding_mask shape \(2, 3\) != \(B, S\) = \(2, 5\)$"):
-        mha(_rand(B, 5, D), key_padding_mask=torch.ones(B, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"^keep_mask shape \(2, 3\) != \(B, S\) = \(2, 5\)$"):
+        mha(_rand(B, 5, D), keep_mask=torch.ones(B, 3, dtype=torch.bool))
 
 
 def test_eval_disables_dropout_and_training_applies_it():
@@ -276,25 +276,29 @@ def test_argument_errors():
     with pytest.raises(ValueError, match=r"^query must be \(B, T, D=8\), got shape \(2, 3, 5\)$"):
         mha(_rand(B, 3, 5))
     with pytest.raises(ValueError, match=r"KV cache and rotary embeddings are for self-attention"):
-        mha(x, x, cache=KVCache.empty(B, N, 4, DH, dtype=torch.float64))
+        mha(x, x, cache=KVCache.empty(B, N, DH, dtype=torch.float64))
     with pytest.raises(ValueError, match=r"^key must be \(B, S, kdim=8\), got shape \(2, 3, 5\)$"):
         mha(x, _rand(B, 3, 5))
     with pytest.raises(ValueError, match=r"^value was given without key$"):
         mha(x, value=x)
     with pytest.raises(ValueError, match=r"^pass either key/value or precomputed_kv, not both$"):
         mha(x, x, precomputed_kv=mha.project_key_value(x))
-    with pytest.raises(ValueError, match=r"^key_padding_mask must be bool \(True = real key\), got torch.int64$"):
-        mha(x, key_padding_mask=torch.ones(B, 3, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"^kind must be one of \('full', 'local', 'linear'\), got 'sparse'$"):
-        MultiHeadAttention(D, N, kind="sparse")
-    with pytest.raises(ValueError, match=r"^kind 'local' needs a window >= 1, got None$"):
-        MultiHeadAttention(D, N, kind="local")
-    with pytest.raises(ValueError, match=r"^window \(3\) is only used by kind 'local', got kind 'full'$"):
+    with pytest.raises(ValueError, match=r"^keep_mask must be bool \(True = real key\), got torch.int64$"):
+        mha(x, keep_mask=torch.ones(B, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"^attention_kind \('sparse'\) must be one of 'full', 'local', 'linear'$"):
+        MultiHeadAttention(D, N, attention_kind="sparse")
+    with pytest.raises(ValueError, match=r"^attention_kind 'local' needs a window >= 1, got None$"):
+        MultiHeadAttention(D, N, attention_kind="local")
+    with pytest.raises(ValueError, match=r"^window \(0\) must be None or an integer >= 1$"):
+        MultiHeadAttention(D, N, attention_kind="local", window=0)
+    with pytest.raises(ValueError, match=r"^window \(3\) is only used by attention_kind 'local', got 'full'$"):
         MultiHeadAttention(D, N, window=3)
-    with pytest.raises(ValueError, match=r"^attention dropout \(0.1\) needs kind 'full', got kind 'linear'$"):
-        MultiHeadAttention(D, N, kind="linear", dropout=0.1)
-    with pytest.raises(ValueError, match=r"^to_torch needs kind 'full' without rotary"):
-        MultiHeadAttention(D, N, kind="linear").to_torch()
+    with pytest.raises(ValueError, match=r"^attention dropout \(0.1\) needs attention_kind 'full', got 'linear'$"):
+        MultiHeadAttention(D, N, attention_kind="linear", dropout=0.1)
+    with pytest.raises(ValueError, match=r"^dropout \(1.0\) must be in \[0, 1\)$"):
+        MultiHeadAttention(D, N, dropout=1.0)
+    with pytest.raises(ValueError, match=r"^to_torch needs attention_kind 'full' without rotary"):
+        MultiHeadAttention(D, N, attention_kind="linear").to_torch()
 
 
 # ---- rotary positions ---------------------------------------------------------------------------------
@@ -306,8 +310,8 @@ def test_rotary_cached_equals_full_and_depends_only_on_relative_positions():
     full = mha(x, causal=True).output
     assert not torch.allclose(full, _mha()(x, causal=True).output)  # the rotation is applied
     # RoPE scores depend on j - i only, so shifting every position leaves the output unchanged
-    assert_close(mha(x, causal=True, positions_offset=7).output, full)
-    cache = KVCache.empty(B, N, 5, DH, dtype=torch.float64)
+    assert_close(mha(x, causal=True, offset=7).output, full)
+    cache = KVCache.empty(B, N, DH, dtype=torch.float64)
     outputs = []
     with torch.no_grad():
         for start, stop in ((0, 2), (2, 3), (3, 5)):
@@ -335,21 +339,21 @@ def _merge(mha, out):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_local_kind_equals_full_attention_restricted_to_the_window(causal):
-    mha = _mha(kind="local", window=2)
+    mha = _mha(attention_kind="local", window=2)
     x = _rand(B, 6, D)
     keep = torch.tensor([[True] * 6, [True] * 5 + [False]])
     i, j = torch.arange(6).unsqueeze(1), torch.arange(6)
     band = ((j <= i) & (j > i - 2)) if causal else (i - j).abs() < 2
     q, k, v = _projections(mha, x)
     expected = scaled_dot_product_attention(q, k, v, keep_mask=band & keep[:, None, None, :], need_weights=True)
-    ours = mha(x, key_padding_mask=keep, causal=causal, need_weights=True)
+    ours = mha(x, keep_mask=keep, causal=causal, need_weights=True)
     assert_close(ours.output, _merge(mha, expected.output))
     assert_close(ours.weights, expected.weights)
 
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_linear_kind_equals_the_kernel_formula(causal):
-    mha = _mha(kind="linear")
+    mha = _mha(attention_kind="linear")
     x = _rand(B, 5, D)
     keep = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
     q, k, v = _projections(mha, x)
@@ -358,20 +362,58 @@ def test_linear_kind_equals_the_kernel_formula(causal):
     if causal:
         similarity = similarity.tril()
     expected = similarity @ v / similarity.sum(-1, keepdim=True)  # Katharopoulos et al. 2020, eq. 4
-    assert_close(mha(x, key_padding_mask=keep, causal=causal).output, _merge(mha, expected))
-    with pytest.raises(ValueError, match=r"^kind 'linear' forms no attention weights: need_weights must be False$"):
+    assert_close(mha(x, keep_mask=keep, causal=causal).output, _merge(mha, expected))
+    with pytest.raises(
+        ValueError, match=r"^attention_kind 'linear' forms no attention weights: need_weights must be False$"
+    ):
         mha(x, need_weights=True)
 
 
 @pytest.mark.parametrize(("kind", "window"), [("local", 2), ("linear", None)])
 def test_cached_incremental_efficient_kinds_equal_full_causal(kind, window):
-    mha = _mha(kind=kind, window=window)
+    mha = _mha(attention_kind=kind, window=window)
     x = _rand(B, 5, D)
     full = mha(x, causal=True).output
-    cache = KVCache.empty(B, N, 5, DH, dtype=torch.float64)
+    cache = KVCache.empty(B, N, DH, dtype=torch.float64)
     outputs = []
     with torch.no_grad():
         for start, stop in ((0, 2), (2, 3), (3, 4), (4, 5)):
             out, _, cache = mha(x[:, start:stop], causal=True, cache=cache)
             outputs.append(out)
     assert_close(torch.cat(outputs, dim=1), full)
+
+
+# ---- the previous release's keyword names ---------------------------------------------------------------
+
+
+def test_old_keyword_names_warn_and_give_identical_output():
+    B, T = 2, 5
+    x = _rand(B, T, D)
+    keep = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])  # seqlab's key_padding_mask was True = keep
+    rotary = RotaryEmbedding(D // N)
+    torch.manual_seed(3)
+    new = MultiHeadAttention(D, N, attention_kind="local", window=2, rotary=rotary).double().eval()
+    with pytest.warns(DeprecationWarning, match=r"'kind' is deprecated, use 'attention_kind'"):
+        torch.manual_seed(3)
+        old = MultiHeadAttention(D, N, kind="local", window=2, rotary=rotary).double().eval()
+    assert old.attention_kind == "local"
+    for p, q in zip(new.parameters(), old.parameters(), strict=True):
+        assert torch.equal(p, q)
+    expected = new(x, keep_mask=keep, causal=True, offset=4, need_weights=True)
+    with pytest.warns(DeprecationWarning, match=r"'key_padding_mask' is deprecated, use 'keep_mask'"):
+        padded = old(x, key_padding_mask=keep, causal=True, offset=4, need_weights=True)
+    with pytest.warns(DeprecationWarning, match=r"'positions_offset' is deprecated, use 'offset'"):
+        shifted = old(x, keep_mask=keep, causal=True, positions_offset=4, need_weights=True)
+    for got in (padded, shifted):
+        assert torch.equal(got.output, expected.output) and torch.equal(got.weights, expected.weights)
+    assert not torch.equal(new(x, keep_mask=keep, causal=True).output, expected.output)  # offset 0 differs
+
+
+def test_old_and_new_keyword_together_or_unknown_keyword_raise():
+    x = _rand(2, 3, D)
+    mha = _mha()
+    keep = torch.ones(2, 3, dtype=torch.bool)
+    with pytest.raises(TypeError, match=r"got both 'key_padding_mask' \(deprecated\) and 'keep_mask'"):
+        mha(x, keep_mask=keep, key_padding_mask=keep)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'mask'"):
+        mha(x, mask=keep)

@@ -123,7 +123,7 @@ def test_sinusoidal_dropout_applies_only_in_train_mode():
             lambda: SinusoidalPositionalEncoding(5),
             "d_model (5) must be even and >= 2: each frequency has a sin and a cos",
         ),
-        (lambda: SinusoidalPositionalEncoding(4, max_length=0), "max_length (0) must be >= 1"),
+        (lambda: SinusoidalPositionalEncoding(4, max_length=0), "max_length (0) must be an integer >= 1"),
         (
             lambda: SinusoidalPositionalEncoding(4)(torch.zeros(2, 3, 6)),
             "x must be (B, T, D) with D = d_model (4), got shape (2, 3, 6)",
@@ -179,7 +179,7 @@ def test_learned_init_and_state():
             lambda: LearnedPositionalEncoding(8, 4)(torch.zeros(1, 3, 5)),
             "x must be (B, T, D) with D = d_model (4), got shape (1, 3, 5)",
         ),
-        (lambda: LearnedPositionalEncoding(0, 4), "max_length (0) and d_model (4) must be >= 1"),
+        (lambda: LearnedPositionalEncoding(0, 4), "max_length (0) must be an integer >= 1"),
     ],
 )
 def test_learned_errors(make, message):
@@ -275,8 +275,8 @@ def test_rotary_float32_input_keeps_its_dtype_and_matches_float64():
     ("make", "message"),
     [
         (lambda: RotaryEmbedding(7), "head_dim (7) must be even and >= 2: RoPE rotates channel pairs"),
-        (lambda: RotaryEmbedding(0), "head_dim (0) must be even and >= 2: RoPE rotates channel pairs"),
-        (lambda: RotaryEmbedding(4, max_length=0), "max_length (0) must be >= 1"),
+        (lambda: RotaryEmbedding(0), "head_dim (0) must be an integer >= 2"),
+        (lambda: RotaryEmbedding(4, max_length=0), "max_length (0) must be an integer >= 1"),
         (
             lambda: RotaryEmbedding(4)(torch.zeros(1, 2, 3, 6)),
             "x must be (..., T, Dh) with Dh = head_dim (4), got shape (1, 2, 3, 6)",

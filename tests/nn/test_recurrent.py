@@ -333,15 +333,15 @@ def test_lstm_state_error_names_the_part():
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: RNN(E, H, num_layers=0), r"num_layers must be >= 1, got 0"),
-        (lambda: LSTM(E, H, dropout=1.0), r"dropout must be in \[0, 1\), got 1.0"),
+        (lambda: RNN(E, H, num_layers=0), r"num_layers \(0\) must be an integer >= 1"),
+        (lambda: LSTM(E, H, dropout=1.0), r"dropout \(1.0\) must be in \[0, 1\)"),
         (
             lambda: GRU(E, H, variant="minimal"),
-            r"variant must be one of \('reset_after', 'textbook'\), got 'minimal'",
+            r"variant \('minimal'\) must be one of 'reset_after', 'textbook'",
         ),
         (
             lambda: RNN(E, H, nonlinearity="gelu"),
-            r"nonlinearity must be one of \('tanh', 'relu'\), got 'gelu'",
+            r"nonlinearity \('gelu'\) must be one of 'tanh', 'relu'",
         ),
     ],
 )
@@ -544,19 +544,19 @@ def test_extra_repr_shows_non_default_options_and_the_path():
     [
         (
             lambda: GRU(E, H, bidirectional=True, merge_mode="ave"),
-            r"merge_mode must be one of \('concat', 'sum', 'mean', 'mul'\), got 'ave'",
+            r"merge_mode \('ave'\) must be one of 'concat', 'sum', 'mean', 'mul'",
         ),
         (
             lambda: GRU(E, H, merge_mode="sum"),
             r"merge_mode='sum' needs bidirectional=True: one direction has nothing to merge",
         ),
-        (lambda: RNN(E, H, recurrent_dropout=1.0), r"recurrent_dropout must be in \[0, 1\), got 1.0"),
-        (lambda: RNN(E, H, recurrent_dropout=-0.1), r"recurrent_dropout must be in \[0, 1\), got -0.1"),
+        (lambda: RNN(E, H, recurrent_dropout=1.0), r"recurrent_dropout \(1.0\) must be in \[0, 1\)"),
+        (lambda: RNN(E, H, recurrent_dropout=-0.1), r"recurrent_dropout \(-0.1\) must be in \[0, 1\)"),
         (
             lambda: LSTM(E, H, recurrent_init="zeros"),
-            r"recurrent_init must be one of \('uniform', 'orthogonal'\), got 'zeros'",
+            r"recurrent_init \('zeros'\) must be one of 'uniform', 'orthogonal'",
         ),
-        (lambda: LSTM(E, H, proj_size=H), r"proj_size must be in \[0, hidden_size\) = \[0, 4\), got 4"),
+        (lambda: LSTM(E, H, proj_size=H), r"proj_size \(4\) must be an integer >= 0 and <= 3"),
         (
             lambda: LSTM(E, H, layer_norm=True, proj_size=P),
             r"layer_norm=True does not support proj_size, got proj_size=2",

@@ -5,15 +5,16 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
+from seqlab.nn.decoder_only import TransformerDecoderOnlyLayer
 from seqlab.nn.kv_cache import KVCache
 from seqlab.nn.positional import RotaryEmbedding
 from seqlab.nn.transformer import (
-    FeedForward,
     TransformerDecoder,
     TransformerDecoderLayer,
     TransformerEncoder,
     TransformerEncoderLayer,
 )
+from seqlab.nn.transformer_sublayers import FeedForward
 
 B, S, T, D, N, D_FF = 3, 5, 4, 8, 2, 16
 EXACT = {"rtol": 1e-12, "atol": 1e-12}
@@ -83,8 +84,8 @@ def test_encoder_layer_matches_torch(norm_first, activation):
     keep = _keep_mask([5, 3, 1], S)
     # torch's key_padding_mask is True = ignore.
     expected = reference(x, src_key_padding_mask=~keep)
-    assert_close(layer(x, keep_mask=keep), expected, **EXACT)
-    assert_close(layer(x), reference(x), **EXACT)
+    assert_close(layer(x, keep_mask=keep).output, expected, **EXACT)
+    assert_close(layer(x).output, reference(x), **EXACT)
 
 
 def test_encoder_layer_causal_matches_torch_causal_mask():
@@ -92,7 +93,7 @@ def test_encoder_layer_causal_matches_torch_causal_mask():
     layer = TransformerEncoderLayer.from_torch(reference).eval()
     x = torch.randn(B, S, D, dtype=torch.float64)
     mask = nn.Transformer.generate_square_subsequent_mask(S, dtype=torch.float64)
-    assert_close(layer(x, causal=True), reference(x, src_mask=mask, is_causal=True), **EXACT)
+    assert_close(layer(x, causal=True).output, reference(x, src_mask=mask, is_causal=True), **EXACT)
 
 
 @pytest.mark.parametrize(("norm_first", "activation"), LAYER_OPTIONS)
@@ -102,10 +103,10 @@ def test_decoder_layer_matches_torch(norm_first, activation):
     assert (layer.norm_first, layer.feed_forward.activation) == (norm_first, activation)
     x = torch.randn(B, T, D, dtype=torch.float64)
     memory = torch.randn(B, S, D, dtype=torch.float64)
-    memory_mask = _keep_mask([5, 2, 4], S)
+    memory_keep = _keep_mask([5, 2, 4], S)
     tgt_mask = nn.Transformer.generate_square_subsequent_mask(T, dtype=torch.float64)
-    expected = reference(x, memory, tgt_mask=tgt_mask, tgt_is_causal=True, memory_key_padding_mask=~memory_mask)
-    out = layer(x, memory, memory_mask=memory_mask)
+    expected = reference(x, memory, tgt_mask=tgt_mask, tgt_is_causal=True, memory_key_padding_mask=~memory_keep)
+    out = layer(x, memory, memory_keep_mask=memory_keep)
     assert_close(out.output, expected, **EXACT)
     assert out.cache is None and out.cross_weights is None
 
@@ -117,7 +118,7 @@ def test_from_torch_copies_eps_dropout_and_missing_biases():
     assert (layer.norm1.eps, layer.dropout1.p, layer.feed_forward.dropout.p) == (1e-3, 0.3, 0.3)
     assert layer.feed_forward.linear1.bias is None and layer.norm2.bias is None
     x = torch.randn(B, S, D, dtype=torch.float64)
-    assert_close(layer(x), reference(x), **EXACT)
+    assert_close(layer(x).output, reference(x), **EXACT)
 
 
 def test_from_torch_rejects_other_modules_and_activations():
@@ -149,16 +150,16 @@ def test_decoder_stack_matches_torch(norm_first):
     decoder = TransformerDecoder.from_torch(reference).eval()
     x = torch.randn(B, T, D, dtype=torch.float64)
     memory = torch.randn(B, S, D, dtype=torch.float64)
-    memory_mask = _keep_mask([3, 5, 1], S)
+    memory_keep = _keep_mask([3, 5, 1], S)
     tgt_mask = nn.Transformer.generate_square_subsequent_mask(T, dtype=torch.float64)
-    expected = reference(x, memory, tgt_mask=tgt_mask, tgt_is_causal=True, memory_key_padding_mask=~memory_mask)
-    out = decoder(x, memory, memory_mask=memory_mask)
+    expected = reference(x, memory, tgt_mask=tgt_mask, tgt_is_causal=True, memory_key_padding_mask=~memory_keep)
+    out = decoder(x, memory, memory_keep_mask=memory_keep)
     assert_close(out.output, expected, **EXACT)
     assert out.caches is None and out.cross_weights is None
-    weights = decoder(x, memory, memory_mask=memory_mask, need_weights=True).cross_weights
+    weights = decoder(x, memory, memory_keep_mask=memory_keep, need_weights=True).cross_weights
     assert len(weights) == 2 and weights[1].shape == (B, N, T, S)
     assert_close(weights[1].sum(-1), torch.ones(B, N, T, dtype=torch.float64), **EXACT)
-    assert (weights[1].masked_select(~memory_mask[:, None, None, :]) == 0).all()
+    assert (weights[1].masked_select(~memory_keep[:, None, None, :]) == 0).all()
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -166,14 +167,14 @@ def test_cached_decoding_one_token_at_a_time_equals_full_forward(norm_first):
     decoder = _decoder(norm_first)
     x = torch.randn(B, T, D, dtype=torch.float64)
     memory = torch.randn(B, S, D, dtype=torch.float64)
-    memory_mask = _keep_mask([5, 2, 3], S)
-    full = decoder(x, memory, memory_mask=memory_mask)
+    memory_keep = _keep_mask([5, 2, 3], S)
+    full = decoder(x, memory, memory_keep_mask=memory_keep)
 
     memory_kv = decoder.project_memory(memory)  # once per source
-    caches = decoder.empty_caches(B, T, dtype=torch.float64)
+    caches = decoder.empty_caches(B, dtype=torch.float64)
     steps = []
     for t in range(T):
-        step = decoder(x[:, t : t + 1], memory_kv, memory_mask=memory_mask, caches=caches)
+        step = decoder(x[:, t : t + 1], memory_kv, memory_keep_mask=memory_keep, caches=caches)
         caches = step.caches
         steps.append(step.output)
     assert_close(torch.cat(steps, dim=1), full.output, **EXACT)
@@ -186,7 +187,7 @@ def test_cached_decoding_with_efficient_self_attention_equals_full_forward(kind,
     x = torch.randn(B, T, D, dtype=torch.float64)
     memory = torch.randn(B, S, D, dtype=torch.float64)
     full = decoder(x, memory).output
-    caches = decoder.empty_caches(B, T, dtype=torch.float64)
+    caches = decoder.empty_caches(B, dtype=torch.float64)
     steps = []
     for t in range(T):
         step = decoder(x[:, t : t + 1], memory, caches=caches)
@@ -201,7 +202,7 @@ def test_cached_decoding_with_rotary_positions_equals_full_forward():
     x = torch.randn(B, T, D, dtype=torch.float64)
     memory = torch.randn(B, S, D, dtype=torch.float64)
     full = decoder(x, memory).output
-    caches = decoder.empty_caches(B, T, dtype=torch.float64)
+    caches = decoder.empty_caches(B, dtype=torch.float64)
     first = decoder(x[:, :2], memory, caches=caches)  # a two-token prompt, then one token per step
     second = decoder(x[:, 2:3], memory, caches=first.caches)
     third = decoder(x[:, 3:], memory, caches=second.caches)
@@ -215,16 +216,16 @@ def test_decoder_layer_returns_cache_and_cross_weights():
     layer = _randomize(TransformerDecoderLayer(D, N, D_FF, dropout=0.0)).eval()
     x = torch.randn(B, T, D, dtype=torch.float64)
     memory = torch.randn(B, S, D, dtype=torch.float64)
-    memory_mask = _keep_mask([5, 2, 3], S)
-    cache = KVCache.empty(B, N, T + 1, D // N, dtype=torch.float64)
-    out = layer(x, memory, memory_mask=memory_mask, cache=cache, need_weights=True)
+    memory_keep = _keep_mask([5, 2, 3], S)
+    cache = KVCache.empty(B, N, D // N, dtype=torch.float64)
+    out = layer(x, memory, memory_keep_mask=memory_keep, cache=cache, need_weights=True)
     assert out.cache.length == T
     k, _ = layer.self_attn.project_key_value(x)  # post-LN: self-attention sees x itself
-    assert_close(out.cache.keys_so_far, k, **EXACT)
+    assert_close(out.cache.keys, k, **EXACT)
     q = layer.cross_attn.q_proj(layer.norm1(x + layer.self_attn(x, causal=True).output))
     q = q.view(B, T, N, D // N).transpose(1, 2)  # (B, N, T, Dh)
     k_mem, _ = layer.project_memory(memory)
-    scores = (q @ k_mem.transpose(-2, -1) / (D // N) ** 0.5).masked_fill(~memory_mask[:, None, None, :], -torch.inf)
+    scores = (q @ k_mem.transpose(-2, -1) / (D // N) ** 0.5).masked_fill(~memory_keep[:, None, None, :], -torch.inf)
     assert_close(out.cross_weights, scores.softmax(dim=-1), **EXACT)
 
 
@@ -261,34 +262,39 @@ def test_padding_never_changes_real_positions(norm_first):
     tgt = torch.randn(B, T, D, dtype=torch.float64)
     keep = _keep_mask(lengths, S)
     memory = encoder(src, keep_mask=keep)
-    out = decoder(tgt, memory, memory_mask=keep).output
+    out = decoder(tgt, memory, memory_keep_mask=keep).output
     for b, length in enumerate(lengths):
         alone = encoder(src[b : b + 1, :length])
         assert_close(memory[b : b + 1, :length], alone, **EXACT)
         assert_close(out[b : b + 1], decoder(tgt[b : b + 1], alone).output, **EXACT)
 
 
-def test_dropout_acts_in_training_only():
-    layer = _randomize(TransformerDecoderLayer(D, N, D_FF, dropout=0.5))
-    no_dropout = TransformerDecoderLayer(D, N, D_FF, dropout=0.0).double()
-    no_dropout.load_state_dict(layer.state_dict())
+LAYER_CLASSES = {
+    "encoder": lambda dropout: TransformerEncoderLayer(D, N, D_FF, dropout=dropout),
+    "decoder": lambda dropout: TransformerDecoderLayer(D, N, D_FF, dropout=dropout),
+    "decoder_only": lambda dropout: TransformerDecoderOnlyLayer(D, N, D_FF, dropout=dropout),
+}
+
+
+@pytest.mark.parametrize("kind", LAYER_CLASSES)
+def test_dropout_acts_in_training_only(kind):
+    """Against a dropout-free twin with the same weights: different in training, equal in eval mode."""
+    layer = _randomize(LAYER_CLASSES[kind](0.5)).train()
+    twin = LAYER_CLASSES[kind](0.0).double().train()
+    twin.load_state_dict(layer.state_dict())
     x = torch.randn(B, T, D, dtype=torch.float64)
-    memory = torch.randn(B, S, D, dtype=torch.float64)
-    assert (layer(x, memory).output - no_dropout(x, memory).output).abs().max() > 1e-3
+    memory = (torch.randn(B, S, D, dtype=torch.float64),) if kind == "decoder" else ()
+    assert (layer(x, *memory).output - twin(x, *memory).output).abs().max() > 1e-3
     layer.eval()
-    assert_close(layer(x, memory).output, no_dropout(x, memory).output, **EXACT)
-    encoder_layer = _randomize(TransformerEncoderLayer(D, N, D_FF, dropout=0.5))
-    assert (encoder_layer(x) - encoder_layer(x)).abs().max() > 1e-3
-    encoder_layer.eval()
-    assert_close(encoder_layer(x), encoder_layer(x), **EXACT)
+    assert_close(layer(x, *memory).output, twin(x, *memory).output, **EXACT)
 
 
 def test_attention_kind_and_window_reach_self_attention_only():
     layer = TransformerDecoderLayer(D, N, D_FF, attention_kind="local", window=2)
-    assert (layer.self_attn.kind, layer.self_attn.window, layer.self_attn.dropout) == ("local", 2, 0.0)
-    assert (layer.cross_attn.kind, layer.cross_attn.dropout, layer.dropout1.p) == ("full", 0.1, 0.1)
+    assert (layer.self_attn.attention_kind, layer.self_attn.window, layer.self_attn.dropout) == ("local", 2, 0.0)
+    assert (layer.cross_attn.attention_kind, layer.cross_attn.dropout, layer.dropout1.p) == ("full", 0.1, 0.1)
     encoder_layer = TransformerEncoderLayer(D, N, D_FF, attention_kind="linear")
-    assert encoder_layer.self_attn.kind == "linear"
+    assert encoder_layer.self_attn.attention_kind == "linear"
 
 
 def test_local_attention_with_a_window_covering_every_key_equals_full_attention():
@@ -298,8 +304,8 @@ def test_local_attention_with_a_window_covering_every_key_equals_full_attention(
     narrow = TransformerEncoderLayer(D, N, D_FF, dropout=0.0, attention_kind="local", window=1).double().eval()
     narrow.load_state_dict(full.state_dict())
     x = torch.randn(B, S, D, dtype=torch.float64)
-    assert_close(local(x), full(x), **EXACT)
-    assert (narrow(x) - full(x)).abs().max() > 1e-3
+    assert_close(local(x).output, full(x).output, **EXACT)
+    assert (narrow(x).output - full(x).output).abs().max() > 1e-3
 
 
 def test_stack_errors():
@@ -311,7 +317,7 @@ def test_stack_errors():
     x = torch.randn(B, 1, D, dtype=torch.float64)
     memory = torch.randn(B, S, D, dtype=torch.float64)
     with pytest.raises(ValueError, match=r"got 1 caches for a decoder of 2 layers"):
-        decoder(x, memory, caches=decoder.empty_caches(B, 2, dtype=torch.float64)[:1])
+        decoder(x, memory, caches=decoder.empty_caches(B, dtype=torch.float64)[:1])
     with pytest.raises(ValueError, match=r"memory holds keys and values for 1 layers, the decoder has 2"):
         decoder(x, decoder.project_memory(memory)[:1])
     with pytest.raises(ValueError, match=r"d_model \(8\) must be divisible by num_heads \(3\)"):

@@ -1,9 +1,10 @@
 """Building blocks: recurrent cells and layers, attention, pooling, Transformer layers. No I/O, no training, no CLI."""
 
-from seqlab.nn.attention import AdditiveAttention, Attention, AttentionOutput, BilinearAttention, DotProductAttention
+from seqlab.nn.attention import AdditiveAttention, Attention, BilinearAttention, DotProductAttention
 from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState, RNNCell
+from seqlab.nn.decoder_only import DecoderOnlyOutput, TransformerDecoderOnly, TransformerDecoderOnlyLayer
 from seqlab.nn.functional.attention import (
-    AttentionResult,
+    AttentionOutput,
     causal_keep_mask,
     linear_attention,
     local_attention,
@@ -11,16 +12,24 @@ from seqlab.nn.functional.attention import (
 )
 from seqlab.nn.kv_cache import KVCache
 from seqlab.nn.layer_norm_cells import LayerNormGRUCell, LayerNormLSTMCell
-from seqlab.nn.multi_head_attention import MHAOutput, MultiHeadAttention
+from seqlab.nn.multi_head_attention import MultiHeadAttention
 from seqlab.nn.pooling import AttentionPooling, LastPooling, MaxPooling, MeanPooling, PoolingOutput, make_pooling
 from seqlab.nn.positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding
 from seqlab.nn.recurrent import GRU, LSTM, RNN, RecurrentOutput
 from seqlab.nn.transformer import (
-    FeedForward,
+    DecoderLayerOutput,
+    DecoderOutput,
+    LayerOutput,
     TransformerDecoder,
     TransformerDecoderLayer,
     TransformerEncoder,
     TransformerEncoderLayer,
+)
+from seqlab.nn.transformer_sublayers import (
+    FeedForward,
+    cross_attention_sublayer,
+    feed_forward_sublayer,
+    self_attention_sublayer,
 )
 
 __all__ = [
@@ -31,8 +40,10 @@ __all__ = [
     "Attention",
     "AttentionOutput",
     "AttentionPooling",
-    "AttentionResult",
     "BilinearAttention",
+    "DecoderLayerOutput",
+    "DecoderOnlyOutput",
+    "DecoderOutput",
     "DotProductAttention",
     "FeedForward",
     "GRUCell",
@@ -42,8 +53,8 @@ __all__ = [
     "LastPooling",
     "LayerNormGRUCell",
     "LayerNormLSTMCell",
+    "LayerOutput",
     "LearnedPositionalEncoding",
-    "MHAOutput",
     "MaxPooling",
     "MeanPooling",
     "MultiHeadAttention",
@@ -54,11 +65,16 @@ __all__ = [
     "SinusoidalPositionalEncoding",
     "TransformerDecoder",
     "TransformerDecoderLayer",
+    "TransformerDecoderOnly",
+    "TransformerDecoderOnlyLayer",
     "TransformerEncoder",
     "TransformerEncoderLayer",
     "causal_keep_mask",
+    "cross_attention_sublayer",
+    "feed_forward_sublayer",
     "linear_attention",
     "local_attention",
     "make_pooling",
     "scaled_dot_product_attention",
+    "self_attention_sublayer",
 ]

@@ -4,8 +4,9 @@
 directions and steps: ``input_projection(x)`` for all steps at once, then ``recurrence()`` (the step with its
 parameters bound) once per time step. A padded step keeps the old state, so each sequence's final state is
 taken at its true length and the backward direction starts fresh at its true last step. ``run_fused`` hands
-the same parameters to one of PyTorch's fused RNN kernels. ``RecurrentBase`` validates the configuration and
-the inputs, picks the path (``fused``) and converts layers to and from torch.nn.
+the same parameters to one of PyTorch's fused RNN kernels (through ``seqlab.nn.functional.fused_rnn``).
+``RecurrentBase`` validates the configuration and the inputs, picks the path (``fused``) and converts layers to
+and from torch.nn.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from seqlab.nn.cells import RECURRENT_INITS, LSTMState
+from seqlab.nn.functional.fused_rnn import fused_kernels_available, fused_rnn, fused_rnn_packed
+from seqlab.validation import check_choice, check_int, check_probability
 
 State = Tensor | LSTMState
 MERGE_MODES = ("concat", "sum", "mean", "mul")
@@ -184,7 +187,7 @@ def run_reference(
 
 
 def run_fused(
-    kernel: Callable[..., tuple[Tensor, ...]],
+    kernel: str,
     cells: Sequence[nn.Module],
     x: Tensor,
     lengths: Tensor | None,
@@ -198,29 +201,36 @@ def run_fused(
     batch_first: bool,
     merge_mode: str,
 ) -> tuple[Tensor, State]:
-    """The fused path: ``kernel`` (``torch._VF.lstm`` etc.) on the cells' parameters in torch's flat order,
+    """The fused path: ``kernel`` ("lstm", "gru", "rnn_tanh" or "rnn_relu", see ``seqlab.nn.functional.fused_rnn``)
+    on the cells' parameters in torch's flat order,
     on packed sequences when lengths are given; same inputs and results as ``run_reference``. A merge mode
     other than concat is applied to the kernel's [forward, backward] output, which is exact for one layer."""
     weights = [getattr(cell, name, None) for cell in cells for name in _FLAT_WEIGHT_NAMES]
     weights = [w for w in weights if w is not None]
     # The kernel reads a projection from h and c having different sizes.
     hx = tuple(state) if isinstance(state, LSTMState) else state
-    options = (bias, num_layers, dropout, training, bidirectional)
+    options = {
+        "bias": bias,
+        "num_layers": num_layers,
+        "dropout": dropout,
+        "training": training,
+        "bidirectional": bidirectional,
+    }
     if lengths is None:
-        result = kernel(x, hx, weights, *options, batch_first)
+        result = fused_rnn(kernel, x, hx, weights, batch_first=batch_first, **options)
         outputs = result[0]
     else:
         packed = pack_padded_sequence(x, lengths.cpu(), batch_first=batch_first, enforce_sorted=False)
         sorted_indices, unsorted_indices = packed.sorted_indices, packed.unsorted_indices
         if isinstance(hx, tuple):
-            hx = tuple(part.index_select(1, sorted_indices) for part in hx)
+            hx = tuple(part.index_select(-2, sorted_indices) for part in hx)  # batch dim of a state is -2
         else:
-            hx = hx.index_select(1, sorted_indices)
-        result = kernel(packed.data, packed.batch_sizes, hx, weights, *options)
+            hx = hx.index_select(-2, sorted_indices)
+        result = fused_rnn_packed(kernel, packed.data, packed.batch_sizes, hx, weights, **options)
         out_packed = PackedSequence(result[0], packed.batch_sizes, sorted_indices, unsorted_indices)
         total_length = x.shape[1] if batch_first else x.shape[0]
         outputs, _ = pad_packed_sequence(out_packed, batch_first=batch_first, total_length=total_length)
-        result = (result[0], *(part.index_select(1, unsorted_indices) for part in result[1:]))
+        result = (result[0], *(part.index_select(-2, unsorted_indices) for part in result[1:]))
     if bidirectional and merge_mode != "concat":
         outputs = merge_directions(*outputs.chunk(2, dim=-1), merge_mode)  # (..., 2H) -> (..., H)
     return outputs, LSTMState(result[1], result[2]) if isinstance(state, LSTMState) else result[1]
@@ -231,6 +241,7 @@ class RecurrentBase(nn.Module):
 
     torch_class: type[nn.RNNBase]
     has_cell_state = False  # True for the LSTM, whose state is LSTMState(h, c)
+    fused_kernel: str  # the kernel's name in seqlab.nn.functional.fused_rnn.KERNEL_NAMES
 
     def __init__(
         self,
@@ -250,17 +261,13 @@ class RecurrentBase(nn.Module):
         proj_size: int = 0,
     ) -> None:
         super().__init__()
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
-        for name, p in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
-            if not 0.0 <= p < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {p}")
-        if merge_mode not in MERGE_MODES:
-            raise ValueError(f"merge_mode must be one of {MERGE_MODES}, got {merge_mode!r}")
+        check_int("num_layers", num_layers)
+        check_probability("dropout", dropout)
+        check_probability("recurrent_dropout", recurrent_dropout)
+        check_choice("merge_mode", merge_mode, MERGE_MODES)
         if merge_mode != "concat" and not bidirectional:
             raise ValueError(f"merge_mode={merge_mode!r} needs bidirectional=True: one direction has nothing to merge")
-        if recurrent_init not in RECURRENT_INITS:
-            raise ValueError(f"recurrent_init must be one of {RECURRENT_INITS}, got {recurrent_init!r}")
+        check_choice("recurrent_init", recurrent_init, RECURRENT_INITS)
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.num_layers = num_layers
@@ -294,11 +301,12 @@ class RecurrentBase(nn.Module):
 
     @property
     def fused(self) -> bool:
-        """True when forward runs PyTorch's fused kernel, False when it runs the reference time loop."""
+        """True when forward runs PyTorch's fused kernel, False when it runs the reference time loop: the
+        configuration has torch.nn semantics and the kernels accept seqlab's call (``fused_kernels_available``)."""
         lacking = self._options_torch_lacks()
         if self.num_layers == 1:
             lacking.pop("merge_mode", None)  # the kernel's [forward, backward] output is merged afterwards
-        return self.use_fused and not lacking
+        return self.use_fused and not lacking and fused_kernels_available()
 
     def _options_torch_lacks(self) -> dict[str, object]:
         """The options set to something torch.nn's layer cannot compute, by name."""
@@ -326,7 +334,7 @@ class RecurrentBase(nn.Module):
         options = {"batch_first": self.batch_first, "dropout": self.dropout, "training": self.training}
         if self.fused:
             outputs, final_state = run_fused(
-                self._fused_kernel(),
+                self.fused_kernel,
                 self.cells,
                 x,
                 lengths,

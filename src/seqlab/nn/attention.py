@@ -10,17 +10,11 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-
-class AttentionOutput(NamedTuple):
-    """Context vectors (B, T, Hv) and attention weights (B, T, S); (B, Hv) and (B, S) for a 2-D query."""
-
-    context: Tensor
-    weights: Tensor
+from seqlab.nn.functional.attention import AttentionOutput
 
 
 def _check_feature_size(what: str, got: int, expected: int) -> None:
@@ -38,9 +32,9 @@ class Attention(nn.Module, ABC):
         query: (B, T, Hq), or (B, Hq) for a single decoder step.
         keys: (B, S, Hk).
         values: (B, S, Hv), defaults to ``keys``.
-        mask: (B, S) bool, True where a source position is real; None means every position is real.
-    Outputs: ``AttentionOutput(context, weights)``: context (B, T, Hv), weights (B, T, S), rows summing to 1;
-        without the T dimension for a 2-D query.
+        keep_mask: (B, S) bool, True where a source position is real; None means every position is real.
+    Outputs: ``AttentionOutput(output, weights)``: output the context vectors (B, T, Hv), weights (B, T, S), rows
+        summing to 1; without the T dimension for a 2-D query.
     Raises: ValueError (message shows the numbers) if a tensor has the wrong rank, batch sizes differ,
         values do not match keys in (B, S), feature sizes do not fit the score, mask is not a bool (B, S)
         tensor, or a mask row has no real position.
@@ -51,7 +45,7 @@ class Attention(nn.Module, ABC):
         """Unnormalised scores e (B, T, S) of query (B, T, Hq) against keys (B, S, Hk)."""
 
     def forward(
-        self, query: Tensor, keys: Tensor, values: Tensor | None = None, mask: Tensor | None = None
+        self, query: Tensor, keys: Tensor, values: Tensor | None = None, *, keep_mask: Tensor | None = None
     ) -> AttentionOutput:
         if query.dim() not in (2, 3):
             raise ValueError(f"query must be (B, T, Hq) or (B, Hq), got shape {tuple(query.shape)}")
@@ -63,15 +57,15 @@ class Attention(nn.Module, ABC):
         values = keys if values is None else values
         if values.dim() != 3 or values.shape[:2] != (B, S):
             raise ValueError(f"values must be (B, S, Hv) with (B, S) = ({B}, {S}), got shape {tuple(values.shape)}")
-        if mask is not None:
-            _check_mask(mask, B, S)
+        if keep_mask is not None:
+            _check_keep_mask(keep_mask, B, S)
 
         single_step = query.dim() == 2
         if single_step:
             query = query.unsqueeze(1)  # (B, 1, Hq)
         scores = self.score(query, keys)  # (B, T, S)
-        if mask is not None:
-            scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))
+        if keep_mask is not None:
+            scores = scores.masked_fill(~keep_mask.unsqueeze(1), float("-inf"))
         weights = torch.softmax(scores, dim=-1)  # (B, T, S)
         context = weights @ values  # (B, T, Hv)
         if single_step:
@@ -79,15 +73,15 @@ class Attention(nn.Module, ABC):
         return AttentionOutput(context, weights)
 
 
-def _check_mask(mask: Tensor, B: int, S: int) -> None:
-    if mask.dtype != torch.bool:
-        raise ValueError(f"mask must be a bool tensor (True = real position), got {mask.dtype}")
-    if mask.shape != (B, S):
-        raise ValueError(f"mask shape {tuple(mask.shape)} != (B, S) = ({B}, {S})")
+def _check_keep_mask(keep_mask: Tensor, B: int, S: int) -> None:
+    if keep_mask.dtype != torch.bool:
+        raise ValueError(f"keep_mask must be a bool tensor (True = real position), got {keep_mask.dtype}")
+    if keep_mask.shape != (B, S):
+        raise ValueError(f"keep_mask shape {tuple(keep_mask.shape)} != (B, S) = ({B}, {S})")
     # An all-masked row would give softmax(-inf, ..., -inf) = NaN weights.
-    empty = (~mask.any(dim=1)).nonzero()
+    empty = (~keep_mask.any(dim=1)).nonzero()
     if len(empty):
-        raise ValueError(f"mask row {int(empty[0])} has no real position")
+        raise ValueError(f"keep_mask row {int(empty[0])} has no real position")
 
 
 class AdditiveAttention(Attention):

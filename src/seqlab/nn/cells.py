@@ -28,16 +28,19 @@ from seqlab.nn.functional.recurrence import (
     orthogonal_gate_blocks_,
     rnn_step,
 )
+from seqlab.validation import check_choice, check_int
 
 _NONLINEARITIES = ("tanh", "relu")
-_GRU_VARIANTS = ("reset_after", "textbook")
+GRU_VARIANTS = ("reset_after", "textbook")
 RECURRENT_INITS = ("uniform", "orthogonal")
 
-__all__ = ["RECURRENT_INITS", "GRUCell", "LSTMCell", "LSTMState", "RNNCell", "orthogonal_gate_blocks_"]
+__all__ = ["GRU_VARIANTS", "RECURRENT_INITS", "GRUCell", "LSTMCell", "LSTMState", "RNNCell", "orthogonal_gate_blocks_"]
 
 
 class _CellParameters(nn.Module):
-    """Holds the torch.nn-layout parameters shared by every cell and the input projection."""
+    """Creates the torch.nn-layout parameters shared by every cell (plain and layer-normalised), checks inputs
+    and states, and computes the input projection. ``__init__`` only creates the parameters; each concrete
+    cell calls ``reset_parameters`` once its own options and parameters exist."""
 
     num_gates: int = 1
     torch_class: type[nn.Module] = nn.RNNCell
@@ -54,10 +57,9 @@ class _CellParameters(nn.Module):
         proj_size: int = 0,
     ) -> None:
         super().__init__()
-        if input_size < 1 or hidden_size < 1:
-            raise ValueError(f"input_size ({input_size}) and hidden_size ({hidden_size}) must be >= 1")
-        if recurrent_init not in RECURRENT_INITS:
-            raise ValueError(f"recurrent_init must be one of {RECURRENT_INITS}, got {recurrent_init!r}")
+        check_int("input_size", input_size)
+        check_int("hidden_size", hidden_size)
+        check_choice("recurrent_init", recurrent_init, RECURRENT_INITS)
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.bias = bias
@@ -75,7 +77,6 @@ class _CellParameters(nn.Module):
             self.register_parameter("bias_hh", None)
         if proj_size:  # registered last: torch's flat weight order is w_ih, w_hh, b_ih, b_hh, w_hr
             self.weight_hr = nn.Parameter(torch.empty(proj_size, hidden_size, **factory))
-        self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """U(-1/sqrt(H), 1/sqrt(H)) for every parameter, as torch.nn; then, for recurrent_init="orthogonal",
@@ -86,6 +87,13 @@ class _CellParameters(nn.Module):
             nn.init.uniform_(p, -bound, bound)
         if self.recurrent_init == "orthogonal":
             orthogonal_gate_blocks_(self.weight_hh, self.num_gates)
+
+    def _add_forget_bias(self, forget_bias: float) -> None:
+        """Add forget_bias to the forget-gate block (torch's LSTM order i, f, g, o) of bias_ih, if any."""
+        if self.bias_ih is not None:
+            H = self.hidden_size
+            with torch.no_grad():
+                self.bias_ih[H : 2 * H] += forget_bias
 
     def extra_repr(self) -> str:
         init = "" if self.recurrent_init == "uniform" else f", recurrent_init={self.recurrent_init!r}"
@@ -105,6 +113,7 @@ class _CellParameters(nn.Module):
         return x.new_zeros(x.shape[0], size)
 
     def _check_state(self, name: str, state: Tensor, batch: int, size: int) -> None:
+        """state (B, size), size H or proj_size; ValueError showing both shapes otherwise."""
         expected = (batch, size)
         if tuple(state.shape) != expected:
             label = "(B, H)" if size == self.hidden_size else "(B, proj_size)"
@@ -161,10 +170,10 @@ class RNNCell(_CellParameters):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        if nonlinearity not in _NONLINEARITIES:
-            raise ValueError(f"nonlinearity must be one of {_NONLINEARITIES}, got {nonlinearity!r}")
+        check_choice("nonlinearity", nonlinearity, _NONLINEARITIES)
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, bias=bias, recurrent_init=recurrent_init, device=device, dtype=dtype)
+        self.reset_parameters()
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, nonlinearity={self.nonlinearity!r}"
@@ -258,8 +267,7 @@ class LSTMCell(_CellParameters):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        if not 0 <= proj_size < hidden_size:
-            raise ValueError(f"proj_size must be in [0, hidden_size) = [0, {hidden_size}), got {proj_size}")
+        check_int("proj_size", proj_size, minimum=0, maximum=hidden_size - 1)
         self.forget_bias = forget_bias
         self.proj_size = proj_size
         super().__init__(
@@ -271,15 +279,13 @@ class LSTMCell(_CellParameters):
             device=device,
             dtype=dtype,
         )
+        self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """The base init (uniform, optionally orthogonal recurrent blocks), then forget_bias added to the
         forget-gate block of b_ih."""
         super().reset_parameters()
-        if self.bias_ih is not None:
-            H = self.hidden_size
-            with torch.no_grad():
-                self.bias_ih[H : 2 * H] += self.forget_bias
+        self._add_forget_bias(self.forget_bias)
 
     def extra_repr(self) -> str:
         proj = f", proj_size={self.proj_size}" if self.proj_size else ""
@@ -377,10 +383,10 @@ class GRUCell(_CellParameters):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        if variant not in _GRU_VARIANTS:
-            raise ValueError(f"variant must be one of {_GRU_VARIANTS}, got {variant!r}")
+        check_choice("variant", variant, GRU_VARIANTS)
         self.variant = variant
         super().__init__(input_size, hidden_size, bias=bias, recurrent_init=recurrent_init, device=device, dtype=dtype)
+        self.reset_parameters()
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, variant={self.variant!r}"

@@ -35,9 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqlab.nn.functional.recurrence import LSTMState, dropped
-
-_GRU_VARIANTS = ("reset_after", "textbook")
+from seqlab.nn.cells import GRU_VARIANTS, _CellParameters
+from seqlab.nn.functional.recurrence import LSTMState, dropped, orthogonal_gate_blocks_
+from seqlab.validation import check_choice, check_real
 
 
 def _norm(z: Tensor, gain: Tensor, bias: Tensor | None, eps: float) -> Tensor:
@@ -116,10 +116,9 @@ def layer_norm_gru_textbook_step(
     return torch.lerp(n_t, h, z_t)  # (1 - z_t) * n_t + z_t * h_{t-1}
 
 
-class _LayerNormCell(nn.Module):
-    """Matmul weights, LN gains and LN shifts of both terms, shared by the LN-LSTM and LN-GRU cells."""
-
-    num_gates: int
+class _LayerNormCell(_CellParameters):
+    """The plain cells' parameters (``_CellParameters``: weight_ih, weight_hh, and bias_ih, bias_hh here used as LN
+    shifts) plus the LN gains of both terms, shared by the LN-LSTM and LN-GRU cells."""
 
     def __init__(
         self,
@@ -128,33 +127,20 @@ class _LayerNormCell(nn.Module):
         *,
         bias: bool,
         eps: float,
+        recurrent_init: str,
         device: torch.device | str | None,
         dtype: torch.dtype | None,
     ) -> None:
-        super().__init__()
-        if input_size < 1 or hidden_size < 1:
-            raise ValueError(f"input_size ({input_size}) and hidden_size ({hidden_size}) must be >= 1")
-        if not eps > 0.0:
-            raise ValueError(f"eps must be > 0, got {eps}")
-        self.input_size = input_size
-        self.hidden_size = hidden_size
-        self.bias = bias
+        super().__init__(input_size, hidden_size, bias=bias, recurrent_init=recurrent_init, device=device, dtype=dtype)
+        check_real("eps", eps, greater_than=0.0)
         self.eps = eps
-        factory = {"device": device, "dtype": dtype}
         gh = self.num_gates * hidden_size
-        self.weight_ih = nn.Parameter(torch.empty(gh, input_size, **factory))
-        self.weight_hh = nn.Parameter(torch.empty(gh, hidden_size, **factory))
-        self.gain_ih = nn.Parameter(torch.empty(gh, **factory))
-        self.gain_hh = nn.Parameter(torch.empty(gh, **factory))
-        if bias:
-            self.bias_ih = nn.Parameter(torch.empty(gh, **factory))
-            self.bias_hh = nn.Parameter(torch.empty(gh, **factory))
-        else:
-            self.register_parameter("bias_ih", None)
-            self.register_parameter("bias_hh", None)
+        self.gain_ih = nn.Parameter(torch.empty(gh, device=device, dtype=dtype))
+        self.gain_hh = nn.Parameter(torch.empty(gh, device=device, dtype=dtype))
 
     def reset_parameters(self) -> None:
-        """Weights U(-1/sqrt(H), 1/sqrt(H)) as torch.nn; LN gains 1 and shifts 0 (Ba et al.'s code)."""
+        """Weights U(-1/sqrt(H), 1/sqrt(H)) as torch.nn; LN gains 1 and shifts 0 (Ba et al.'s code); then, for
+        recurrent_init="orthogonal", each gate's block of weight_hh orthogonal (Saxe et al., 2014)."""
         bound = 1.0 / math.sqrt(self.hidden_size)
         for name, p in self.named_parameters():
             if name.startswith("weight"):
@@ -163,23 +149,11 @@ class _LayerNormCell(nn.Module):
                 nn.init.ones_(p)
             else:
                 nn.init.zeros_(p)
+        if self.recurrent_init == "orthogonal":
+            orthogonal_gate_blocks_(self.weight_hh, self.num_gates)
 
     def extra_repr(self) -> str:
-        return f"{self.input_size}, {self.hidden_size}, bias={self.bias}, eps={self.eps}"
-
-    def _check_input(self, x: Tensor) -> None:
-        if x.dim() != 2:
-            raise ValueError(f"expected x of shape (B, E), got shape {tuple(x.shape)}")
-        if x.shape[-1] != self.input_size:
-            raise ValueError(f"expected x with {self.input_size} features (input_size), got {x.shape[-1]}")
-
-    def _zeros(self, x: Tensor) -> Tensor:
-        return x.new_zeros(x.shape[0], self.hidden_size)
-
-    def _check_state(self, name: str, state: Tensor, batch: int) -> None:
-        expected = (batch, self.hidden_size)
-        if tuple(state.shape) != expected:
-            raise ValueError(f"state {name} must have shape (B, H) = {expected}, got {tuple(state.shape)}")
+        return f"{super().extra_repr()}, eps={self.eps}"
 
 
 class LayerNormLSTMCell(_LayerNormCell):
@@ -202,6 +176,7 @@ class LayerNormLSTMCell(_LayerNormCell):
         forget_bias: added to the forget-gate block of bias_ih at init so f_t starts near sigmoid(1)
             (Jozefowicz et al., 2015); no effect when bias=False.
         eps: added to the variance in every LN (1e-5, as Ba et al.'s code and torch.nn.LayerNorm).
+        recurrent_init: "uniform" or "orthogonal" (each gate's block of weight_hh), as for ``LSTMCell``.
         device, dtype: where and how the parameters are created.
 
     Inputs: x (B, E); state LSTMState(h, c), each (B, H), zeros if None.
@@ -221,10 +196,13 @@ class LayerNormLSTMCell(_LayerNormCell):
         bias: bool = True,
         forget_bias: float = 1.0,
         eps: float = 1e-5,
+        recurrent_init: str = "uniform",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__(input_size, hidden_size, bias=bias, eps=eps, device=device, dtype=dtype)
+        super().__init__(
+            input_size, hidden_size, bias=bias, eps=eps, recurrent_init=recurrent_init, device=device, dtype=dtype
+        )
         self.forget_bias = forget_bias
         factory = {"device": device, "dtype": dtype}
         self.gain_c = nn.Parameter(torch.empty(hidden_size, **factory))
@@ -237,10 +215,7 @@ class LayerNormLSTMCell(_LayerNormCell):
     def reset_parameters(self) -> None:
         """The shared init, then forget_bias added to the forget-gate block of bias_ih."""
         super().reset_parameters()
-        if self.bias_ih is not None:
-            H = self.hidden_size
-            with torch.no_grad():
-                self.bias_ih[H : 2 * H] += self.forget_bias
+        self._add_forget_bias(self.forget_bias)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, forget_bias={self.forget_bias}"
@@ -271,10 +246,10 @@ class LayerNormLSTMCell(_LayerNormCell):
     def forward(self, x: Tensor, state: LSTMState | tuple[Tensor, Tensor] | None = None) -> LSTMState:
         self._check_input(x)
         if state is None:
-            state = LSTMState(self._zeros(x), self._zeros(x))
+            state = LSTMState(self._zeros(x, self.hidden_size), self._zeros(x, self.hidden_size))
         state = LSTMState(*state)
-        self._check_state("h", state.h, x.shape[0])
-        self._check_state("c", state.c, x.shape[0])
+        self._check_state("h", state.h, x.shape[0], self.hidden_size)
+        self._check_state("c", state.c, x.shape[0], self.hidden_size)
         return self.step(self.input_projection(x), state)
 
 
@@ -301,6 +276,7 @@ class LayerNormGRUCell(_LayerNormCell):
         bias: learn the LN shifts bias_ih and bias_hh (3H,); False leaves every LN unshifted.
         variant: "reset_after" or "textbook" (where r_t is applied, see ``seqlab.nn.cells.GRUCell``).
         eps: added to the variance in every LN.
+        recurrent_init: "uniform" or "orthogonal" (each gate's block of weight_hh), as for ``GRUCell``.
         device, dtype: where and how the parameters are created.
 
     Inputs: x (B, E); state h (B, H), zeros if None.
@@ -320,12 +296,14 @@ class LayerNormGRUCell(_LayerNormCell):
         bias: bool = True,
         variant: str = "reset_after",
         eps: float = 1e-5,
+        recurrent_init: str = "uniform",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        if variant not in _GRU_VARIANTS:
-            raise ValueError(f"variant must be one of {_GRU_VARIANTS}, got {variant!r}")
-        super().__init__(input_size, hidden_size, bias=bias, eps=eps, device=device, dtype=dtype)
+        check_choice("variant", variant, GRU_VARIANTS)
+        super().__init__(
+            input_size, hidden_size, bias=bias, eps=eps, recurrent_init=recurrent_init, device=device, dtype=dtype
+        )
         self.variant = variant
         self.reset_parameters()
 
@@ -365,6 +343,6 @@ class LayerNormGRUCell(_LayerNormCell):
     def forward(self, x: Tensor, state: Tensor | None = None) -> Tensor:
         self._check_input(x)
         if state is None:
-            state = self._zeros(x)
-        self._check_state("h", state, x.shape[0])
+            state = self._zeros(x, self.hidden_size)
+        self._check_state("h", state, x.shape[0], self.hidden_size)
         return self.step(self.input_projection(x), state)

@@ -9,37 +9,44 @@ True where a query may attend a key.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+import warnings
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from seqlab.nn.functional.attention import (
-    AttentionResult,
+    AttentionOutput,
     linear_attention,
     local_attention,
     scaled_dot_product_attention,
 )
 from seqlab.nn.kv_cache import KVCache
+from seqlab.validation import check_choice, check_int, check_probability
 
 if TYPE_CHECKING:
     from seqlab.nn.positional import RotaryEmbedding
 
 
-class MHAOutput(NamedTuple):
-    """Output of ``MultiHeadAttention``.
+ATTENTION_KINDS = ("full", "local", "linear")
+# Keyword names of the previous release -> today's; they keep working for one release with a DeprecationWarning.
+# seqlab's key_padding_mask already meant True = real key, so it is keep_mask renamed, not inverted.
+_RENAMED_FORWARD = {"key_padding_mask": "keep_mask", "positions_offset": "offset"}
 
-    output: (B, T, D).
-    weights: (B, N, T, S) per-head weights when requested (average over dim 1 for torch's default), else None.
-    cache: the KV cache after this call's keys and values were appended, or None without a cache.
+
+def _renamed(values: dict[str, object], old_names: dict[str, object], renames: dict[str, str], where: str) -> None:
+    """Move each deprecated keyword in ``old_names`` to its new name in ``values``, with a DeprecationWarning.
+
+    Raises: TypeError for an unknown keyword, or for an old and a new name given together.
     """
-
-    output: Tensor
-    weights: Tensor | None
-    cache: KVCache | None
-
-
-_KINDS = ("full", "local", "linear")
+    for old, value in old_names.items():
+        if old not in renames:
+            raise TypeError(f"{where} got an unexpected keyword argument {old!r}")
+        new = renames[old]
+        if values[new] is not None:
+            raise TypeError(f"{where} got both {old!r} (deprecated) and {new!r}; pass only {new!r}")
+        warnings.warn(f"{where}: {old!r} is deprecated, use {new!r}", DeprecationWarning, stacklevel=3)
+        values[new] = value
 
 
 class MultiHeadAttention(nn.Module):
@@ -48,36 +55,40 @@ class MultiHeadAttention(nn.Module):
     MultiHead(Q, K, V) = Concat(head_1, ..., head_N) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),
     with the N heads' W_i^Q packed as one (D, D) projection (likewise K, V) and Dh = D / N.
 
-    ``kind`` picks the attention inside the heads: "full" is ``scaled_dot_product_attention`` (the fused SDPA
+    ``attention_kind`` picks the attention inside the heads: "full" is ``scaled_dot_product_attention`` (the fused SDPA
     path unless ``need_weights``, the reference path with weights otherwise); "local" (sliding window of
     ``window`` keys) and "linear" (Katharopoulos et al., 2020) call ``seqlab.nn.functional.attention``.
 
     Args:
         d_model: D, features of the queries and of the output.
         num_heads: N; must divide d_model.
-        dropout: dropout probability on the attention weights while training (kind "full" only: the other
-            kinds form no weight matrix to drop).
+        dropout: dropout probability on the attention weights while training (attention_kind "full" only: the
+            other kinds form no weight matrix to drop).
         bias: biases in the four projections.
         kdim, vdim: features of the keys / values for cross-attention; D if None.
-        kind: "full", "local" or "linear".
-        window: keys per query for kind "local" (required there, not allowed otherwise).
+        attention_kind: "full", "local" or "linear" (``kind=`` still works for one release, with a
+            DeprecationWarning).
+        window: keys per query for attention_kind "local" (required there, not allowed otherwise).
         rotary: a ``RotaryEmbedding`` (Su et al., 2021) applied to q and k of self-attention, or None.
     Inputs (``forward``):
         query: (B, T, D).
         key: (B, S, kdim), value: (B, S, vdim) for cross-attention; None for self-attention on ``query``.
             ``value`` defaults to ``key``.
-        key_padding_mask: (B, S) bool, True where a key is real; with a cache, S counts the cached keys too.
+        keep_mask: (B, S) bool, True where a key is real; with a cache, S counts the cached keys too.
         causal: query i attends key j only if j <= i + (S - T) (bottom-right aligned: works over a cache).
-        need_weights: also return the per-head weights (kind "full" uses the reference path then, kind "local"
-            builds them dense; kind "linear" has none and raises).
+        need_weights: also return the per-head weights ("full" uses the reference path then, "local" builds
+            them dense; "linear" has none and raises).
         cache: a ``KVCache`` for incremental self-attention: this call's keys and values are appended and
-            attention runs over every cached key. Gradients do not flow through it (use it for decoding).
-        positions_offset: position of the first query for the rotary embedding; cache.length (or 0) if None.
+            attention runs over every cached key; gradients flow through it.
+        offset: position of the first query for the rotary embedding; cache.length (or 0) if None.
         precomputed_kv: (k, v), each (B, N, S, Dh), from ``project_key_value``, so cross-attention projects a
             source once for all decoder steps; replaces key and value.
-    Outputs: ``MHAOutput(output (B, T, D), weights (B, N, T, S) or None, cache or None)``.
-    Raises: ValueError if d_model is not divisible by num_heads, kind is unknown, window does not fit kind,
-        dropout > 0 with kind other than "full", need_weights with kind "linear", inputs have the wrong shape,
+        The previous release's names ``key_padding_mask`` (same meaning as keep_mask: True = real key) and
+        ``positions_offset`` still work for one release, with a DeprecationWarning.
+    Outputs: ``AttentionOutput(output (B, T, D), weights (B, N, T, S) or None, cache or None)``.
+    Raises: ValueError if d_model is not divisible by num_heads, attention_kind is unknown, window does not fit
+        attention_kind, dropout > 0 with attention_kind other than "full", need_weights with attention_kind
+        "linear", sizes are not integers >= 1, dropout is outside [0, 1), inputs have the wrong shape,
         a mask is not bool or its shape does not match (the message shows both shapes), or a cache / rotary
         embedding is used with cross-attention.
     """
@@ -91,25 +102,32 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         kdim: int | None = None,
         vdim: int | None = None,
-        kind: str = "full",
+        attention_kind: str = "full",
         window: int | None = None,
         rotary: RotaryEmbedding | None = None,
+        **deprecated: object,
     ) -> None:
         super().__init__()
+        options: dict[str, object] = {"attention_kind": None if attention_kind == "full" else attention_kind}
+        _renamed(options, deprecated, {"kind": "attention_kind"}, "MultiHeadAttention")
+        kind = options["attention_kind"] or "full"
+        check_int("d_model", d_model)
+        check_int("num_heads", num_heads)
+        check_probability("dropout", dropout)
+        check_int("window", window, optional=True)
         if d_model % num_heads != 0:
             raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
-        if kind not in _KINDS:
-            raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
-        if kind == "local" and (window is None or window < 1):
-            raise ValueError(f"kind 'local' needs a window >= 1, got {window}")
+        check_choice("attention_kind", kind, ATTENTION_KINDS)
+        if kind == "local" and window is None:
+            raise ValueError("attention_kind 'local' needs a window >= 1, got None")
         if kind != "local" and window is not None:
-            raise ValueError(f"window ({window}) is only used by kind 'local', got kind {kind!r}")
+            raise ValueError(f"window ({window}) is only used by attention_kind 'local', got {kind!r}")
         if dropout > 0.0 and kind != "full":
-            raise ValueError(f"attention dropout ({dropout}) needs kind 'full', got kind {kind!r}")
+            raise ValueError(f"attention dropout ({dropout}) needs attention_kind 'full', got {kind!r}")
         self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
         self.kdim = d_model if kdim is None else kdim
         self.vdim = d_model if vdim is None else vdim
-        self.dropout, self.kind, self.window = dropout, kind, window
+        self.dropout, self.attention_kind, self.window = dropout, kind, window
         self.rotary = rotary
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q of all heads
         self.k_proj = nn.Linear(self.kdim, d_model, bias=bias)  # W^K
@@ -148,13 +166,18 @@ class MultiHeadAttention(nn.Module):
         key: Tensor | None = None,
         value: Tensor | None = None,
         *,
-        key_padding_mask: Tensor | None = None,
+        keep_mask: Tensor | None = None,
         causal: bool = False,
         need_weights: bool = False,
         cache: KVCache | None = None,
-        positions_offset: int | None = None,
+        offset: int | None = None,
         precomputed_kv: tuple[Tensor, Tensor] | None = None,
-    ) -> MHAOutput:
+        **deprecated: object,
+    ) -> AttentionOutput:
+        if deprecated:
+            renamed: dict[str, object] = {"keep_mask": keep_mask, "offset": offset}
+            _renamed(renamed, deprecated, _RENAMED_FORWARD, "MultiHeadAttention.forward")
+            keep_mask, offset = renamed["keep_mask"], renamed["offset"]  # type: ignore[assignment]
         if query.dim() != 3 or query.shape[-1] != self.d_model:
             raise ValueError(f"query must be (B, T, D={self.d_model}), got shape {tuple(query.shape)}")
         B, T, _ = query.shape
@@ -176,39 +199,39 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError("value was given without key")
             k, v = self.project_key_value(key, value)  # (B, N, S, Dh) each
         if self.rotary is not None:
-            offset = positions_offset if positions_offset is not None else (cache.length if cache is not None else 0)
+            if offset is None:
+                offset = cache.length if cache is not None else 0
             q, k = self.rotary(q, offset=offset), self.rotary(k, offset=offset)
         if cache is not None:
             cache = cache.append(k, v)
-            k, v = cache.keys_so_far, cache.values_so_far  # (B, N, S, Dh), S = cached + T
+            k, v = cache  # (B, N, S, Dh) each, S = cached + T
 
-        keep_mask = None
-        if key_padding_mask is not None:
+        if keep_mask is not None:
             S = k.shape[2]
-            if key_padding_mask.dtype != torch.bool:
-                raise ValueError(f"key_padding_mask must be bool (True = real key), got {key_padding_mask.dtype}")
-            if key_padding_mask.shape != (B, S):
-                raise ValueError(f"key_padding_mask shape {tuple(key_padding_mask.shape)} != (B, S) = ({B}, {S})")
-            keep_mask = key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
+            if keep_mask.dtype != torch.bool:
+                raise ValueError(f"keep_mask must be bool (True = real key), got {keep_mask.dtype}")
+            if keep_mask.shape != (B, S):
+                raise ValueError(f"keep_mask shape {tuple(keep_mask.shape)} != (B, S) = ({B}, {S})")
+            keep_mask = keep_mask[:, None, None, :]  # (B, 1, 1, S)
 
         result = self._attend(q, k, v, keep_mask=keep_mask, causal=causal, need_weights=need_weights)
         output = result.output.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, D)
-        return MHAOutput(self.out_proj(output), result.weights, cache)
+        return AttentionOutput(self.out_proj(output), result.weights, cache)
 
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, keep_mask: Tensor | None, causal: bool, need_weights: bool
-    ) -> AttentionResult:
-        if self.kind == "full":
+    ) -> AttentionOutput:
+        if self.attention_kind == "full":
             dropout_p = self.dropout if self.training else 0.0
             return scaled_dot_product_attention(
                 q, k, v, keep_mask=keep_mask, causal=causal, dropout_p=dropout_p, need_weights=need_weights
             )
-        if self.kind == "local":
+        if self.attention_kind == "local":
             return local_attention(
                 q, k, v, window=self.window, causal=causal, keep_mask=keep_mask, need_weights=need_weights
             )
         if need_weights:
-            raise ValueError("kind 'linear' forms no attention weights: need_weights must be False")
+            raise ValueError("attention_kind 'linear' forms no attention weights: need_weights must be False")
         return linear_attention(q, k, v, causal=causal, keep_mask=keep_mask)
 
     @classmethod
@@ -228,7 +251,7 @@ class MultiHeadAttention(nn.Module):
             kdim=module.kdim,
             vdim=module.vdim,
         ).to(dtype=weight.dtype, device=weight.device)
-        if module._qkv_same_embed_dim:
+        if module.in_proj_weight is not None:
             w_q, w_k, w_v = module.in_proj_weight.chunk(3)  # (D, D) each
         else:
             w_q, w_k, w_v = module.q_proj_weight, module.k_proj_weight, module.v_proj_weight
@@ -243,12 +266,16 @@ class MultiHeadAttention(nn.Module):
         return mha
 
     def to_torch(self) -> nn.MultiheadAttention:
-        """An equivalent torch.nn.MultiheadAttention with batch_first=True (its key_padding_mask is True = ignore).
+        """An equivalent torch.nn.MultiheadAttention with batch_first=True (its key_padding_mask is ~keep_mask:
+        True = ignore).
 
-        Raises: ValueError for kind other than "full" or with a rotary embedding: torch.nn has neither.
+        Raises: ValueError for attention_kind other than "full" or with a rotary embedding: torch.nn has neither.
         """
-        if self.kind != "full" or self.rotary is not None:
-            raise ValueError(f"to_torch needs kind 'full' without rotary, got kind {self.kind!r}, rotary {self.rotary}")
+        if self.attention_kind != "full" or self.rotary is not None:
+            raise ValueError(
+                f"to_torch needs attention_kind 'full' without rotary, "
+                f"got {self.attention_kind!r}, rotary {self.rotary}"
+            )
         weight = self.out_proj.weight
         bias = self.out_proj.bias is not None
         module = nn.MultiheadAttention(
@@ -263,7 +290,7 @@ class MultiHeadAttention(nn.Module):
             dtype=weight.dtype,
         )
         with torch.no_grad():
-            if module._qkv_same_embed_dim:
+            if module.in_proj_weight is not None:
                 module.in_proj_weight.copy_(torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]))
             else:
                 module.q_proj_weight.copy_(self.q_proj.weight)
@@ -277,4 +304,5 @@ class MultiHeadAttention(nn.Module):
 
     def extra_repr(self) -> str:
         extra = f", window={self.window}" if self.window is not None else ""
-        return f"d_model={self.d_model}, num_heads={self.num_heads}, dropout={self.dropout}, kind={self.kind!r}{extra}"
+        kind = f"attention_kind={self.attention_kind!r}"
+        return f"d_model={self.d_model}, num_heads={self.num_heads}, dropout={self.dropout}, {kind}{extra}"

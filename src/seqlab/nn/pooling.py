@@ -158,7 +158,7 @@ class AttentionPooling(nn.Module):
         if h.shape[-1] != self.input_size:
             raise ValueError(f"h feature size ({h.shape[-1]}) != input_size ({self.input_size})")
         query = self.context.expand(h.shape[0], -1)  # (B, A): the same u_w for every sequence
-        pooled, weights = self.attention(query, h, mask=keep_mask)  # (B, C*H), (B, T)
+        pooled, weights, _ = self.attention(query, h, keep_mask=keep_mask)  # (B, C*H), (B, T)
         return PoolingOutput(pooled, weights)
 
     def extra_repr(self) -> str:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from seqlab.validation import check_int
+
 
 def _inverse_frequencies(dim: int, base: float, device: torch.device | None = None) -> Tensor:
     """w_i = base^(-2i/dim) for i = 0 .. dim/2 - 1, float64, (dim/2,)."""
@@ -63,10 +65,10 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, *, max_length: int = 2048, base: float = 10000.0, dropout: float = 0.0):
         super().__init__()
-        if d_model < 2 or d_model % 2:
+        check_int("d_model", d_model, minimum=2)
+        if d_model % 2:
             raise ValueError(f"d_model ({d_model}) must be even and >= 2: each frequency has a sin and a cos")
-        if max_length < 1:
-            raise ValueError(f"max_length ({max_length}) must be >= 1")
+        check_int("max_length", max_length)
         self.d_model = d_model
         self.max_length = max_length
         self.base = base
@@ -122,8 +124,8 @@ class LearnedPositionalEncoding(nn.Module):
 
     def __init__(self, max_length: int, d_model: int, *, dropout: float = 0.0):
         super().__init__()
-        if max_length < 1 or d_model < 1:
-            raise ValueError(f"max_length ({max_length}) and d_model ({d_model}) must be >= 1")
+        check_int("max_length", max_length)
+        check_int("d_model", d_model)
         self.max_length = max_length
         self.d_model = d_model
         self.weight = nn.Parameter(torch.empty(max_length, d_model))  # (max_length, D)
@@ -174,10 +176,10 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, *, base: float = 10000.0, max_length: int = 2048):
         super().__init__()
-        if head_dim < 2 or head_dim % 2:
+        check_int("head_dim", head_dim, minimum=2)
+        if head_dim % 2:
             raise ValueError(f"head_dim ({head_dim}) must be even and >= 2: RoPE rotates channel pairs")
-        if max_length < 1:
-            raise ValueError(f"max_length ({max_length}) must be >= 1")
+        check_int("max_length", max_length)
         self.head_dim = head_dim
         self.base = base
         self.max_length = max_length

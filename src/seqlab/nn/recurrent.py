@@ -3,8 +3,9 @@
 Two paths compute the same function (both in ``_recurrent_base.py``). The reference path follows the
 equations: per layer and direction it computes the input projection x W_ih^T + b_ih for all steps in one
 matmul, then runs the cell's step over the time steps, carrying each sequence's state unchanged past its
-length. The fused path hands seqlab's own parameters to PyTorch's fused RNN kernels (``torch._VF.lstm`` /
-``gru`` / ``rnn_tanh`` / ``rnn_relu``, as torch.nn.LSTM does, with packed sequences when lengths are given).
+length. The fused path hands seqlab's own parameters to PyTorch's fused RNN kernels (``lstm`` / ``gru`` /
+``rnn_tanh`` / ``rnn_relu``, as torch.nn.LSTM does, with packed sequences when lengths are given), called only
+through ``seqlab.nn.functional.fused_rnn``.
 The fused path runs whenever the configuration has torch.nn semantics; recurrent dropout, layer
 normalisation, the textbook GRU and merge modes other than concat between stacked layers run the reference
 path. ``layer.fused`` says which.
@@ -15,23 +16,14 @@ which is torch.nn's flat weight order, so state_dict keys read ``cells.{l * C + 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from seqlab.nn._recurrent_base import RecurrentBase, RecurrentOutput
-from seqlab.nn.cells import GRUCell, LSTMCell, RNNCell, orthogonal_gate_blocks_
+from seqlab.nn.cells import GRUCell, LSTMCell, RNNCell
 from seqlab.nn.layer_norm_cells import LayerNormGRUCell, LayerNormLSTMCell
 
 __all__ = ["GRU", "LSTM", "RNN", "RecurrentOutput"]
-
-
-def _with_recurrent_init(cell: LayerNormLSTMCell | LayerNormGRUCell, recurrent_init: str) -> nn.Module:
-    """A layer-norm cell (which always starts from the uniform init) with ``recurrent_init`` applied."""
-    if recurrent_init == "orthogonal":
-        orthogonal_gate_blocks_(cell.weight_hh, cell.num_gates)
-    return cell
 
 
 class RNN(RecurrentBase):
@@ -95,6 +87,7 @@ class RNN(RecurrentBase):
         dtype: torch.dtype | None = None,
     ) -> None:
         self.nonlinearity = nonlinearity
+        self.fused_kernel = f"rnn_{nonlinearity}"
         super().__init__(
             input_size,
             hidden_size,
@@ -117,9 +110,6 @@ class RNN(RecurrentBase):
                 dtype=dtype,
             ),
         )
-
-    def _fused_kernel(self) -> Callable[..., tuple[Tensor, ...]]:
-        return torch._VF.rnn_tanh if self.nonlinearity == "tanh" else torch._VF.rnn_relu
 
     def _torch_options(self) -> dict[str, object]:
         return {"nonlinearity": self.nonlinearity}
@@ -181,10 +171,15 @@ class LSTM(RecurrentBase):
 
         def make_cell(size: int) -> nn.Module:
             if layer_norm:
-                cell = LayerNormLSTMCell(
-                    size, hidden_size, bias=bias, forget_bias=forget_bias, device=device, dtype=dtype
+                return LayerNormLSTMCell(
+                    size,
+                    hidden_size,
+                    bias=bias,
+                    forget_bias=forget_bias,
+                    recurrent_init=recurrent_init,
+                    device=device,
+                    dtype=dtype,
                 )
-                return _with_recurrent_init(cell, recurrent_init)
             return LSTMCell(
                 size,
                 hidden_size,
@@ -218,8 +213,7 @@ class LSTM(RecurrentBase):
             lacking["layer_norm"] = True
         return lacking
 
-    def _fused_kernel(self) -> Callable[..., tuple[Tensor, ...]]:
-        return torch._VF.lstm
+    fused_kernel = "lstm"
 
     def _torch_options(self) -> dict[str, object]:
         return {"proj_size": self.proj_size}
@@ -274,8 +268,15 @@ class GRU(RecurrentBase):
 
         def make_cell(size: int) -> nn.Module:
             if layer_norm:
-                cell = LayerNormGRUCell(size, hidden_size, bias=bias, variant=variant, device=device, dtype=dtype)
-                return _with_recurrent_init(cell, recurrent_init)
+                return LayerNormGRUCell(
+                    size,
+                    hidden_size,
+                    bias=bias,
+                    variant=variant,
+                    recurrent_init=recurrent_init,
+                    device=device,
+                    dtype=dtype,
+                )
             return GRUCell(
                 size,
                 hidden_size,
@@ -309,5 +310,4 @@ class GRU(RecurrentBase):
             lacking["layer_norm"] = True
         return lacking
 
-    def _fused_kernel(self) -> Callable[..., tuple[Tensor, ...]]:
-        return torch._VF.gru
+    fused_kernel = "gru"

@@ -1,13 +1,12 @@
-"""Transformer layers and stacks (Vaswani et al., 2017, sec. 3.1-3.3), post-LN and pre-LN.
+"""Transformer layers and stacks (Vaswani et al., 2017, sec. 3.1-3.3), post-LN and pre-LN, composed of the
+sublayers in ``transformer_sublayers.py`` (residual self-attention, cross-attention and feed-forward):
 
-Each sublayer F (self-attention, cross-attention, feed-forward) is wrapped in a residual connection and a layer norm,
-either after the sum as in the paper (post-LN) or before F (pre-LN, Xiong et al., 2020, fig. 1):
-
-    post-LN:  x = LN(x + Drop(F(x)))            pre-LN:  x = x + Drop(F(LN(x)))
+    TransformerEncoderLayer      = self-attention (optional causal mask and KV cache) + feed-forward
+    TransformerDecoderLayer      = causal self-attention (optional KV cache) + cross-attention + feed-forward
+    TransformerDecoderOnlyLayer  = causal self-attention (optional KV cache) + feed-forward   (``decoder_only.py``)
 
 Pre-LN stacks end with one more layer norm (``final_norm``), since their residual stream is never normalised.
-Dropout sits where torch.nn.TransformerEncoderLayer / DecoderLayer put it: on the attention weights, after the
-activation inside the feed-forward network, and on each sublayer's output before the residual sum.
+Parameter names follow torch.nn's layers (``self_attn``, ``norm1``, ``dropout1``, ...).
 """
 
 from __future__ import annotations
@@ -22,49 +21,19 @@ from torch import Tensor, nn
 
 from seqlab.nn.kv_cache import KVCache
 from seqlab.nn.multi_head_attention import MultiHeadAttention
+from seqlab.nn.transformer_sublayers import (
+    FeedForward,
+    MemoryKV,
+    cross_attention_sublayer,
+    feed_forward_sublayer,
+    make_self_attention,
+    self_attention_sublayer,
+)
 
 if TYPE_CHECKING:
     from seqlab.nn.positional import RotaryEmbedding
 
-_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 _Layer = TypeVar("_Layer", "TransformerEncoderLayer", "TransformerDecoderLayer")
-
-MemoryKV = tuple[Tensor, Tensor]
-"""Cross-attention keys and values of one decoder layer, each (B, N, S, Dh), from ``project_memory``."""
-
-
-class FeedForward(nn.Module):
-    """Position-wise feed-forward network (Vaswani et al., 2017, eq. 2).
-
-    FFN(x) = W_2 Drop(act(W_1 x + b_1)) + b_2, with act = max(0, .) (ReLU, as in the paper) or GELU.
-
-    Args:
-        d_model: D, features in and out.
-        d_ff: inner size.
-        activation: "relu" or "gelu" (exact erf form, as torch.nn's "gelu").
-        dropout: probability of zeroing an inner activation in training.
-        bias: learn b_1 and b_2.
-    Inputs: x (..., D).
-    Outputs: (..., D).
-    Raises: ValueError if activation is not "relu" or "gelu".
-    """
-
-    def __init__(
-        self, d_model: int, d_ff: int, *, activation: str = "relu", dropout: float = 0.0, bias: bool = True
-    ) -> None:
-        super().__init__()
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
-        self.activation = activation
-        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W_1, b_1
-        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2, b_2
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(self.dropout(_ACTIVATIONS[self.activation](self.linear1(x))))
-
-    def extra_repr(self) -> str:
-        return f"activation={self.activation!r}"
 
 
 def _torch_activation(module: nn.Module) -> str:
@@ -75,22 +44,6 @@ def _torch_activation(module: nn.Module) -> str:
     if activation is F.gelu or (isinstance(activation, nn.GELU) and activation.approximate == "none"):
         return "gelu"
     raise ValueError(f"{type(module).__name__}.activation must be relu or gelu, got {activation!r}")
-
-
-def _self_attention(
-    d_model: int,
-    num_heads: int,
-    dropout: float,
-    bias: bool,
-    kind: str,
-    window: int | None,
-    rotary: RotaryEmbedding | None,
-) -> MultiHeadAttention:
-    # Only full attention forms a weight matrix to drop; the layer's dropout still acts on the sublayer outputs.
-    attention_dropout = dropout if kind == "full" else 0.0
-    return MultiHeadAttention(
-        d_model, num_heads, dropout=attention_dropout, bias=bias, kind=kind, window=window, rotary=rotary
-    )
 
 
 def _layer_from_torch(cls: type[_Layer], module: nn.Module, torch_class: type[nn.Module]) -> _Layer:
@@ -122,6 +75,14 @@ def _layer_from_torch(cls: type[_Layer], module: nn.Module, torch_class: type[nn
     return layer
 
 
+class LayerOutput(NamedTuple):
+    """output (B, T, D); cache: the self-attention KVCache with this call's keys and values appended (None if no
+    cache was given)."""
+
+    output: Tensor
+    cache: KVCache | None
+
+
 class TransformerEncoderLayer(nn.Module):
     """Transformer encoder layer: self-attention, then a feed-forward network (Vaswani et al., 2017, sec. 3.1).
 
@@ -132,16 +93,18 @@ class TransformerEncoderLayer(nn.Module):
         d_model: D.
         num_heads: N; D must be divisible by N.
         d_ff: inner size of the feed-forward network.
-        dropout: on the attention weights (kind "full" only), inside the feed-forward network and on each
+        dropout: on the attention weights (attention_kind "full" only), inside the feed-forward network and on each
             sublayer's output.
         activation: "relu" or "gelu".
         norm_first: pre-LN instead of post-LN.
         layer_norm_eps: epsilon of both layer norms.
         bias: learn the biases of the projections, the feed-forward network and the layer norms.
-        attention_kind, window, rotary: as ``MultiHeadAttention``'s ``kind``, ``window`` and ``rotary``.
-    Inputs: x (B, S, D); keep_mask (B, S) bool, True at real positions, or None; causal: position i sees only
-        positions <= i (for decoder-only models).
-    Outputs: (B, S, D). Padded positions get values too; they never change the real positions.
+        attention_kind, window, rotary: of the self-attention, as ``MultiHeadAttention``'s.
+    Inputs: x (B, T, D); keep_mask (B, S) bool, True at real positions (S counts cached positions too), or None;
+        causal: position i sees only positions <= i (for decoder-only use); cache: the self-attention KVCache of
+        the earlier positions, or None.
+    Outputs: ``LayerOutput(output (B, T, D), cache or None)``. Padded positions get values too; they never change
+        the real positions.
     Raises: ValueError for a bad activation, D not divisible by N, or a mask of the wrong shape (from
         ``MultiHeadAttention``).
     """
@@ -163,21 +126,31 @@ class TransformerEncoderLayer(nn.Module):
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = _self_attention(d_model, num_heads, dropout, bias, attention_kind, window, rotary)
+        self.self_attn = make_self_attention(
+            d_model, num_heads, dropout=dropout, bias=bias, attention_kind=attention_kind, window=window, rotary=rotary
+        )
         self.feed_forward = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, *, keep_mask: Tensor | None = None, causal: bool = False) -> Tensor:
-        h = self.norm1(x) if self.norm_first else x
-        x = x + self.dropout1(self.self_attn(h, key_padding_mask=keep_mask, causal=causal).output)
-        x = x if self.norm_first else self.norm1(x)
-
-        h = self.norm2(x) if self.norm_first else x
-        x = x + self.dropout2(self.feed_forward(h))
-        return x if self.norm_first else self.norm2(x)
+    def forward(
+        self, x: Tensor, *, keep_mask: Tensor | None = None, causal: bool = False, cache: KVCache | None = None
+    ) -> LayerOutput:
+        norm_first = self.norm_first
+        attended = self_attention_sublayer(
+            x,
+            self.self_attn,
+            self.norm1,
+            self.dropout1,
+            norm_first=norm_first,
+            keep_mask=keep_mask,
+            causal=causal,
+            cache=cache,
+        )
+        x = feed_forward_sublayer(attended.output, self.feed_forward, self.norm2, self.dropout2, norm_first=norm_first)
+        return LayerOutput(x, attended.cache)
 
     @classmethod
     def from_torch(cls, module: nn.TransformerEncoderLayer) -> TransformerEncoderLayer:
@@ -219,7 +192,7 @@ class TransformerDecoderLayer(nn.Module):
     Inputs:
         x: (B, T, D), the T newest target positions.
         memory: encoder output (B, S, D), or its keys and values from ``project_memory``.
-        memory_mask: (B, S) bool, True at real source positions, or None.
+        memory_keep_mask: (B, S) bool, True at real source positions, or None.
         cache: self-attention KVCache holding the earlier positions (``KVCache.empty`` to start), or None to
             attend only to x. Causal masking is bottom-right aligned, so x's positions follow the cached ones.
         need_weights: also return the cross-attention weights.
@@ -245,7 +218,9 @@ class TransformerDecoderLayer(nn.Module):
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = _self_attention(d_model, num_heads, dropout, bias, attention_kind, window, rotary)
+        self.self_attn = make_self_attention(
+            d_model, num_heads, dropout=dropout, bias=bias, attention_kind=attention_kind, window=window, rotary=rotary
+        )
         self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
         self.feed_forward = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
@@ -264,26 +239,25 @@ class TransformerDecoderLayer(nn.Module):
         x: Tensor,
         memory: Tensor | MemoryKV,
         *,
-        memory_mask: Tensor | None = None,
+        memory_keep_mask: Tensor | None = None,
         cache: KVCache | None = None,
         need_weights: bool = False,
     ) -> DecoderLayerOutput:
-        h = self.norm1(x) if self.norm_first else x
-        attended = self.self_attn(h, causal=True, cache=cache)
-        x = x + self.dropout1(attended.output)
-        x = x if self.norm_first else self.norm1(x)
-
-        h = self.norm2(x) if self.norm_first else x
-        if isinstance(memory, Tensor):
-            crossed = self.cross_attn(h, memory, memory, key_padding_mask=memory_mask, need_weights=need_weights)
-        else:
-            crossed = self.cross_attn(h, key_padding_mask=memory_mask, need_weights=need_weights, precomputed_kv=memory)
-        x = x + self.dropout2(crossed.output)
-        x = x if self.norm_first else self.norm2(x)
-
-        h = self.norm3(x) if self.norm_first else x
-        x = x + self.dropout3(self.feed_forward(h))
-        x = x if self.norm_first else self.norm3(x)
+        norm_first = self.norm_first
+        attended = self_attention_sublayer(
+            x, self.self_attn, self.norm1, self.dropout1, norm_first=norm_first, causal=True, cache=cache
+        )
+        crossed = cross_attention_sublayer(
+            attended.output,
+            memory,
+            self.cross_attn,
+            self.norm2,
+            self.dropout2,
+            norm_first=norm_first,
+            memory_keep_mask=memory_keep_mask,
+            need_weights=need_weights,
+        )
+        x = feed_forward_sublayer(crossed.output, self.feed_forward, self.norm3, self.dropout3, norm_first=norm_first)
         return DecoderLayerOutput(x, attended.cache, crossed.weights)
 
     @classmethod
@@ -297,7 +271,8 @@ class TransformerDecoderLayer(nn.Module):
         return _layer_from_torch(cls, module, nn.TransformerDecoderLayer)
 
 
-def _layer_list(layers: Iterable[nn.Module], kind: type[nn.Module]) -> nn.ModuleList:
+def check_layers(layers: Iterable[nn.Module], kind: type[nn.Module]) -> nn.ModuleList:
+    """The layers of a stack as a ModuleList; ValueError if there are none or one is not a ``kind``."""
     layers = nn.ModuleList(layers)
     if len(layers) == 0:
         raise ValueError(f"a stack needs at least one {kind.__name__}, got none")
@@ -326,12 +301,12 @@ class TransformerEncoder(nn.Module):
 
     def __init__(self, layers: Iterable[TransformerEncoderLayer], *, final_norm: nn.LayerNorm | None = None) -> None:
         super().__init__()
-        self.layers = _layer_list(layers, TransformerEncoderLayer)
+        self.layers = check_layers(layers, TransformerEncoderLayer)
         self.final_norm = final_norm
 
     def forward(self, x: Tensor, *, keep_mask: Tensor | None = None, causal: bool = False) -> Tensor:
         for layer in self.layers:
-            x = layer(x, keep_mask=keep_mask, causal=causal)
+            x = layer(x, keep_mask=keep_mask, causal=causal).output
         return x if self.final_norm is None else self.final_norm(x)
 
     @classmethod
@@ -364,7 +339,7 @@ class TransformerDecoder(nn.Module):
     Inputs:
         x: (B, T, D), the T newest target positions.
         memory: encoder output (B, S, D), or the per-layer keys and values from ``project_memory``.
-        memory_mask: (B, S) bool, True at real source positions, or None.
+        memory_keep_mask: (B, S) bool, True at real source positions, or None.
         caches: one self-attention KVCache per layer, or None to attend only to x.
         need_weights: also return every layer's cross-attention weights.
     Outputs: ``DecoderOutput(output (B, T, D), caches, cross_weights)``.
@@ -374,18 +349,15 @@ class TransformerDecoder(nn.Module):
 
     def __init__(self, layers: Iterable[TransformerDecoderLayer], *, final_norm: nn.LayerNorm | None = None) -> None:
         super().__init__()
-        self.layers = _layer_list(layers, TransformerDecoderLayer)
+        self.layers = check_layers(layers, TransformerDecoderLayer)
         self.final_norm = final_norm
 
     def empty_caches(
-        self, batch_size: int, max_length: int, *, dtype: torch.dtype | None = None, device: torch.device | None = None
+        self, batch_size: int, *, dtype: torch.dtype | None = None, device: torch.device | None = None
     ) -> list[KVCache]:
-        """One empty self-attention KVCache per layer, room for max_length target positions."""
+        """One empty self-attention KVCache per layer (S = 0)."""
         attentions = [layer.self_attn for layer in self.layers]
-        return [
-            KVCache.empty(batch_size, a.num_heads, max_length, a.head_dim, dtype=dtype, device=device)
-            for a in attentions
-        ]
+        return [KVCache.empty(batch_size, a.num_heads, a.head_dim, dtype=dtype, device=device) for a in attentions]
 
     def project_memory(self, memory: Tensor) -> list[MemoryKV]:
         """Every layer's cross-attention keys and values (B, N, S, Dh) of memory (B, S, D)."""
@@ -396,7 +368,7 @@ class TransformerDecoder(nn.Module):
         x: Tensor,
         memory: Tensor | Sequence[MemoryKV],
         *,
-        memory_mask: Tensor | None = None,
+        memory_keep_mask: Tensor | None = None,
         caches: Sequence[KVCache] | None = None,
         need_weights: bool = False,
     ) -> DecoderOutput:
@@ -409,7 +381,7 @@ class TransformerDecoder(nn.Module):
         for i, layer in enumerate(self.layers):
             layer_memory = memory if isinstance(memory, Tensor) else memory[i]
             cache = None if caches is None else caches[i]
-            out = layer(x, layer_memory, memory_mask=memory_mask, cache=cache, need_weights=need_weights)
+            out = layer(x, layer_memory, memory_keep_mask=memory_keep_mask, cache=cache, need_weights=need_weights)
             x = out.output
             new_caches.append(out.cache)
             weights.append(out.cross_weights)

@@ -93,9 +93,9 @@ def make_batch(lengths=LENGTHS, T=5, seed=1) -> tuple[Tensor, Tensor, Tensor]:
     return src, lengths, tgt_in
 
 
-def decode_step_by_step(model: TransformerSeq2Seq, src, lengths, tgt_in, *, max_length=None) -> Tensor:
+def decode_step_by_step(model: TransformerSeq2Seq, src, lengths, tgt_in) -> Tensor:
     """Logits (B, T, V) of feeding tgt_in one token at a time through ``step`` from ``encode``."""
-    state = model.encode(src, lengths, max_length=max_length)
+    state = model.encode(src, lengths)
     steps = []
     for t in range(tgt_in.shape[1]):
         logits, state = model.step(tgt_in[:, t], state)
@@ -118,16 +118,13 @@ def test_cached_step_by_step_decoding_equals_teacher_forced_forward(variant):
     assert_close(got, expected)
 
 
-def test_a_cache_exactly_as_long_as_the_target_is_enough_and_one_step_more_overflows():
-    model = make_model()
-    src, lengths, tgt_in = make_batch(T=3)
+@pytest.mark.parametrize("positional", ["rotary", "sinusoidal"])
+def test_caches_grow_past_config_max_length(positional):
+    """config.max_length bounds only learned positions: cached decoding of 20 > 16 tokens equals the forward."""
+    model = make_model(positional)
+    src, lengths, tgt_in = make_batch(T=20)
     with torch.no_grad():
-        assert_close(decode_step_by_step(model, src, lengths, tgt_in, max_length=3), model(src, lengths, tgt_in).logits)
-        state = model.encode(src, lengths, max_length=2)
-        for t in range(2):
-            state = model.step(tgt_in[:, t], state).state
-        with pytest.raises(ValueError, match=r"^KVCache overflow: length \(2\) \+ new steps \(1\) > max_length \(2\)$"):
-            model.step(tgt_in[:, 2], state)
+        assert_close(decode_step_by_step(model, src, lengths, tgt_in), model(src, lengths, tgt_in).logits)
 
 
 class UncachedState(NamedTuple):
@@ -181,9 +178,7 @@ MAX_LENGTH = 8
 def test_cached_greedy_search_equals_uncached_greedy_search(copier):
     model, src, lengths = copier
     start = torch.full((src.shape[0],), BOS)
-    cached = greedy_search(
-        model, model.encode(src, lengths, max_length=MAX_LENGTH), start, eos_id=EOS, max_length=MAX_LENGTH
-    )
+    cached = greedy_search(model, model.encode(src, lengths), start, eos_id=EOS, max_length=MAX_LENGTH)
     reference = UncachedStepModel(model)
     uncached = greedy_search(reference, reference.initial_state(src, lengths), start, eos_id=EOS, max_length=MAX_LENGTH)
     assert len(set(cached.lengths.flatten().tolist())) > 1  # rows end at different steps
@@ -197,7 +192,7 @@ def test_cached_beam_search_equals_uncached_beam_search(copier):
     model, src, lengths = copier
     start = torch.full((src.shape[0],), BOS)
     options = dict(eos_id=EOS, max_length=MAX_LENGTH, beam_size=3, length_penalty=1.0, num_return_sequences=3)
-    cached = beam_search(model, model.encode(src, lengths, max_length=MAX_LENGTH), start, **options)
+    cached = beam_search(model, model.encode(src, lengths), start, **options)
     reference = UncachedStepModel(model)
     uncached = beam_search(reference, reference.initial_state(src, lengths), start, **options)
     assert len(set(cached.lengths.flatten().tolist())) > 1  # hypotheses end at different steps
@@ -211,12 +206,10 @@ def test_cached_beam_search_equals_uncached_beam_search(copier):
 def test_beam_search_of_size_one_without_length_penalty_is_greedy_search(copier):
     model, src, lengths = copier
     start = torch.full((src.shape[0],), BOS)
-    greedy = greedy_search(
-        model, model.encode(src, lengths, max_length=MAX_LENGTH), start, eos_id=EOS, max_length=MAX_LENGTH
-    )
+    greedy = greedy_search(model, model.encode(src, lengths), start, eos_id=EOS, max_length=MAX_LENGTH)
     beam = beam_search(
         model,
-        model.encode(src, lengths, max_length=MAX_LENGTH),
+        model.encode(src, lengths),
         start,
         eos_id=EOS,
         max_length=MAX_LENGTH,
@@ -235,7 +228,7 @@ def test_beam_hypothesis_log_prob_is_the_teacher_forced_sum(copier):
     start = torch.full((src.shape[0],), BOS)
     out = beam_search(
         model,
-        model.encode(src, lengths, max_length=MAX_LENGTH),
+        model.encode(src, lengths),
         start,
         eos_id=EOS,
         max_length=MAX_LENGTH,
@@ -273,14 +266,13 @@ def test_reorder_state_copies_rows_so_beams_never_share_cache_buffers(kind):
             state = model.step(tgt_in[:, t], state).state
         first, second = model.reorder_state(state, index), model.reorder_state(state, index)
         for reordered in (first, second):
-            assert torch.equal(reordered.src_mask, state.src_mask[index])
+            assert torch.equal(reordered.src_keep_mask, state.src_keep_mask[index])
             for (k, v), (k_0, v_0) in zip(reordered.memory_kv, state.memory_kv, strict=True):
                 assert torch.equal(k, k_0[index]) and torch.equal(v, v_0[index])
             for cache, cache_0 in zip(reordered.caches, state.caches, strict=True):
                 assert cache.length == cache_0.length == 2
                 assert torch.equal(cache.keys, cache_0.keys[index])
                 assert torch.equal(cache.values, cache_0.values[index])
-                assert cache.keys.data_ptr() != cache_0.keys.data_ptr()
 
         original, untouched = snapshot(state), snapshot(second)
         tokens = tgt_in[index, 2]
@@ -292,8 +284,8 @@ def test_reorder_state_copies_rows_so_beams_never_share_cache_buffers(kind):
     assert_close(after.logits, before.logits[index])
     for cache, cache_0 in zip(after.state.caches, before.state.caches, strict=True):
         assert cache.length == 3
-        assert_close(cache.keys_so_far, cache_0.keys_so_far[index])
-        assert_close(cache.values_so_far, cache_0.values_so_far[index])
+        assert_close(cache.keys, cache_0.keys[index])
+        assert_close(cache.values, cache_0.values[index])
 
 
 # --- masks ---------------------------------------------------------------------------------------------
@@ -338,6 +330,35 @@ def test_the_source_is_read():
         logits, logits_other = model(src, lengths, tgt_in).logits, model(other, lengths, tgt_in).logits
     assert_close(logits_other[[0, 2, 3]], logits[[0, 2, 3]])
     assert not torch.allclose(logits_other[1], logits[1])
+
+
+# --- cross-attention weights ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_need_weights_returns_the_last_layers_cross_attention_averaged_over_heads(norm_first):
+    model = make_model("sinusoidal", norm_first)
+    src, lengths, tgt_in = make_batch()
+    last = model.decoder.layers[-1].cross_attn
+    queries = []
+    handle = last.register_forward_pre_hook(lambda module, args: queries.append(args[0]))
+    with torch.no_grad():
+        plain = model(src, lengths, tgt_in)
+        out = model(src, lengths, tgt_in, need_weights=True)
+        handle.remove()
+        keep = torch.arange(src.shape[1])[None, :] < lengths[:, None]  # (B, S)
+        memory = model.encoder(model._embed(model.src_embedding, src, 0), keep_mask=keep)  # (B, S, D)
+        B, T, S, Dh = len(LENGTHS), tgt_in.shape[1], src.shape[1], D // N
+        q = last.q_proj(queries[-1]).view(B, T, N, Dh).transpose(1, 2)  # (B, N, T, Dh)
+        k = last.k_proj(memory).view(B, S, N, Dh).transpose(1, 2)  # (B, N, S, Dh)
+        scores = (q @ k.transpose(-2, -1) / Dh**0.5).masked_fill(~keep[:, None, None, :], -torch.inf)
+        expected = scores.softmax(dim=-1).mean(dim=1)  # (B, T, S)
+    assert plain.attention is None
+    assert out.attention.shape == (B, T, S)
+    assert_close(out.attention, expected)
+    assert_close(out.attention.sum(-1), torch.ones(B, T, dtype=torch.float64))
+    assert (out.attention.masked_select(~keep[:, None, :]) == 0).all()
+    assert_close(out.logits, plain.logits)
 
 
 # --- embeddings, tying, checkpoints --------------------------------------------------------------------
@@ -424,8 +445,12 @@ def test_save_and_load_round_trip_keeps_ties_and_outputs(tmp_path, tie_output, s
         ({"attention_kind": "linear", "window": 4}, "window (4) must be set exactly when attention_kind is 'local'"),
         ({"attention_kind": "local"}, "window (None) must be set exactly when attention_kind is 'local'"),
         ({"share_embeddings": True}, f"share_embeddings needs equal vocabularies, got {V_SRC} and {V_TGT}"),
-        ({"positional": "alibi"}, "positional ('alibi') must be sinusoidal, learned or rotary"),
-        ({"attention_kind": "sparse"}, "attention_kind ('sparse') must be full, local or linear"),
+        ({"positional": "alibi"}, "positional ('alibi') must be one of 'sinusoidal', 'learned', 'rotary'"),
+        ({"attention_kind": "sparse"}, "attention_kind ('sparse') must be one of 'full', 'local', 'linear'"),
+        ({"activation": "tanh"}, "activation ('tanh') must be one of 'relu', 'gelu'"),
+        ({"window": 0, "attention_kind": "local"}, "window (0) must be None or an integer >= 1"),
+        ({"tie_output": 1}, "tie_output (1) must be true or false"),
+        ({"dropout": float("nan")}, "dropout (nan) must be in [0, 1)"),
         ({"num_heads": 0}, "num_heads (0) must be an integer >= 1"),
         ({"dropout": 1.0}, "dropout (1.0) must be in [0, 1)"),
         ({"eos_id": V_TGT}, f"eos_id ({V_TGT}) must be in [0, {V_TGT})"),

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from seqlab.nn.functional.attention import AttentionResult, linear_attention, local_attention
+from seqlab.nn.functional.attention import AttentionOutput, linear_attention, local_attention
 
 B, N, DH, DV = 2, 2, 3, 4
 SHAPES = [(6, 6), (4, 7), (7, 4)]  # (T, S): aligned, a cache of earlier keys, more queries than keys
@@ -87,7 +87,7 @@ def test_local_matches_softmax_attention_with_a_band_mask(causal, T, S, window, 
     expected_output, expected_weights = _reference_softmax(q, k, v, allowed)
 
     result = local_attention(q, k, v, window=window, causal=causal, keep_mask=keep_mask, need_weights=True)
-    assert isinstance(result, AttentionResult)
+    assert isinstance(result, AttentionOutput)
     assert_close(result.output, expected_output)
     assert_close(result.weights, expected_weights)
     assert (result.weights[~allowed.unsqueeze(1).expand(B, N, T, S)] == 0).all()
@@ -130,7 +130,7 @@ def test_linear_matches_the_quadratic_formula(causal, T, S, padded):
     keep_mask = _key_padding(S, [S, S - 2]) if padded else None
     expected = _reference_linear(q, k, v, _allowed(T, S, causal=causal, keep_mask=keep_mask))
     result = linear_attention(q, k, v, causal=causal, keep_mask=keep_mask, chunk_size=3)
-    assert isinstance(result, AttentionResult) and result.weights is None
+    assert isinstance(result, AttentionOutput) and result.weights is None
     assert_close(result.output, expected)
 
 

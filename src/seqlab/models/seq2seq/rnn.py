@@ -161,7 +161,7 @@ class AttentionDecoder(nn.Module):
         if self.attention is None:
             context, weights = fixed, None
         else:
-            context, weights = self.attention(s, state.keys, state.memory, mask=state.src_keep_mask)
+            context, weights, _ = self.attention(s, state.keys, state.memory, keep_mask=state.src_keep_mask)
         h_tilde = torch.tanh(self.combine(torch.cat([s, context], dim=-1)))  # (B, T, H)
         logits = self.output(self.dropout(h_tilde))  # (B, T, V)
         return Seq2SeqOutput(logits, weights), state._replace(hidden=hidden)

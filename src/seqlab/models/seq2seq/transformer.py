@@ -1,12 +1,12 @@
 """Transformer encoder-decoder (Vaswani et al. 2017) for sequence transduction, with KV-cached incremental decoding.
 
-    e(x_s) = sqrt(D) E_src[x_s] (+ PE(s))          memory = Encoder(e(x), src_mask)
+    e(x_s) = sqrt(D) E_src[x_s] (+ PE(s))          memory = Encoder(e(x), src_keep_mask)
     e(y_t) = sqrt(D) E_tgt[y_t] (+ PE(t))          h_t    = Decoder(e(y_<=t), memory)    (causal self-attention)
     p(y_{t+1} | y_<=t, x) = softmax(W_y h_t)       W_y = E_tgt when the output projection is tied (Press & Wolf 2017)
 
 Positions are sinusoidal (Vaswani et al. sec. 3.5) or learned, added to the embeddings, or rotary (Su et al. 2021),
 rotating the queries and keys of every self-attention. Decoding implements the step interface of
-``seqlab.decoding``: the state holds one preallocated ``KVCache`` per decoder layer and the cross-attention keys
+``seqlab.decoding``: the state holds one ``KVCache`` per decoder layer and the cross-attention keys
 and values of the source, computed once, so each step costs O(t) instead of re-running the whole prefix.
 """
 
@@ -19,9 +19,11 @@ from typing import ClassVar, Literal, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from seqlab.errors import ConfigError
 from seqlab.models.interfaces import Seq2SeqOutput, StepOutput, select_rows
 from seqlab.models.pretrained import PretrainedMixin
 from seqlab.nn.kv_cache import KVCache
+from seqlab.nn.multi_head_attention import ATTENTION_KINDS
 from seqlab.nn.positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding
 from seqlab.nn.transformer import (
     MemoryKV,
@@ -30,8 +32,10 @@ from seqlab.nn.transformer import (
     TransformerEncoder,
     TransformerEncoderLayer,
 )
+from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_special_ids
 
 PositionalName = Literal["sinusoidal", "learned", "rotary"]
+POSITIONALS = ("sinusoidal", "learned", "rotary")
 AttentionKind = Literal["full", "local", "linear"]
 
 
@@ -50,7 +54,7 @@ class TransformerSeq2SeqConfig:
     activation: Literal["relu", "gelu"] = "relu"  # feed-forward nonlinearity
     norm_first: bool = True  # pre-LN (Xiong et al. 2020); False = post-LN as in Vaswani et al.
     positional: PositionalName = "rotary"  # sinusoidal | learned | rotary
-    max_length: int = 256  # longest source or target (learned positions; decoding caches)
+    max_length: int = 256  # longest source or target with learned positions; the sin/cos tables cached
     attention_kind: AttentionKind = "full"  # self-attention: full | local (sliding window) | linear
     window: int | None = None  # keys per query for attention_kind="local"
     share_embeddings: bool = False  # one embedding table for source and target (needs equal vocabularies)
@@ -62,44 +66,43 @@ class TransformerSeq2SeqConfig:
     def __post_init__(self) -> None:
         sizes = ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "d_ff", "encoder_layers")
         for name in (*sizes, "decoder_layers", "max_length"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} ({value!r}) must be an integer >= 1")
+            check_int(name, getattr(self, name))
         if self.d_model % self.num_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
+        check_choice("positional", self.positional, POSITIONALS)
         if self.positional == "rotary" and (self.d_model // self.num_heads) % 2:
-            raise ValueError(f"rotary positions need an even head_dim, got {self.d_model // self.num_heads}")
-        if self.positional not in ("sinusoidal", "learned", "rotary"):
-            raise ValueError(f"positional ({self.positional!r}) must be sinusoidal, learned or rotary")
-        if self.attention_kind not in ("full", "local", "linear"):
-            raise ValueError(f"attention_kind ({self.attention_kind!r}) must be full, local or linear")
+            raise ConfigError(f"rotary positions need an even head_dim, got {self.d_model // self.num_heads}")
+        check_choice("attention_kind", self.attention_kind, ATTENTION_KINDS)
+        check_choice("activation", self.activation, ("relu", "gelu"))
+        check_int("window", self.window, optional=True)
         if (self.attention_kind == "local") != (self.window is not None):
-            raise ValueError(f"window ({self.window}) must be set exactly when attention_kind is 'local'")
-        if self.window is not None and (not isinstance(self.window, int) or self.window < 1):
-            raise ValueError(f"window ({self.window!r}) must be an integer >= 1")
-        if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout ({self.dropout!r}) must be in [0, 1)")
+            raise ConfigError(f"window ({self.window}) must be set exactly when attention_kind is 'local'")
+        check_probability("dropout", self.dropout)
+        for name in ("norm_first", "share_embeddings", "tie_output"):
+            check_bool(name, getattr(self, name))
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError(
+            raise ConfigError(
                 f"share_embeddings needs equal vocabularies, got {self.src_vocab_size} and {self.tgt_vocab_size}"
             )
-        smallest = min(self.src_vocab_size, self.tgt_vocab_size)
-        for name, size in (("pad_id", smallest), ("bos_id", self.tgt_vocab_size), ("eos_id", self.tgt_vocab_size)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or not 0 <= value < size:
-                raise ValueError(f"{name} ({value!r}) must be in [0, {size})")
+        check_special_ids(
+            src_vocab_size=self.src_vocab_size,
+            tgt_vocab_size=self.tgt_vocab_size,
+            pad_id=self.pad_id,
+            bos_id=self.bos_id,
+            eos_id=self.eos_id,
+        )
 
 
 class TransformerDecoderState(NamedTuple):
     """What one decoding step needs, every tensor batch-first (so ``select_rows`` reorders beams).
 
-    memory_kv: per decoder layer, the cross-attention keys and values (B, N, S, Dh). src_mask: (B, S), True at
+    memory_kv: per decoder layer, the cross-attention keys and values (B, N, S, Dh). src_keep_mask: (B, S), True at
     real source steps. caches: per decoder layer, the self-attention KVCache; caches[0].length is the number of
     target positions consumed so far.
     """
 
     memory_kv: list[MemoryKV]
-    src_mask: Tensor
+    src_keep_mask: Tensor
     caches: list[KVCache]
 
 
@@ -108,8 +111,10 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
 
     Args:
         config: TransformerSeq2SeqConfig.
-    Inputs of forward: src (B, S) ids, src_lengths (B,), tgt_in (B, T) = [BOS] + target (teacher forcing).
-    Outputs: Seq2SeqOutput(logits (B, T, V), attention None).
+    Inputs of forward: src (B, S) ids, src_lengths (B,), tgt_in (B, T) = [BOS] + target (teacher forcing);
+        need_weights: also return the cross-attention weights.
+    Outputs: Seq2SeqOutput(logits (B, T, V), attention (B, T, S): the last decoder layer's cross-attention weights
+        averaged over heads, zero at padded source steps, when need_weights; None otherwise).
     Raises: ValueError (from the layers) for sequences longer than the positional table or mismatched shapes.
     """
 
@@ -162,30 +167,35 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
 
     def _encode_source(self, src: Tensor, src_lengths: Tensor) -> tuple[list[MemoryKV], Tensor]:
         S = src.shape[1]
-        src_mask = torch.arange(S, device=src.device) < src_lengths.to(src.device).unsqueeze(1)  # (B, S)
-        memory = self.encoder(self._embed(self.src_embedding, src, 0), keep_mask=src_mask)  # (B, S, D)
-        return self.decoder.project_memory(memory), src_mask
+        src_keep_mask = torch.arange(S, device=src.device) < src_lengths.to(src.device).unsqueeze(1)  # (B, S)
+        memory = self.encoder(self._embed(self.src_embedding, src, 0), keep_mask=src_keep_mask)  # (B, S, D)
+        return self.decoder.project_memory(memory), src_keep_mask
 
-    def encode(self, src: Tensor, src_lengths: Tensor, *, max_length: int | None = None) -> TransformerDecoderState:
-        """Run the encoder; the returned state starts decoding with room for ``max_length`` target tokens
-        (config.max_length if None). src (B, S), src_lengths (B,)."""
-        memory_kv, src_mask = self._encode_source(src, src_lengths)
+    def encode(self, src: Tensor, src_lengths: Tensor) -> TransformerDecoderState:
+        """Run the encoder once: src (B, S), src_lengths (B,) -> the state that starts decoding (empty caches)."""
+        memory_kv, src_keep_mask = self._encode_source(src, src_lengths)
         k = memory_kv[0][0]
-        caches = self.decoder.empty_caches(
-            src.shape[0], max_length or self.config.max_length, dtype=k.dtype, device=k.device
-        )
-        return TransformerDecoderState(memory_kv, src_mask, caches)
+        caches = self.decoder.empty_caches(src.shape[0], dtype=k.dtype, device=k.device)
+        return TransformerDecoderState(memory_kv, src_keep_mask, caches)
 
-    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Seq2SeqOutput:
-        memory_kv, src_mask = self._encode_source(src, src_lengths)
-        out = self.decoder(self._embed(self.tgt_embedding, tgt_in, 0), memory_kv, memory_mask=src_mask)
-        return Seq2SeqOutput(self.output(out.output), None)
+    def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, *, need_weights: bool = False) -> Seq2SeqOutput:
+        """Teacher-forced logits; with need_weights, also the last decoder layer's cross-attention weights averaged
+        over its N heads (as torch.nn.MultiheadAttention's default), one (T, S) map per sequence."""
+        memory_kv, src_keep_mask = self._encode_source(src, src_lengths)
+        out = self.decoder(
+            self._embed(self.tgt_embedding, tgt_in, 0),
+            memory_kv,
+            memory_keep_mask=src_keep_mask,
+            need_weights=need_weights,
+        )
+        attention = out.cross_weights[-1].mean(dim=1) if need_weights else None  # (B, N, T, S) -> (B, T, S)
+        return Seq2SeqOutput(self.output(out.output), attention)
 
     def step(self, tokens: Tensor, state: TransformerDecoderState) -> StepOutput:
         """One decoding step: tokens (B,) previous outputs -> StepOutput(logits (B, V), state with caches + 1)."""
         position = state.caches[0].length
         x = self._embed(self.tgt_embedding, tokens.unsqueeze(1), position)  # (B, 1, D)
-        out = self.decoder(x, state.memory_kv, memory_mask=state.src_mask, caches=state.caches)
+        out = self.decoder(x, state.memory_kv, memory_keep_mask=state.src_keep_mask, caches=state.caches)
         return StepOutput(self.output(out.output).squeeze(1), state._replace(caches=out.caches))
 
     def reorder_state(self, state: TransformerDecoderState, index: Tensor) -> TransformerDecoderState:

@@ -2,7 +2,7 @@
 local (sliding-window) and linear attention, their one result type, and the causal keep-mask.
 
 Every function takes q (B, N, T, Dh), k (B, N, S, Dh), v (B, N, S, Dv) (usually Dv = Dh) and returns an
-``AttentionResult``, so ``MultiHeadAttention`` can swap them. Positions are bottom-right aligned: query i sits at
+``AttentionOutput``, so ``MultiHeadAttention`` can swap them. Positions are bottom-right aligned: query i sits at
 absolute position p_i = i + S - T, so T new queries over a cache of S keys see exactly the keys they would see
 inside the whole sequence. Boolean masks are keep-masks: True where a query may attend a key.
 
@@ -20,7 +20,7 @@ real key gets an output row of zeros and, where weights are formed, a row of zer
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -29,15 +29,21 @@ from torch import Tensor
 LINEAR_CHUNK_SIZE = 64  # queries per chunk of causal linear attention unless chunk_size says otherwise
 
 
-class AttentionResult(NamedTuple):
-    """Output of an attention function over heads.
+class AttentionOutput(NamedTuple):
+    """The one result type of seqlab's attention: these functions, ``MultiHeadAttention`` and the RNN
+    encoder-decoder attentions (``seqlab.nn.attention``).
 
-    output: (B, N, T, Dh), the attended values of each query.
-    weights: (B, N, T, S) attention weights, or None when they were not requested (or not formed).
+    output: the attended values: (B, N, T, Dv) per head from these functions, (B, T, D) from
+        ``MultiHeadAttention``, the context vectors (B, T, Hv) or (B, Hv) from the RNN attentions.
+    weights: attention weights, (B, N, T, S) per head or (B, T, S) / (B, S) for the RNN attentions, or None when
+        they were not requested (or not formed).
+    cache: the ``seqlab.nn.kv_cache.KVCache`` holding this call's keys and values after ``MultiHeadAttention``
+        appended them; None everywhere else.
     """
 
     output: Tensor
     weights: Tensor | None
+    cache: Any = None
 
 
 def causal_keep_mask(T: int, S: int, *, device: torch.device | None = None) -> Tensor:
@@ -80,7 +86,7 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     need_weights: bool = False,
     scale: float | None = None,
-) -> AttentionResult:
+) -> AttentionOutput:
     """softmax(q k^T * scale) v with keep-masks (Vaswani et al., 2017, eq. 1), scale = 1 / sqrt(Dh) by default.
 
     Two paths with the same semantics (held together by the tests in float64):
@@ -104,7 +110,7 @@ def scaled_dot_product_attention(
             so after dropout when dropout_p > 0 (as torch.nn.MultiheadAttention returns them).
         scale: score multiplier; 1 / sqrt(Dh) if None.
     Inputs: q (B, N, T, Dh), k (B, N, S, Dh), v (B, N, S, Dv).
-    Outputs: ``AttentionResult(output (B, N, T, Dv), weights (B, N, T, S) or None)``.
+    Outputs: ``AttentionOutput(output (B, N, T, Dv), weights (B, N, T, S) or None)``.
     Raises: ValueError if q, k, v are not 4-D or disagree in (B, N), S or Dh, or keep_mask is not bool or does
         not broadcast to (B, N, T, S) (the message shows both shapes).
     """
@@ -132,7 +138,7 @@ def scaled_dot_product_attention(
         )  # (B, N, T, Dv)
         if has_key is not None:
             output = output.masked_fill(~has_key, 0.0)
-        return AttentionResult(output, None)
+        return AttentionOutput(output, None)
 
     scores = (q @ k.transpose(-2, -1)) * scale  # (B, N, T, S)
     if mask is not None:
@@ -142,7 +148,7 @@ def scaled_dot_product_attention(
         weights = weights.masked_fill(~has_key, 0.0)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
-    return AttentionResult(weights @ v, weights)  # (B, N, T, Dv)
+    return AttentionOutput(weights @ v, weights)  # (B, N, T, Dv)
 
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, chunk: int | None) -> Tensor | None:
@@ -179,7 +185,7 @@ def local_attention(
     keep_mask: Tensor | None = None,
     need_weights: bool = False,
     chunk_size: int | None = None,
-) -> AttentionResult:
+) -> AttentionOutput:
     """Sliding-window softmax attention (Beltagy et al. 2020, sec. 3.1; Child et al. 2019), in blocks.
 
     With p_i = i + S - T, query i attends key j iff j is real and
@@ -201,7 +207,7 @@ def local_attention(
             inspection, not for long sequences).
         chunk_size: queries per block; None means min(window, max(S, T)). The result does not depend on it.
     Inputs: q (B, N, T, Dh); k (B, N, S, Dh); v (B, N, S, Dv).
-    Outputs: ``AttentionResult(output (B, N, T, Dv), weights (B, N, T, S) or None)``; rows of zeros for
+    Outputs: ``AttentionOutput(output (B, N, T, Dv), weights (B, N, T, S) or None)``; rows of zeros for
         queries that see no real key.
     Raises: ValueError (message shows the numbers) if window < 1, chunk_size < 1, a tensor is not 4-D, q
         and k differ in (B, N, Dh), v and k differ in (B, N, S), or keep_mask is not a bool tensor of shape
@@ -245,7 +251,7 @@ def local_attention(
     output = alpha @ bands(v).transpose(-1, -2)  # (B, N, n_blocks, chunk, Dv)
     output = output.reshape(B, N, n_blocks * chunk, Dv)[:, :, :T]  # (B, N, T, Dv)
     if not need_weights:
-        return AttentionResult(output, None)
+        return AttentionOutput(output, None)
 
     # Band column c of block b is key j = first + b*chunk + c: scatter into keys first .. first + span - 1.
     column = (torch.arange(n_blocks, device=q.device) * chunk).view(-1, 1, 1) + c  # (n_blocks, 1, band)
@@ -253,7 +259,7 @@ def local_attention(
     dense = alpha.new_zeros(B, N, n_blocks * chunk, span)
     dense = dense.scatter(-1, column, alpha.reshape(B, N, n_blocks * chunk, band))  # (B, N, T + pad, span)
     weights = F.pad(dense, (max(first, 0), 0))[:, :, :T, max(-first, 0) : max(-first, 0) + S]  # (B, N, T, S)
-    return AttentionResult(output, weights)
+    return AttentionOutput(output, weights)
 
 
 def linear_attention(
@@ -264,7 +270,7 @@ def linear_attention(
     causal: bool,
     keep_mask: Tensor | None = None,
     chunk_size: int = LINEAR_CHUNK_SIZE,
-) -> AttentionResult:
+) -> AttentionOutput:
     """Linear attention (Katharopoulos et al. 2020, "Transformers are RNNs", eq. 4-9), phi(x) = elu(x) + 1.
 
         out_i = phi(q_i)^T sum_j phi(k_j) v_j^T / (phi(q_i)^T sum_j phi(k_j))            (eq. 5-6)
@@ -281,7 +287,7 @@ def linear_attention(
             is real. Full (B, N, T, S) masks are not supported.
         chunk_size: queries per chunk of the causal prefix sums; the result does not depend on it.
     Inputs: q (B, N, T, Dh); k (B, N, S, Dh); v (B, N, S, Dv).
-    Outputs: ``AttentionResult(output (B, N, T, Dv), None)``: there is no weight matrix to return; rows of
+    Outputs: ``AttentionOutput(output (B, N, T, Dv), None)``: there is no weight matrix to return; rows of
         zeros for queries that see no real key.
     Raises: ValueError (message shows the numbers) if chunk_size < 1, a tensor is not 4-D, q and k differ
         in (B, N, Dh), v and k differ in (B, N, S), or keep_mask is not a bool tensor of shape (B, S) or
@@ -297,7 +303,7 @@ def linear_attention(
         numerator = phi_q @ (phi_k.transpose(-1, -2) @ v)  # (B, N, T, Dv)
         denominator = phi_q @ phi_k.sum(dim=2).unsqueeze(-1)  # (B, N, T, 1)
     # phi > 0, so the denominator is 0 only when no real key is seen, and then the numerator is 0 as well.
-    return AttentionResult(numerator / torch.where(denominator > 0, denominator, 1.0), None)
+    return AttentionOutput(numerator / torch.where(denominator > 0, denominator, 1.0), None)
 
 
 def _exclusive_cumsum(x: Tensor) -> Tensor:

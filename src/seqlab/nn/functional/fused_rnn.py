@@ -1,0 +1,126 @@
+"""PyTorch's fused RNN kernels: the one module of seqlab that touches private torch attributes.
+
+torch.nn.RNN / LSTM / GRU call ``torch._VF.rnn_tanh`` / ``rnn_relu`` / ``lstm`` / ``gru``, which are not public API:
+their argument lists may change between torch releases. seqlab calls them with exactly the argument lists below
+(the ones torch.nn's layers use), and ``fused_kernels_available`` checks once per process, with a tiny call to every
+kernel in both forms, that they still accept them. If they do not, it warns once and returns False, and the
+recurrent layers run their reference path instead (``layer.fused`` is False).
+
+    padded:  kernel(x, hx, weights, bias, num_layers, dropout, training, bidirectional, batch_first)
+    packed:  kernel(data, batch_sizes, hx, weights, bias, num_layers, dropout, training, bidirectional)
+
+``weights`` lists, per layer and direction in torch's order, weight_ih, weight_hh, then bias_ih, bias_hh (with
+bias) and weight_hr (with a projection). ``hx`` is h_0 (L*C, B, H), or (h_0, c_0) for the LSTM.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+KERNEL_NAMES = ("rnn_tanh", "rnn_relu", "lstm", "gru")
+_GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
+
+Hidden = Tensor | tuple[Tensor, Tensor]
+
+
+def _kernel(name: str) -> Callable[..., tuple[Tensor, ...]]:
+    if name not in KERNEL_NAMES:
+        raise ValueError(f"kernel must be one of {KERNEL_NAMES}, got {name!r}")
+    return getattr(torch._VF, name)
+
+
+def fused_rnn(
+    name: str,
+    x: Tensor,
+    hx: Hidden,
+    weights: Sequence[Tensor],
+    *,
+    bias: bool,
+    num_layers: int,
+    dropout: float,
+    training: bool,
+    bidirectional: bool,
+    batch_first: bool,
+) -> tuple[Tensor, ...]:
+    """Run kernel ``name`` on padded x (B, T, E) if batch_first else (T, B, E), from state hx.
+
+    Returns (outputs in x's layout with C*H features, h_n (L*C, B, H)), plus c_n (L*C, B, H) for "lstm".
+    Raises: ValueError for a name not in ``KERNEL_NAMES``.
+    """
+    return tuple(_kernel(name)(x, hx, list(weights), bias, num_layers, dropout, training, bidirectional, batch_first))
+
+
+def fused_rnn_packed(
+    name: str,
+    data: Tensor,
+    batch_sizes: Tensor,
+    hx: Hidden,
+    weights: Sequence[Tensor],
+    *,
+    bias: bool,
+    num_layers: int,
+    dropout: float,
+    training: bool,
+    bidirectional: bool,
+) -> tuple[Tensor, ...]:
+    """Run kernel ``name`` on a packed sequence's ``data`` (sum of lengths, E) and ``batch_sizes`` (T,), with hx
+    in the packed (sorted) batch order.
+
+    Returns (packed outputs (sum of lengths, C*H), h_n (L*C, B, H)), plus c_n for "lstm".
+    Raises: ValueError for a name not in ``KERNEL_NAMES``.
+    """
+    return tuple(
+        _kernel(name)(data, batch_sizes, hx, list(weights), bias, num_layers, dropout, training, bidirectional)
+    )
+
+
+def _probe(name: str) -> bool:
+    """One tiny padded and one tiny packed call of kernel ``name``: True if both return the expected shapes."""
+    E, H, B, T, G = 2, 3, 2, 3, _GATES[name]
+    weights = [torch.zeros(G * H, E), torch.zeros(G * H, H), torch.zeros(G * H), torch.zeros(G * H)]
+    h0 = torch.zeros(1, B, H)
+    hx: Hidden = (h0, h0) if name == "lstm" else h0
+    options = {"bias": True, "num_layers": 1, "dropout": 0.0, "training": False, "bidirectional": False}
+    padded = fused_rnn(name, torch.zeros(B, T, E), hx, weights, batch_first=True, **options)
+    batch_sizes = torch.tensor([2, 1, 1])  # lengths 3 and 1
+    packed = fused_rnn_packed(name, torch.zeros(4, E), batch_sizes, hx, weights, **options)
+    states = 2 if name == "lstm" else 1
+    return (
+        len(padded) == 1 + states
+        and tuple(padded[0].shape) == (B, T, H)
+        and all(tuple(s.shape) == (1, B, H) for s in padded[1:])
+        and len(packed) == 1 + states
+        and tuple(packed[0].shape) == (4, H)
+        and all(tuple(s.shape) == (1, B, H) for s in packed[1:])
+    )
+
+
+def _kernels_accept_signature() -> bool:
+    """True if every kernel accepts seqlab's argument lists and returns the shapes torch.nn's layers expect."""
+    try:
+        return all(_probe(name) for name in KERNEL_NAMES)
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        return False
+
+
+@functools.cache
+def fused_kernels_available() -> bool:
+    """Checked once per process (cached): whether the fused kernels can be called as ``fused_rnn`` calls them.
+
+    When they cannot, warns once (RuntimeWarning) and returns False: the recurrent layers then run their reference
+    path, which computes the same function.
+    """
+    if _kernels_accept_signature():
+        return True
+    warnings.warn(
+        f"torch {torch.__version__}'s fused RNN kernels (torch._VF) no longer accept the argument lists seqlab "
+        "calls them with; RNN, LSTM and GRU layers run their reference path instead (layer.fused is False)",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return False
