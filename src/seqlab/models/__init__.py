@@ -4,13 +4,21 @@
 """
 
 from seqlab.models.classifier import ClassifierOutput, Seq2VecClassifier, Seq2VecClassifierConfig
-from seqlab.models.interfaces import LanguageModelStepModel, Seq2SeqOutput, StepModel, StepOutput, select_rows
+from seqlab.models.interfaces import (
+    LanguageModelOutput,
+    LanguageModelStepModel,
+    Seq2SeqOutput,
+    StepModel,
+    StepOutput,
+    select_rows,
+)
 from seqlab.models.pretrained import MODEL_TYPES, load_pretrained
 from seqlab.models.seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig, TransformerSeq2Seq, TransformerSeq2SeqConfig
 
 __all__ = [
     "MODEL_TYPES",
     "ClassifierOutput",
+    "LanguageModelOutput",
     "LanguageModelStepModel",
     "RNNSeq2Seq",
     "RNNSeq2SeqConfig",

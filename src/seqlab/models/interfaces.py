@@ -35,6 +35,18 @@ class StepModel(Protocol):
     def reorder_state(self, state: Any, index: Tensor) -> Any: ...
 
 
+class LanguageModelOutput(NamedTuple):
+    """What a language model's ``forward(input_ids, state=None)`` returns.
+
+    logits: (B, T, V), the scores of token t + 1 at every position t.
+    state: what continues the sequence after the last position (an RNN's hidden state, a GPT's KV caches and
+        position), to pass back as ``state`` with the next chunk of the same streams.
+    """
+
+    logits: Tensor
+    state: Any
+
+
 class LanguageModelStepModel(StepModel, Protocol):
     """A decoder-only language model (RNN or GPT) that generation can drive: a prompt, then one token at a time.
 
