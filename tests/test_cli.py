@@ -275,6 +275,55 @@ def test_train_with_overwrite_and_bad_data_leaves_the_checkpoint_alone(tmp_path,
     assert snapshot(out) == before
 
 
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("train.device=cuda", "device ('cuda') is not available here; use device 'auto' or 'cpu'"),
+        (
+            "train.precision=fp16",
+            "precision ('fp16') needs a CUDA or MPS device, and training runs on the cpu; use 'bf16'",
+        ),
+    ],
+)
+def test_an_unusable_device_or_precision_is_one_line_and_leaves_the_checkpoint_alone(
+    tmp_path, checkpoint, dictionary, monkeypatch, assignment, message
+):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "existing"
+    shutil.copytree(checkpoint, out)
+    before = snapshot(out)
+    result = run_cli(
+        "train", "g2p", "--out", out, "--overwrite", "--no-progress", "--set", *data_args(dictionary), assignment
+    )
+    assert_train_error(result, message)
+    assert snapshot(out) == before
+    fresh = tmp_path / "fresh"
+    assert_train_error(run_cli("train", "g2p", "--out", fresh, "--no-progress", "--set", assignment), message)
+    assert not fresh.exists()
+
+
+def test_g2p_trains_in_bf16_on_the_cpu_with_a_falling_loss(tmp_path, dictionary):
+    out = tmp_path / "bf16"
+    result = run_cli(
+        "train",
+        "g2p",
+        "--out",
+        out,
+        "--no-progress",
+        "--set",
+        *data_args(dictionary),
+        *TINY,
+        "train.precision=bf16",
+        "train.device=cpu",
+        "train.max_steps=30",
+    )
+    assert result.code == 0, result.err
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in steps if r["event"] == "step"]
+    assert len(losses) == 30
+    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+
+
 def test_train_refuses_an_out_path_that_is_a_file(tmp_path, dictionary):
     out = tmp_path / "file.txt"
     out.write_text("x")

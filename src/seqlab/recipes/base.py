@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from seqlab.errors import CheckpointError, ConfigError
+from seqlab.training.device import training_device
 from seqlab.training.seeding import seed_everything
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
 
@@ -111,6 +112,7 @@ def run_training(
     """
     started = time.perf_counter()
     train_config: TrainConfig = config.train
+    training_device(train_config.device, train_config.precision)  # refuse an unusable device before writing
     seed_everything(train_config.seed)
     run = prepare()
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -69,6 +69,18 @@ def check_precision(precision: PrecisionName, device: torch.device) -> None:
         raise ConfigError("precision ('fp16') needs a CUDA or MPS device, and training runs on the cpu; use 'bf16'")
 
 
+def training_device(device: DeviceName, precision: PrecisionName) -> torch.device:
+    """The device a run with these ``TrainConfig`` settings trains on, after checking that the precision fits it;
+    callers check this before they write anything, so a bad setting leaves no run directory behind.
+
+    Raises:
+        ConfigError: the named device is not available, or fp16 was asked for on the CPU.
+    """
+    resolved = resolve_device(device)
+    check_precision(precision, resolved)
+    return resolved
+
+
 def autocast(precision: PrecisionName, device: torch.device) -> contextlib.AbstractContextManager[Any]:
     """The context for the forward pass and the loss: ``torch.autocast`` in bf16 or fp16, nothing for fp32."""
     if precision == "fp32":

@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from seqlab.training.callbacks import Callback, OnBest, run_dir_callbacks
 from seqlab.training.clipping import clip_grad_norm, clip_grad_value
-from seqlab.training.device import autocast, check_precision, grad_scaler, move_to_device, resolve_device
+from seqlab.training.device import autocast, grad_scaler, move_to_device, training_device
 from seqlab.training.objectives import LossOutput
 from seqlab.training.optim import build_optimizer
 from seqlab.training.records import RECORD_KEYS, StepRecord, StopReason, TrainResult, summary_line
@@ -167,8 +167,7 @@ class Trainer:
     ) -> None:
         if not monitor:
             raise ValueError("monitor must name a metric returned by validate, got an empty string")
-        self.device = resolve_device(config.device)
-        check_precision(config.precision, self.device)
+        self.device = training_device(config.device, config.precision)
         self.model = model.to(self.device)
         self.config = config
         self.loss_fn = loss_fn
