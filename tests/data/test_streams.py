@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from seqlab.data.streams import TokenStream, batchify_stream, stream_windows
+from seqlab.errors import DataError
 
 DOCUMENTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10]]
 T, F = True, False
@@ -82,3 +83,8 @@ def test_window_errors():
     message = "stream tokens and resets must both be (B, N), got (2, 5) and (2, 4)"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         stream_windows(TokenStream(stream.tokens, stream.resets[:, :4]), 2)
+
+
+def test_a_corpus_too_small_for_the_streams_is_a_data_error():
+    with pytest.raises(DataError, match=r"^5 tokens cannot fill 3 streams"):
+        batchify_stream([[1, 2, 3], [4, 5]], 3)

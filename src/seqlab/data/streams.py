@@ -25,6 +25,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from seqlab.errors import DataError
+
 
 class TokenStream(NamedTuple):
     """B parallel token streams (see the module docstring).
@@ -67,8 +69,9 @@ def batchify_stream(documents: Sequence[Sequence[int]], batch_size: int) -> Toke
     Returns:
         TokenStream with tokens and resets of shape (B, N), N = (total tokens) // B.
     Raises:
-        ValueError: if batch_size < 1, there are no documents, a document is empty, or there are fewer than
-            2 * batch_size tokens (every stream needs an input and a target); messages show the numbers.
+        ValueError: if batch_size < 1, there are no documents, or a document is empty.
+        DataError (a ValueError): if there are fewer than 2 * batch_size tokens (every stream needs an input and a
+            target, so the corpus is too small); the message shows both numbers.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size ({batch_size}) must be at least 1")
@@ -80,7 +83,7 @@ def batchify_stream(documents: Sequence[Sequence[int]], batch_size: int) -> Toke
             raise ValueError(f"document {index} is empty; drop empty documents before batching")
     total = sum(lengths)
     if total < 2 * batch_size:
-        raise ValueError(
+        raise DataError(
             f"{total} tokens cannot fill {batch_size} streams of at least 2 tokens (need >= {2 * batch_size})"
         )
     tokens = torch.cat([torch.as_tensor(document, dtype=torch.long).flatten() for document in documents])  # (M,)
