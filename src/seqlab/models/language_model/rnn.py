@@ -184,6 +184,8 @@ class RNNLanguageModel(PretrainedMixin, nn.Module):
         return self.rnn.fused
 
     def forward(self, input_ids: Tensor, state: Any = None, *, keep_mask: Tensor | None = None) -> LanguageModelOutput:
+        """Next-token logits (B, T, V) at every position of input_ids (B, T) and the state after the last real
+        token (class docstring)."""
         if input_ids.dim() != 2 or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
             raise ValueError(
                 f"input_ids must be (B, T) integer token ids, got shape {tuple(input_ids.shape)} and {input_ids.dtype}"
