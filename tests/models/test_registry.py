@@ -14,6 +14,8 @@ from torch import nn
 from seqlab.errors import CheckpointError
 from seqlab.models import (
     MODEL_TYPES,
+    RNNLanguageModel,
+    RNNLanguageModelConfig,
     RNNSeq2Seq,
     RNNSeq2SeqConfig,
     Seq2VecClassifier,
@@ -28,11 +30,13 @@ TINY = {
     "rnn_seq2seq": RNNSeq2SeqConfig(7, 6, embedding_size=4, hidden_size=5, encoder_layers=1),
     "transformer_seq2seq": TransformerSeq2SeqConfig(7, 6, d_model=8, num_heads=2, d_ff=12, encoder_layers=1),
     "seq2vec_classifier": Seq2VecClassifierConfig(num_classes=3, input_size=2, hidden_size=4),
+    "rnn_language_model": RNNLanguageModelConfig(7, embedding_size=4, hidden_size=4, tie_embeddings=True),
 }
 CLASSES = {
     "rnn_seq2seq": RNNSeq2Seq,
     "transformer_seq2seq": TransformerSeq2Seq,
     "seq2vec_classifier": Seq2VecClassifier,
+    "rnn_language_model": RNNLanguageModel,
 }
 
 
@@ -75,7 +79,8 @@ def test_unknown_model_type_is_one_line(tmp_path):
     _, directory = save(tmp_path, "rnn_seq2seq")
     config_path = directory / "config.json"
     config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "model_type": "gpt"}))
-    message = f"{config_path}: unknown model_type 'gpt'; known: rnn_seq2seq, seq2vec_classifier, transformer_seq2seq"
+    known = "rnn_language_model, rnn_seq2seq, seq2vec_classifier, transformer_seq2seq"
+    message = f"{config_path}: unknown model_type 'gpt'; known: {known}"
     with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
         load_pretrained(directory)
 

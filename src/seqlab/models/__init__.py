@@ -12,6 +12,15 @@ from seqlab.models.interfaces import (
     StepOutput,
     select_rows,
 )
+from seqlab.models.language_model import (
+    RNNLanguageModel,
+    RNNLanguageModelConfig,
+    ZarembaPreset,
+    ZarembaTraining,
+    zaremba_large,
+    zaremba_medium,
+    zaremba_small,
+)
 from seqlab.models.pretrained import MODEL_TYPES, load_pretrained
 from seqlab.models.seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig, TransformerSeq2Seq, TransformerSeq2SeqConfig
 
@@ -20,6 +29,8 @@ __all__ = [
     "ClassifierOutput",
     "LanguageModelOutput",
     "LanguageModelStepModel",
+    "RNNLanguageModel",
+    "RNNLanguageModelConfig",
     "RNNSeq2Seq",
     "RNNSeq2SeqConfig",
     "Seq2SeqOutput",
@@ -29,6 +40,11 @@ __all__ = [
     "StepOutput",
     "TransformerSeq2Seq",
     "TransformerSeq2SeqConfig",
+    "ZarembaPreset",
+    "ZarembaTraining",
     "load_pretrained",
     "select_rows",
+    "zaremba_large",
+    "zaremba_medium",
+    "zaremba_small",
 ]
