@@ -12,12 +12,16 @@ from seqlab.models.interfaces import (
     StepOutput,
     select_rows,
 )
+from seqlab.models.language_model import GPT, GPTConfig, GPTState
 from seqlab.models.pretrained import MODEL_TYPES, load_pretrained
 from seqlab.models.seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig, TransformerSeq2Seq, TransformerSeq2SeqConfig
 
 __all__ = [
+    "GPT",
     "MODEL_TYPES",
     "ClassifierOutput",
+    "GPTConfig",
+    "GPTState",
     "LanguageModelOutput",
     "LanguageModelStepModel",
     "RNNSeq2Seq",
