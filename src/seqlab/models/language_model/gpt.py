@@ -176,6 +176,8 @@ class GPT(PretrainedMixin, nn.Module):
                     f"a row reaches {last} tokens, past the context length ({self.config.context_length}) of this GPT"
                 )
             x = x + self.wpe(positions)
+        # Rotary positions need no per-row shift: <R(m) q, R(n) k> depends on m - n only, the same with or without
+        # a row's left pads, and pads are never attended.
         cache_mask = None
         if keep_mask is not None or state.keep_mask is not None:
             S = state.caches[0].length
@@ -221,7 +223,7 @@ class GPT(PretrainedMixin, nn.Module):
         directory = Path(directory)
         model = cls(GPTConfig(**convert_hf.read_gpt2_config(directory)))
         state = convert_hf.read_gpt2_weights(directory, model.state_dict(), model.config.num_layers)
-        model.load_state_dict(state, strict=False)  # the tied output projection has no tensor of its own
+        model.load_state_dict(state)
         model.eval()
         return model
 
