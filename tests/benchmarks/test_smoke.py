@@ -19,6 +19,13 @@ SMOKE = {
         ["--shapes", "2,3,2,4,1", "2,2,2,4,2", *flags({"--repeats": 2, "--warmup": 0, "--threads": 1})],
         ["shape (B,T,E,H,L)", "tokens/s IQR", "ratio IQR"],
     ),
+    "language_model.py": (
+        flags(
+            {"--layers": 1, "--d-model": 8, "--heads": 2, "--context": 8, "--batch": 2, "--new-tokens": 4}
+            | {"--vocab": 16, "--repeats": 1, "--threads": 1}
+        ),
+        ["row      model", "train    seqlab GPT", "greedy   transformers GPT-2", "same greedy tokens: yes"],
+    ),
     "attention.py": (
         flags(
             {"--max-T": 8, "--batch": 1, "--heads": 1, "--head-dim": 2, "--window": 2, "--decode-batch": 2}

@@ -13,7 +13,9 @@ from torch import nn
 
 from seqlab.errors import CheckpointError
 from seqlab.models import (
+    GPT,
     MODEL_TYPES,
+    GPTConfig,
     RNNLanguageModel,
     RNNLanguageModelConfig,
     RNNSeq2Seq,
@@ -27,12 +29,14 @@ from seqlab.models import (
 from seqlab.models.pretrained import LEGACY_MODEL_TYPES, PretrainedMixin
 
 TINY = {
+    "gpt": GPTConfig(vocab_size=7, context_length=6, d_model=8, num_heads=2, num_layers=1),
     "rnn_seq2seq": RNNSeq2SeqConfig(7, 6, embedding_size=4, hidden_size=5, encoder_layers=1),
     "transformer_seq2seq": TransformerSeq2SeqConfig(7, 6, d_model=8, num_heads=2, d_ff=12, encoder_layers=1),
     "seq2vec_classifier": Seq2VecClassifierConfig(num_classes=3, input_size=2, hidden_size=4),
     "rnn_language_model": RNNLanguageModelConfig(7, embedding_size=4, hidden_size=4, tie_embeddings=True),
 }
 CLASSES = {
+    "gpt": GPT,
     "rnn_seq2seq": RNNSeq2Seq,
     "transformer_seq2seq": TransformerSeq2Seq,
     "seq2vec_classifier": Seq2VecClassifier,
@@ -78,9 +82,9 @@ def test_from_pretrained_of_another_class_is_refused_in_one_line(tmp_path, model
 def test_unknown_model_type_is_one_line(tmp_path):
     _, directory = save(tmp_path, "rnn_seq2seq")
     config_path = directory / "config.json"
-    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "model_type": "gpt"}))
-    known = "rnn_language_model, rnn_seq2seq, seq2vec_classifier, transformer_seq2seq"
-    message = f"{config_path}: unknown model_type 'gpt'; known: {known}"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "model_type": "bert"}))
+    known = "gpt, rnn_language_model, rnn_seq2seq, seq2vec_classifier, transformer_seq2seq"
+    message = f"{config_path}: unknown model_type 'bert'; known: {known}"
     with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
         load_pretrained(directory)
 

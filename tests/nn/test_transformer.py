@@ -71,7 +71,7 @@ def test_feed_forward_is_w2_act_w1x(activation):
 
 
 def test_feed_forward_rejects_unknown_activation():
-    with pytest.raises(ValueError, match=r"activation must be 'relu' or 'gelu', got 'tanh'"):
+    with pytest.raises(ValueError, match=r"activation must be one of 'relu', 'gelu', 'gelu_tanh', got 'tanh'"):
         FeedForward(D, D_FF, activation="tanh")
 
 

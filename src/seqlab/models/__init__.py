@@ -13,6 +13,9 @@ from seqlab.models.interfaces import (
     select_rows,
 )
 from seqlab.models.language_model import (
+    GPT,
+    GPTConfig,
+    GPTState,
     RNNLanguageModel,
     RNNLanguageModelConfig,
     ZarembaPreset,
@@ -25,8 +28,11 @@ from seqlab.models.pretrained import MODEL_TYPES, load_pretrained
 from seqlab.models.seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig, TransformerSeq2Seq, TransformerSeq2SeqConfig
 
 __all__ = [
+    "GPT",
     "MODEL_TYPES",
     "ClassifierOutput",
+    "GPTConfig",
+    "GPTState",
     "LanguageModelOutput",
     "LanguageModelStepModel",
     "RNNLanguageModel",

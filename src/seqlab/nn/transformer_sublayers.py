@@ -15,6 +15,7 @@ and checkpoints written before the composition load unchanged.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch.nn.functional as F
@@ -27,7 +28,9 @@ from seqlab.nn.multi_head_attention import MultiHeadAttention
 if TYPE_CHECKING:
     from seqlab.nn.positional import RotaryEmbedding
 
-_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+# "gelu_tanh" is GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Hendrycks & Gimpel,
+# 2016, sec. 2), which GPT-2 uses (Hugging Face's "gelu_new").
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh")}
 
 MemoryKV = tuple[Tensor, Tensor]
 """Cross-attention keys and values of one decoder layer, each (B, N, S, Dh), from ``project_memory``."""
@@ -36,17 +39,18 @@ MemoryKV = tuple[Tensor, Tensor]
 class FeedForward(nn.Module):
     """Position-wise feed-forward network (Vaswani et al., 2017, eq. 2).
 
-    FFN(x) = W_2 Drop(act(W_1 x + b_1)) + b_2, with act = max(0, .) (ReLU, as in the paper) or GELU.
+    FFN(x) = W_2 Drop(act(W_1 x + b_1)) + b_2, with act = max(0, .) (ReLU, as in the paper) or GELU (exact, or
+    its tanh approximation as in GPT-2).
 
     Args:
         d_model: D, features in and out.
         d_ff: inner size.
-        activation: "relu" or "gelu" (exact erf form, as torch.nn's "gelu").
+        activation: "relu", "gelu" (exact erf form, as torch.nn's "gelu") or "gelu_tanh" (the tanh approximation).
         dropout: probability of zeroing an inner activation in training.
         bias: learn b_1 and b_2.
     Inputs: x (..., D).
     Outputs: (..., D).
-    Raises: ValueError if activation is not "relu" or "gelu".
+    Raises: ValueError if activation is not "relu", "gelu" or "gelu_tanh".
     """
 
     def __init__(
@@ -54,7 +58,7 @@ class FeedForward(nn.Module):
     ) -> None:
         super().__init__()
         if activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
+            raise ValueError(f"activation must be one of {', '.join(map(repr, _ACTIVATIONS))}, got {activation!r}")
         self.activation = activation
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W_1, b_1
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2, b_2

@@ -1,5 +1,7 @@
-"""Language models: p(x_{t+1} | x_<=t) over a token stream, recurrent (``rnn``) and Transformer (``gpt``)."""
+"""Language models: p(x_{t+1} | x_<=t) over a token stream, trained by maximum likelihood and decoded one token at
+a time: recurrent (``rnn``) and Transformer decoder-only (``gpt``)."""
 
+from seqlab.models.language_model.gpt import GPT, GPTConfig, GPTState, gpt, gpt2_small, gpt_char_small
 from seqlab.models.language_model.rnn import (
     RNNLanguageModel,
     RNNLanguageModelConfig,
@@ -11,10 +13,16 @@ from seqlab.models.language_model.rnn import (
 )
 
 __all__ = [
+    "GPT",
+    "GPTConfig",
+    "GPTState",
     "RNNLanguageModel",
     "RNNLanguageModelConfig",
     "ZarembaPreset",
     "ZarembaTraining",
+    "gpt",
+    "gpt2_small",
+    "gpt_char_small",
     "zaremba_large",
     "zaremba_medium",
     "zaremba_small",

@@ -1,0 +1,151 @@
+"""seqlab.models.GPT: invariants of a decoder-only language model.
+
+Cached incremental decoding equals the full forward pass; left-padded prompts equal each prompt alone (learned and
+rotary positions); logits at t never depend on tokens after t; reorder_state picks rows; the context length is
+enforced in one line; the output projection is the token embedding when tied; save_pretrained round-trips.
+"""
+
+import re
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from seqlab.errors import ConfigError
+from seqlab.models import GPT, GPTConfig, GPTState, load_pretrained
+from seqlab.models.language_model import gpt, gpt_char_small
+
+V = 13
+POSITIONALS = ["learned", "rotary"]
+
+
+def tiny(positional="learned", **overrides):
+    torch.manual_seed(0)
+    config = GPTConfig(
+        vocab_size=V, context_length=12, d_model=16, num_heads=2, num_layers=2, positional=positional, **overrides
+    )
+    return GPT(config).double().eval()
+
+
+def tokens(B, T, seed=1):
+    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("positional", POSITIONALS)
+def test_cached_chunks_and_steps_equal_the_full_forward(positional):
+    model = tiny(positional)
+    x = tokens(2, 9)
+    full = model(x).logits  # (B, T, V)
+    first = model(x[:, :4])
+    second = model(x[:, 4:7], first.state)
+    step = model.step(x[:, 7], second.state)
+    last = model.step(x[:, 8], step.state)
+    assert_close(torch.cat([first.logits, second.logits], dim=1), full[:, :7])
+    assert_close(step.logits, full[:, 7])
+    assert_close(last.logits, full[:, 8])
+    assert last.state.caches[0].length == 9
+    assert last.state.next_position.tolist() == [9, 9]
+
+
+@pytest.mark.parametrize("positional", POSITIONALS)
+def test_left_padded_prefill_and_steps_equal_each_prompt_alone(positional):
+    model = tiny(positional)
+    prompts = [tokens(1, n, seed=n)[0] for n in (5, 2, 4)]
+    T = max(len(p) for p in prompts)
+    input_ids = torch.zeros(len(prompts), T, dtype=torch.long)
+    keep_mask = torch.zeros(len(prompts), T, dtype=torch.bool)
+    for b, p in enumerate(prompts):
+        input_ids[b, T - len(p) :] = p
+        keep_mask[b, T - len(p) :] = True
+    batched = model.prefill(input_ids, keep_mask)
+    following = tokens(3, 2, seed=7)
+    steps = [model.step(following[:, 0], batched.state)]
+    steps.append(model.step(following[:, 1], steps[0].state))
+    for b, p in enumerate(prompts):
+        alone = model(torch.cat([p, following[b]])[None]).logits[0]  # (len + 2, V)
+        assert_close(batched.logits[b], alone[len(p) - 1])
+        assert_close(steps[0].logits[b], alone[len(p)])
+        assert_close(steps[1].logits[b], alone[len(p) + 1])
+    assert batched.state.next_position.tolist() == [5, 2, 4]
+
+
+@pytest.mark.parametrize("positional", POSITIONALS)
+def test_logits_at_t_do_not_depend_on_later_tokens(positional):
+    model = tiny(positional)
+    x = tokens(1, 8)
+    changed = x.clone()
+    changed[0, 5:] = (changed[0, 5:] + 1) % V
+    assert_close(model(changed).logits[:, :5], model(x).logits[:, :5])
+    assert not torch.allclose(model(changed).logits[:, 5:], model(x).logits[:, 5:])
+
+
+def test_reorder_state_continues_the_chosen_rows():
+    model = tiny()
+    x = tokens(3, 5)
+    state = model(x).state
+    index = torch.tensor([2, 0, 2])
+    reordered = model.reorder_state(state, index)
+    assert isinstance(reordered, GPTState)
+    nxt = tokens(3, 1, seed=3)[:, 0]
+    expected = model.step(nxt, model(x[index]).state).logits
+    assert_close(model.step(nxt, reordered).logits, expected)
+
+
+def test_input_past_the_learned_context_length_is_refused_in_one_line():
+    model = tiny()
+    message = "a row reaches 13 tokens, past the context length (12) of this GPT"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        model(tokens(1, 13))
+    state = model(tokens(1, 12)).state
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        model.step(tokens(1, 1)[:, 0], state)
+    assert model.context_length == 12
+    assert tiny("rotary").context_length is None
+
+
+def test_tied_output_projection_is_the_token_embedding():
+    model = tiny()
+    assert model.lm_head is None
+    h = torch.randn(2, 16, dtype=torch.float64)
+    assert_close(model._project(h), h @ model.wte.weight.T)
+    untied = tiny(tie_embeddings=False)
+    assert untied.lm_head.weight.shape == (V, 16)
+    assert not any(p is untied.wte.weight for p in untied.lm_head.parameters())
+
+
+def test_save_pretrained_round_trip_gives_the_same_logits(tmp_path):
+    model = tiny("rotary", tie_embeddings=False).float()
+    model.save_pretrained(tmp_path)
+    loaded = load_pretrained(tmp_path)
+    assert isinstance(loaded, GPT)
+    assert loaded.config == model.config
+    x = tokens(2, 6)
+    assert_close(loaded(x).logits, model(x).logits, rtol=0, atol=0)
+
+
+def test_config_refuses_bad_values_with_the_value_in_the_message():
+    with pytest.raises(ConfigError, match=r"^positional \('absolute'\) must be one of 'learned', 'rotary'$"):
+        GPTConfig(positional="absolute")
+    with pytest.raises(ValueError, match=r"^d_model \(10\) must be divisible by num_heads \(4\)$"):
+        GPTConfig(d_model=10, num_heads=4)
+    with pytest.raises(ConfigError, match=r"^dropout \(1\.5\) must be in \[0, 1\)$"):
+        GPTConfig(dropout=1.5)
+
+
+def test_builders_fill_in_the_shape():
+    model = gpt_char_small()
+    c = model.config
+    assert (c.num_layers, c.num_heads, c.d_model, c.context_length, c.vocab_size) == (4, 4, 128, 64, 65)
+    assert c.inner_size == 512
+    custom = gpt(vocab_size=5, context_length=4, d_model=8, num_heads=2, num_layers=1, d_ff=6)
+    assert custom.decoder.layers[0].feed_forward.linear1.weight.shape == (6, 8)
+
+
+def test_dropout_is_active_in_training_and_off_in_eval():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=V, context_length=8, d_model=16, num_heads=2, num_layers=1, dropout=0.5))
+    x = tokens(2, 6)
+    model.train()
+    assert not torch.equal(model(x).logits, model(x).logits)
+    model.eval()
+    assert torch.equal(model(x).logits, model(x).logits)
