@@ -30,8 +30,8 @@ class GenerateOutput(NamedTuple):
     lengths: (B,) long, generated tokens per row (EOS included when generated).
     log_probs: (B,) the sum of the generated tokens' log-probabilities, in nats. Greedy and sampling use the
         model's own distribution, before any processor (so temperature or top-k do not change it). Beam search
-        uses the distribution it ranks by: the model's, or with repetition_penalty / no_repeat_ngram_size the
-        renormalised penalised one.
+        sums what it ranks by, the model's log-probabilities after the penalties (transformers' sequence scores):
+        the model's own unless repetition_penalty != 1 (a no-repeat ban never picks a banned token).
     """
 
     tokens: Tensor
@@ -220,41 +220,27 @@ def _decode(
     return GenerateOutput(history[:, : T + int(lengths.max())], lengths, log_probs)
 
 
-class _BeamState(NamedTuple):
-    model_state: Any
-    logits: Tensor | None  # (rows, V) the prefill's logits, until the first step returns them
-    tokens: Tensor  # (rows, t) prompt and generated tokens, for the penalties
-    keep_mask: Tensor  # (rows, t)
-
-
 class _PrefilledStepModel:
     """The step interface that ``beam_search`` drives, over a model that has already read the prompts.
 
-    The first step returns the prefill's logits (the start tokens are already consumed); every step applies the
-    penalties. Without an eos_id, an impossible extra token V (-inf) serves as the search's end token.
+    State: (model state, the prefill's logits until the first step returns them; the start tokens are already
+    consumed). Without an eos_id, an impossible extra token V (logit -inf) serves as the search's end token.
     """
 
-    def __init__(self, model: LanguageModelStepModel, process: LogitsProcessor, V: int, add_end_token: bool) -> None:
-        self.model, self.process, self.V, self.add_end_token = model, process, V, add_end_token
+    def __init__(self, model: LanguageModelStepModel, V: int, add_end_token: bool) -> None:
+        self.model, self.V, self.add_end_token = model, V, add_end_token
 
-    def step(self, tokens: Tensor, state: _BeamState) -> StepOutput:
-        model_state, history, keep = state.model_state, state.tokens, state.keep_mask
-        if state.logits is not None:
-            logits = state.logits
-        else:
+    def step(self, tokens: Tensor, state: tuple[Any, Tensor | None]) -> StepOutput:
+        model_state, logits = state
+        if logits is None:
             # Dead beams (log-prob -inf) may hold the extra token V; they are never returned, feed them token 0.
-            tokens = tokens.masked_fill(tokens >= self.V, 0)
-            logits, model_state = self.model.step(tokens, model_state)
-            history = torch.cat([history, tokens.unsqueeze(1)], dim=1)
-            keep = torch.cat([keep, torch.ones_like(keep[:, :1])], dim=1)
-        logits = self.process(logits, history, keep)
+            logits, model_state = self.model.step(tokens.masked_fill(tokens >= self.V, 0), model_state)
         if self.add_end_token:
             logits = torch.cat([logits, torch.full_like(logits[:, :1], float("-inf"))], dim=1)
-        return StepOutput(logits, _BeamState(model_state, None, history, keep))
+        return StepOutput(logits, (model_state, None))
 
-    def reorder_state(self, state: _BeamState, index: Tensor) -> _BeamState:
-        logits, tokens, keep_mask = select_rows((state.logits, state.tokens, state.keep_mask), index)
-        return _BeamState(self.model.reorder_state(state.model_state, index), logits, tokens, keep_mask)
+    def reorder_state(self, state: tuple[Any, Tensor | None], index: Tensor) -> tuple[Any, Tensor | None]:
+        return self.model.reorder_state(state[0], index), select_rows(state[1], index)
 
 
 def _beam(
@@ -267,20 +253,27 @@ def _beam(
     eos_id: int | None,
     fill: int,
 ) -> GenerateOutput:
-    """The best beam of each row, by ``beam_search`` from the prefilled state."""
+    """The best beam of each row, by ``beam_search`` from the prefilled state; the processors act on the
+    log-probabilities, as in transformers' beam search."""
     input_ids, keep_mask, (logits, state) = prompts
     V = logits.shape[-1]
-    search_eos = eos_id if eos_id is not None else V  # V: the impossible extra token
-    stepper = _PrefilledStepModel(model, process, V, add_end_token=eos_id is None)
-    start = _BeamState(state, logits, input_ids, keep_mask)
+    prompt = input_ids.repeat_interleave(num_beams, dim=0)  # (B * K, T), row b's beams are rows b * K + k
+    prompt_keep = keep_mask.repeat_interleave(num_beams, dim=0)
+
+    def process_beams(log_probs: Tensor, generated: Tensor) -> Tensor:
+        tokens = torch.cat([prompt, generated], dim=1)
+        keep = torch.cat([prompt_keep, torch.ones_like(generated, dtype=torch.bool)], dim=1)
+        return process(log_probs, tokens, keep)
+
     out = beam_search(
-        stepper,
-        start,
+        _PrefilledStepModel(model, V, add_end_token=eos_id is None),
+        (state, logits),
         input_ids[:, -1],  # already consumed: the first step returns the prefill's logits
-        eos_id=search_eos,
+        eos_id=eos_id if eos_id is not None else V,
         max_length=max_length,
         beam_size=num_beams,
         length_penalty=length_penalty,
+        logits_processor=process_beams,
     )
     tokens, lengths = out.tokens[:, 0], out.lengths[:, 0]  # (B, N), (B,)
     beyond = torch.arange(tokens.shape[1], device=tokens.device) >= lengths.unsqueeze(1)
