@@ -1,7 +1,38 @@
-"""Decoding as pure functions over the step interface (``step`` / ``reorder_state``): greedy and beam search."""
+"""Decoding as pure functions over the step interface (``step`` / ``reorder_state``): greedy and beam search,
+logits processors, sampling, and the ``generate`` engine for language models."""
 
 from seqlab.decoding.beam_search import beam_search
+from seqlab.decoding.generate import GenerateOutput, generate
 from seqlab.decoding.greedy import greedy_search
 from seqlab.decoding.interface import SearchOutput, StepModel, StepOutput, select_rows
+from seqlab.decoding.processors import (
+    LogitsProcessor,
+    logits_processor,
+    min_p,
+    no_repeat_ngram,
+    repetition_penalty,
+    temperature,
+    top_k,
+    top_p,
+)
+from seqlab.decoding.sampling import sample
 
-__all__ = ["SearchOutput", "StepModel", "StepOutput", "beam_search", "greedy_search", "select_rows"]
+__all__ = [
+    "GenerateOutput",
+    "LogitsProcessor",
+    "SearchOutput",
+    "StepModel",
+    "StepOutput",
+    "beam_search",
+    "generate",
+    "greedy_search",
+    "logits_processor",
+    "min_p",
+    "no_repeat_ngram",
+    "repetition_penalty",
+    "sample",
+    "select_rows",
+    "temperature",
+    "top_k",
+    "top_p",
+]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,6 +22,7 @@ def beam_search(
     beam_size: int = 4,
     length_penalty: float = 1.0,
     num_return_sequences: int = 1,
+    logits_processor: Callable[[Tensor, Tensor], Tensor] | None = None,
 ) -> SearchOutput:
     """Keep the ``beam_size`` most probable unfinished prefixes per row, extend them by every token, repeat.
 
@@ -43,6 +45,10 @@ def beam_search(
         length_penalty: exponent of the length normaliser; 0 ranks by the raw sum of log-probs, > 0 favours
             longer hypotheses.
         num_return_sequences: hypotheses returned per row, at most beam_size.
+        logits_processor: ``process(log_probs (B * K, V), prefixes (B * K, t)) -> (B * K, V)``, applied to each
+            step's log-probabilities given the live prefixes' generated tokens, before ranking (as transformers'
+            beam search applies its processors, without renormalising); scores and log_probs then sum the
+            processed values, which must stay <= 0 for the early stop to be exact (penalties and bans do).
     Returns: ``SearchOutput`` with num_return_sequences hypotheses per row, best first; tokens (B, K', T),
         T the longest returned hypothesis. If a row has fewer possible hypotheses, the rest score -inf.
     Raises: ValueError if beam_size < 1, num_return_sequences is not in [1, beam_size], max_length < 1,
@@ -71,6 +77,8 @@ def beam_search(
     for t in range(1, max_length + 1):
         logits, state = model.step(tokens, state)
         log_probs = next_token_log_probs(logits, rows=B * K, eos_id=eos_id)  # (B * K, V)
+        if logits_processor is not None:
+            log_probs = logits_processor(log_probs, history[:, :, : t - 1].reshape(B * K, t - 1))
         V = log_probs.shape[1]
         total = (live_log_probs.view(B * K, 1) + log_probs).view(B, K, V)
         # EOS joins the pool only from among the K best extensions (as in Hugging Face): beam 1 is greedy.

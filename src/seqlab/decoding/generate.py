@@ -1,0 +1,281 @@
+"""The generation engine for language models: prompts in, continuations out, by greedy, sampling or beam search.
+
+One function serves every model that implements ``LanguageModelStepModel`` (the RNN and GPT language models):
+``model.prefill`` reads the left-padded prompts once, then ``model.step`` feeds one token per row at a time. The
+logits processors (``seqlab.decoding.processors``) shape each step's scores before the token is chosen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from seqlab.decoding.beam_search import beam_search
+from seqlab.decoding.processors import LogitsProcessor, logits_processor
+from seqlab.errors import ConfigError
+from seqlab.models.interfaces import LanguageModelStepModel, StepOutput, select_rows
+from seqlab.validation import check_bool, check_int, check_real, check_token_id
+
+__all__ = ["GenerateOutput", "generate"]
+
+
+class GenerateOutput(NamedTuple):
+    """What ``generate`` returns.
+
+    tokens: (B, T + N) long, each prompt (as given, left padding included) followed by its generated tokens; a
+        row that ended early is filled with pad_id (default eos_id) up to N, the longest continuation.
+    lengths: (B,) long, generated tokens per row (EOS included when generated).
+    log_probs: (B,) the sum of the generated tokens' log-probabilities, in nats. Greedy and sampling use the
+        model's own distribution, before any processor (so temperature or top-k do not change it). Beam search
+        sums what it ranks by, the model's log-probabilities after the penalties (transformers' sequence scores):
+        the model's own unless repetition_penalty != 1 (a no-repeat ban never picks a banned token).
+    """
+
+    tokens: Tensor
+    lengths: Tensor
+    log_probs: Tensor
+
+
+@torch.no_grad()
+def generate(
+    model: LanguageModelStepModel,
+    input_ids: Tensor,
+    *,
+    keep_mask: Tensor | None = None,
+    max_new_tokens: int,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+    repetition_penalty: float = 1.0,
+    no_repeat_ngram_size: int = 0,
+    num_beams: int = 1,
+    length_penalty: float = 1.0,
+    eos_id: int | None = None,
+    pad_id: int | None = None,
+    stop: Callable[[list[int]], bool] | None = None,
+    streamer: Callable[[Tensor], None] | None = None,
+    generator: torch.Generator | None = None,
+) -> GenerateOutput:
+    """Continue each prompt: greedy (y_t = argmax), ancestral sampling from the processed distribution
+    (``do_sample``), or beam search (``num_beams`` > 1, ranked by log p / n ** length_penalty).
+
+    Each step's logits pass through ``logits_processor``: repetition penalty, no-repeat n-gram, then, when
+    sampling, temperature, top-k, top-p, min-p (transformers' order). A row stops at eos_id, after
+    max_new_tokens, when prompt + generated tokens fill ``model.context_length``, or when ``stop`` says so;
+    finished rows leave the batch (``model.reorder_state``), so they cost nothing and never outgrow the context.
+
+    Args:
+        model: implements ``LanguageModelStepModel`` (prefill, step, reorder_state, context_length).
+        input_ids: (B, T) prompts, left-padded to a common length.
+        keep_mask: (B, T) bool, True at real tokens (None: all real); every row needs one real token.
+        max_new_tokens: the most tokens generated per row, >= 1.
+        do_sample: sample each token instead of taking the argmax.
+        temperature, top_k, top_p, min_p: the sampling warpers (only with do_sample; see ``processors``).
+        repetition_penalty: > 0, 1 = off (Keskar et al., 2019, over prompt and generated tokens).
+        no_repeat_ngram_size: ban repeating an n-gram of this size, 0 = off.
+        num_beams: K, beams per row; 1 = no beam search.
+        length_penalty: exponent of the beam score's length normaliser (beam search only).
+        eos_id: the token that ends a row (None: rows end only by length or ``stop``).
+        pad_id: fills rows after they end (default eos_id, else 0).
+        stop: ``stop(generated_ids: list[int]) -> bool``, asked after every token of a row (e.g. a stop-string
+            check); True ends the row, keeping the token. Not with beam search.
+        streamer: ``streamer(tokens (B,))``, called with every step's new tokens in order (pad_id for ended
+            rows). Not with beam search.
+        generator: the random source for sampling; a fixed seed reproduces the tokens.
+    Returns: ``GenerateOutput(tokens (B, T + N), lengths (B,), log_probs (B,))``.
+    Raises: ConfigError with a one-line message for a bad setting (e.g. ``max_new_tokens (0) must be an integer
+        >= 1``, ``top_p (1.5) must be a finite number > 0.0 and <= 1.0``, ``temperature (0.0) must be a finite
+        number > 0.0``, ``num_beams (3) > 1 is not supported with do_sample=True``), a prompt that leaves no room
+        in the context (``prompt of 9 tokens leaves no room to generate in the model's context_length (8)``),
+        bad input shapes, or eos_id / pad_id outside the vocabulary.
+    """
+    check_int("max_new_tokens", max_new_tokens, minimum=1)
+    check_bool("do_sample", do_sample)
+    check_int("num_beams", num_beams, minimum=1)
+    check_real("length_penalty", length_penalty)
+    check_int("eos_id", eos_id, minimum=0, optional=True)
+    check_int("pad_id", pad_id, minimum=0, optional=True)
+    if num_beams > 1:
+        if do_sample:
+            raise ConfigError(f"num_beams ({num_beams}) > 1 is not supported with do_sample=True")
+        for name, value in (("stop", stop), ("streamer", streamer)):
+            if value is not None:
+                raise ConfigError(f"{name} is not supported with num_beams ({num_beams}) > 1")
+    process = logits_processor(
+        do_sample=do_sample,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
+        repetition_penalty=repetition_penalty,
+        no_repeat_ngram_size=no_repeat_ngram_size,
+    )
+    keep_mask = _check_prompts(input_ids, keep_mask)
+    limits = _length_limits(keep_mask.sum(dim=1), max_new_tokens, model.context_length)
+
+    logits, state = model.prefill(input_ids, keep_mask)
+    B, V = input_ids.shape[0], logits.shape[-1]
+    if logits.shape != (B, V):
+        raise ConfigError(f"model.prefill must return logits of shape ({B}, V), got {tuple(logits.shape)}")
+    if eos_id is not None:
+        check_token_id("eos_id", eos_id, V)
+    if pad_id is not None:
+        check_token_id("pad_id", pad_id, V)
+    fill = pad_id if pad_id is not None else eos_id if eos_id is not None else 0
+    prompts = _Prompts(input_ids, keep_mask, StepOutput(logits, state))
+    if num_beams > 1:
+        # One search length for the batch: the room left by the longest prompt.
+        max_length = int(limits.min())
+        return _beam(model, prompts, process, max_length, num_beams, length_penalty, eos_id, fill)
+    return _decode(model, prompts, process, limits, do_sample, eos_id, fill, stop, streamer, generator)
+
+
+class _Prompts(NamedTuple):
+    input_ids: Tensor  # (B, T)
+    keep_mask: Tensor  # (B, T)
+    prefilled: StepOutput  # logits (B, V) of the first new token, and the model's state after the prompts
+
+
+def _check_prompts(input_ids: Tensor, keep_mask: Tensor | None) -> Tensor:
+    """The keep_mask (B, T), all True when None, after checking shapes and that every row has a real token."""
+    if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+        raise ConfigError(f"input_ids must have shape (B, T) with T >= 1, got {tuple(input_ids.shape)}")
+    if keep_mask is None:
+        return torch.ones_like(input_ids, dtype=torch.bool)
+    if keep_mask.shape != input_ids.shape or keep_mask.dtype != torch.bool:
+        raise ConfigError(
+            f"keep_mask must be a bool tensor of the shape of input_ids {tuple(input_ids.shape)}, "
+            f"got {keep_mask.dtype} {tuple(keep_mask.shape)}"
+        )
+    empty = (~keep_mask.any(dim=1)).nonzero().flatten().tolist()
+    if empty:
+        raise ConfigError(f"prompts {empty} have no real token (keep_mask all False)")
+    return keep_mask
+
+
+def _length_limits(prompt_lengths: Tensor, max_new_tokens: int, context_length: int | None) -> Tensor:
+    """(B,) the most tokens each row may generate: max_new_tokens, and prompt + generated <= context_length, so
+    the whole output can be fed back to the model (e.g. to score it)."""
+    limits = torch.full_like(prompt_lengths, max_new_tokens)
+    if context_length is None:
+        return limits
+    longest = int(prompt_lengths.max())
+    if longest >= context_length:
+        raise ConfigError(
+            f"prompt of {longest} tokens leaves no room to generate in the model's context_length ({context_length})"
+        )
+    return limits.clamp(max=context_length - prompt_lengths)
+
+
+def _decode(
+    model: LanguageModelStepModel,
+    prompts: _Prompts,
+    process: LogitsProcessor,
+    limits: Tensor,
+    do_sample: bool,
+    eos_id: int | None,
+    fill: int,
+    stop: Callable[[list[int]], bool] | None,
+    streamer: Callable[[Tensor], None] | None,
+    generator: torch.Generator | None,
+) -> GenerateOutput:
+    """Greedy or sampled continuations, with the model's log-probs of the chosen tokens."""
+    input_ids, keep_mask, (logits, state) = prompts
+    (B, T), device = input_ids.shape, input_ids.device
+    N = int(limits.max())
+    history = torch.cat([input_ids, torch.full((B, N), fill, device=device)], dim=1)  # (B, T + N)
+    history_keep = torch.cat([keep_mask, torch.ones(B, N, dtype=torch.bool, device=device)], dim=1)
+    lengths = torch.zeros(B, dtype=torch.long, device=device)
+    log_probs = torch.zeros(B, dtype=torch.promote_types(logits.dtype, torch.float32), device=device)
+    active = torch.arange(B, device=device)  # the original row of each row still in the batch
+    for i in range(N):
+        processed = process(logits, history[active, : T + i], history_keep[active, : T + i])
+        if do_sample:
+            probs = torch.softmax(processed, dim=-1, dtype=log_probs.dtype)
+            tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        else:
+            tokens = processed.argmax(dim=-1)
+        model_log_probs = torch.log_softmax(logits, dim=-1, dtype=log_probs.dtype)
+        log_probs[active] += model_log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
+        history[active, T + i] = tokens
+        lengths[active] += 1
+        if streamer is not None:
+            streamer(torch.full((B,), fill, device=device).index_put((active,), tokens))
+        done = lengths[active] >= limits[active]
+        if eos_id is not None:
+            done |= tokens == eos_id
+        if stop is not None:
+            done |= torch.tensor([stop(history[row, T : T + i + 1].tolist()) for row in active.tolist()], device=device)
+        if done.all():
+            break
+        if done.any():
+            alive = (~done).nonzero().squeeze(1)
+            active, tokens, state = active[alive], tokens[alive], model.reorder_state(state, alive)
+        logits, state = model.step(tokens, state)
+    return GenerateOutput(history[:, : T + int(lengths.max())], lengths, log_probs)
+
+
+class _PrefilledStepModel:
+    """The step interface that ``beam_search`` drives, over a model that has already read the prompts.
+
+    State: (model state, the prefill's logits until the first step returns them; the start tokens are already
+    consumed). Without an eos_id, an impossible extra token V (logit -inf) serves as the search's end token.
+    """
+
+    def __init__(self, model: LanguageModelStepModel, V: int, add_end_token: bool) -> None:
+        self.model, self.V, self.add_end_token = model, V, add_end_token
+
+    def step(self, tokens: Tensor, state: tuple[Any, Tensor | None]) -> StepOutput:
+        model_state, logits = state
+        if logits is None:
+            # Dead beams (log-prob -inf) may hold the extra token V; they are never returned, feed them token 0.
+            logits, model_state = self.model.step(tokens.masked_fill(tokens >= self.V, 0), model_state)
+        if self.add_end_token:
+            logits = torch.cat([logits, torch.full_like(logits[:, :1], float("-inf"))], dim=1)
+        return StepOutput(logits, (model_state, None))
+
+    def reorder_state(self, state: tuple[Any, Tensor | None], index: Tensor) -> tuple[Any, Tensor | None]:
+        return self.model.reorder_state(state[0], index), select_rows(state[1], index)
+
+
+def _beam(
+    model: LanguageModelStepModel,
+    prompts: _Prompts,
+    process: LogitsProcessor,
+    max_length: int,
+    num_beams: int,
+    length_penalty: float,
+    eos_id: int | None,
+    fill: int,
+) -> GenerateOutput:
+    """The best beam of each row, by ``beam_search`` from the prefilled state; the processors act on the
+    log-probabilities, as in transformers' beam search."""
+    input_ids, keep_mask, (logits, state) = prompts
+    V = logits.shape[-1]
+    prompt = input_ids.repeat_interleave(num_beams, dim=0)  # (B * K, T), row b's beams are rows b * K + k
+    prompt_keep = keep_mask.repeat_interleave(num_beams, dim=0)
+
+    def process_beams(log_probs: Tensor, generated: Tensor) -> Tensor:
+        tokens = torch.cat([prompt, generated], dim=1)
+        keep = torch.cat([prompt_keep, torch.ones_like(generated, dtype=torch.bool)], dim=1)
+        return process(log_probs, tokens, keep)
+
+    out = beam_search(
+        _PrefilledStepModel(model, V, add_end_token=eos_id is None),
+        (state, logits),
+        input_ids[:, -1],  # already consumed: the first step returns the prefill's logits
+        eos_id=eos_id if eos_id is not None else V,
+        max_length=max_length,
+        beam_size=num_beams,
+        length_penalty=length_penalty,
+        logits_processor=process_beams,
+    )
+    tokens, lengths = out.tokens[:, 0], out.lengths[:, 0]  # (B, N), (B,)
+    beyond = torch.arange(tokens.shape[1], device=tokens.device) >= lengths.unsqueeze(1)
+    tokens = tokens.masked_fill(beyond, fill)
+    return GenerateOutput(torch.cat([input_ids, tokens], dim=1), lengths, out.log_probs[:, 0])
