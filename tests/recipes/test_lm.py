@@ -156,6 +156,17 @@ def test_greedy_generation_streams_what_generate_returns(checkpoints, name):
     assert len(pieces) > 3  # streamed, not printed at the end
 
 
+def test_a_gpt_generates_past_its_context_from_the_second_half_of_it(checkpoints):
+    # context_length 32: the first 32 - 3 tokens are generate()'s, then it goes on from the last 16 tokens.
+    model, tokenizer = load_pretrained(checkpoints["gpt-char"]), load_tokenizer(checkpoints["gpt-char"])
+    (text,) = lm.generate(checkpoints["gpt-char"], "The", max_new_tokens=60)
+    assert len(text) == 3 + 60
+    first = generate(model, torch.tensor([tokenizer.encode("The")]), max_new_tokens=60).tokens[0]
+    assert len(first) == 32 and tokenizer.decode(first) == text[:32]
+    second = generate(model, first[None, 16:], max_new_tokens=60).tokens[0]
+    assert tokenizer.decode(second[16:]) == text[32:48]
+
+
 def test_sampling_is_reproducible_with_a_seed_and_samples_differ(checkpoints):
     argv = ["generate", checkpoints["gpt-char"], "--prompt", "The", "--temperature", "3", "--top-k", "20"]
     first = run_cli(*argv, "--seed", 7, "--num-samples", 3)

@@ -110,7 +110,8 @@ class LMModelConfig:
     def __post_init__(self) -> None:
         check_choice("arch", self.arch, ARCHS)
         check_choice("preset", self.preset, (None, *PRESETS))
-        for name in ("context_length", "d_model", "num_heads", "num_layers", "embedding_size", "hidden_size"):
+        check_int("context_length", self.context_length, minimum=2)  # a window scores tokens after its first
+        for name in ("d_model", "num_heads", "num_layers", "embedding_size", "hidden_size"):
             check_int(name, getattr(self, name))
         check_int("rnn_layers", self.rnn_layers)
         check_int("d_ff", self.d_ff, optional=True)
@@ -142,7 +143,7 @@ class LMModelConfig:
 class LMDecodeConfig:
     """Generation defaults of ``seqlab generate`` and of the report's examples (its flags override them)."""
 
-    max_new_tokens: int = 200  # most new tokens (a learned-position GPT also stops at its context_length)
+    max_new_tokens: int = 200  # new tokens per continuation
     do_sample: bool = False  # sample instead of greedy / beam search
     temperature: float = 1.0  # sampling: logits / temperature
     top_k: int | None = None  # sampling: keep the k most likely tokens

@@ -4,6 +4,7 @@
 - a continuation is decode(prompt + new) past decode(prompt), so a word tokenizer's joining space and a BPE
   piece that completes a character of the prompt come out right;
 - a word tokenizer ends every line with ``<eos>``, but a prompt that does not end a line must not end with it;
+- a GPT with learned positions cannot see past its context; generation goes on from the second half of it;
 - a byte-level BPE piece may stop inside a UTF-8 character; such a trailing U+FFFD is held back until the next
   piece completes it (or the text ends), so what streams is exactly the final text.
 """
@@ -65,7 +66,9 @@ def stream_continuation(
     """Generate after one prompt with ``settings`` (``generate``'s keyword arguments), passing the text to
     ``on_text`` piece by piece as tokens arrive; return the whole continuation, which is exactly what streamed.
 
-    With ``stop``, the continuation ends once it contains that string (kept, nothing after it). Beam search
+    With ``stop``, the continuation ends once it contains that string (kept, nothing after it). A model with a
+    bounded context (a GPT with learned positions) that fills it goes on from the last context_length // 2
+    tokens, read afresh, until max_new_tokens are generated (nanoGPT crops its input the same way). Beam search
     (num_beams > 1) cannot stream: its text is passed in one piece at the end, and it takes no stop string.
 
     Raises: ConfigError from ``generate`` for a bad setting, or for ``stop`` with beam search.
@@ -79,8 +82,22 @@ def stream_continuation(
         on_text(text)
         return text
     stream = _TextStream(tokenizer, prompt_ids, stop, on_text)
-    generate(model, ids, **settings, stop=stream.stopped, streamer=stream.push, generator=generator)
-    return stream.finish()
+    context, remaining = model.context_length, settings["max_new_tokens"]
+    while True:
+        ids = ids.new_tensor([[*prompt_ids, *stream.new_ids]])
+        if stream.new_ids and context is not None:
+            ids = ids[:, -(context // 2) :]  # the context is full: go on from its second half
+        out = generate(
+            model,
+            ids,
+            **{**settings, "max_new_tokens": remaining},
+            stop=stream.stopped,
+            streamer=stream.push,
+            generator=generator,
+        )
+        remaining -= int(out.lengths[0])
+        if remaining == 0 or stream.done:
+            return stream.finish()
 
 
 class _TextStream:
