@@ -33,7 +33,7 @@ from seqlab.data.blocks import block_batches, random_blocks
 from seqlab.data.streams import batchify_stream, stream_windows
 from seqlab.data.text import load_corpus, read_text, split_documents
 from seqlab.data.tokenizers import BPETokenizer, CharTokenizer, Tokenizer, WordTokenizer, load_tokenizer
-from seqlab.errors import ConfigError, DataError
+from seqlab.errors import CheckpointError, ConfigError, DataError
 from seqlab.models import GPT, GPTConfig, RNNLanguageModel, RNNLanguageModelConfig, load_pretrained
 from seqlab.models.language_model import zaremba_large, zaremba_medium, zaremba_small
 from seqlab.recipes.base import Report, TrainingRun, load_recipe_config, model_device, run_training
@@ -223,7 +223,8 @@ class LanguageModelSystem:
     def load(cls, directory: Path) -> LanguageModelSystem:
         config = load_recipe_config(directory, Config)
         model = load_pretrained(directory)
-        assert isinstance(model, (GPT, RNNLanguageModel))
+        if not isinstance(model, (GPT, RNNLanguageModel)):
+            raise CheckpointError(f"{directory}: holds a {model.model_type} model, not a language model")
         return cls(model, load_tokenizer(directory), config)
 
     def encode(self, text: str, *, source: str) -> torch.Tensor:
@@ -429,7 +430,7 @@ def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:
     return {"loss": score.loss, "perplexity": score.perplexity, "bpc": score.bits_per_character, "tokens": score.tokens}
 
 
-def predict(checkpoint: Path, inputs: Sequence[str], /) -> list[str]:
+def predict(checkpoint: Path, inputs: Sequence[str]) -> list[str]:
     """Each input followed by its continuation under the checkpoint's decode settings (newlines as ``\\n``;
     ``seqlab generate`` has every option)."""
     return [text.replace("\n", "\\n") for prompt in inputs for text in generate(checkpoint, prompt)]
