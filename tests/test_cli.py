@@ -490,8 +490,8 @@ def test_a_bad_config_file_is_one_line(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["train", "nope"], "unknown recipe 'nope'; available: g2p, vowels"),
-        (["recipes", "nope"], "unknown recipe 'nope'; available: g2p, vowels"),
+        (["train", "nope"], "unknown recipe 'nope'; available: g2p, lm, vowels"),
+        (["recipes", "nope"], "unknown recipe 'nope'; available: g2p, lm, vowels"),
         ([], "seqlab: the following arguments are required: command"),
         (["train", "g2p", "--set"], "seqlab train: argument --set: expected at least one argument"),
         (["train", "g2p", "--bogus"], "seqlab: unrecognized arguments: --bogus"),
@@ -708,6 +708,30 @@ def test_corrupt_weights_are_one_line(tmp_path, checkpoint):
 
 
 # --- recipes --------------------------------------------------------------------------------------------
+
+
+def test_generate_refuses_a_recipe_without_generation_in_one_line(checkpoint):
+    before = snapshot(checkpoint)
+    assert_error(
+        run_cli("generate", checkpoint, "--prompt", "hello"),
+        f"{checkpoint}: the g2p recipe does not generate text; seqlab train lm does",
+    )
+    assert snapshot(checkpoint) == before
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--top-p", "1.5"], "--top-p (1.5) must be in (0, 1]"),
+        (["--top-k", "0"], "--top-k (0) must be >= 1"),
+        (["--temperature", "-1"], "--temperature (-1.0) must be > 0"),
+        (["--max-new-tokens", "0"], "--max-new-tokens (0) must be >= 1"),
+        (["--num-beams", "0"], "--num-beams (0) must be >= 1"),
+        (["--top-k", "two"], "seqlab generate: argument --top-k: invalid int value: 'two'"),
+    ],
+)
+def test_generate_checks_its_options_before_reading_the_checkpoint(tmp_path, argv, message):
+    assert_error(run_cli("generate", tmp_path / "missing", "--prompt", "hi", *argv), message)
 
 
 def test_recipes_lists_every_recipe():

@@ -1,4 +1,4 @@
-"""The ``seqlab`` command: train, evaluate, predict and list recipes.
+"""The ``seqlab`` command: train, evaluate, predict, generate and list recipes.
 
 Every problem with the user's input ends with one line ``seqlab: error: ...`` naming the file, line or argument,
 and exit code 2; no traceback, and no existing output directory is touched without ``--overwrite``.
@@ -81,6 +81,19 @@ def _build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--nbest", type=int, help="hypotheses printed per input (default: 1)")
     predict.set_defaults(handler=_predict)
 
+    generate = commands.add_parser("generate", help="continue a prompt with a language model, streaming the text")
+    generate.add_argument("checkpoint", type=Path)
+    generate.add_argument("--prompt", required=True, help="the text to continue")
+    generate.add_argument("--max-new-tokens", type=int, help="most new tokens (default: the checkpoint's)")
+    generate.add_argument("--temperature", type=float, help="sample with logits / T (T > 0)")
+    generate.add_argument("--top-k", type=int, help="sample from the k most likely tokens")
+    generate.add_argument("--top-p", type=float, help="sample from the smallest set of mass >= p, p in (0, 1]")
+    generate.add_argument("--num-beams", type=int, help="beam search with K beams (default: the checkpoint's)")
+    generate.add_argument("--seed", type=int, help="seed of the sampler (default: random)")
+    generate.add_argument("--num-samples", type=int, default=1, help="continuations to generate (default: 1)")
+    generate.add_argument("--stop", help="end a continuation once it contains this string")
+    generate.set_defaults(handler=_generate)
+
     recipes = commands.add_parser("recipes", help="list recipes, or show one recipe's defaults")
     recipes.add_argument("name", nargs="?")
     recipes.set_defaults(handler=_recipes)
@@ -122,6 +135,35 @@ def _predict(args: argparse.Namespace) -> int:
         raise ConfigError(f"{' '.join(refused)}: the {recipe.NAME} recipe's predict takes no such option")
     for line in recipe.predict(args.checkpoint, args.inputs, **given):
         print(line)
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    for flag, value in (
+        ("--max-new-tokens", args.max_new_tokens),
+        ("--top-k", args.top_k),
+        ("--num-beams", args.num_beams),
+        ("--num-samples", args.num_samples),
+    ):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} ({value}) must be >= 1")
+    if args.temperature is not None and not args.temperature > 0:
+        raise ConfigError(f"--temperature ({args.temperature}) must be > 0")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise ConfigError(f"--top-p ({args.top_p}) must be in (0, 1]")
+    if args.seed is not None and not 0 <= args.seed < 2**63:
+        raise ConfigError(f"--seed ({args.seed}) must be in [0, 2**63)")
+    recipe = recipe_of_checkpoint(args.checkpoint)
+    generate = getattr(recipe, "generate", None)
+    if generate is None:
+        raise ConfigError(f"{args.checkpoint}: the {recipe.NAME} recipe does not generate text; seqlab train lm does")
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    options = ("max_new_tokens", "temperature", "top_k", "top_p", "num_beams", "seed", "num_samples", "stop")
+    generate(args.checkpoint, args.prompt, **{name: getattr(args, name) for name in options}, on_text=write)
     return 0
 
 

@@ -24,6 +24,7 @@ from torch import nn
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.training.device import training_device
 from seqlab.training.seeding import seed_everything
+from seqlab.training.strategies import Strategy
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
 
 RECIPE_FILE = "recipe.json"
@@ -49,6 +50,10 @@ class Recipe(Protocol):
             with defaults; ``Config()`` is the recipe's default setup.
         PREDICT_OPTIONS: the keyword-only arguments ``predict`` takes (e.g. ``("beam_size", "nbest")``, or ``()``);
             the command line passes an option only to a recipe that names it here, and refuses it otherwise.
+
+    A recipe that generates text (``lm``) also has ``generate(checkpoint, prompt, *, max_new_tokens, temperature,
+    top_k, top_p, num_beams, seed, num_samples, stop, on_text) -> list[str]``; ``seqlab generate`` refuses a
+    checkpoint whose recipe has none, so the others need nothing.
     """
 
     NAME: str
@@ -87,6 +92,7 @@ class TrainingRun(NamedTuple):
     summary: str  # the data that was read, for the log line: "checkpoint: DIR; <summary>; model: N parameters"
     summary_model: str = ""  # a note on the model, appended to the log line (e.g. the architecture or kernel path)
     valid_metric: str = "valid_loss"  # the validation metric, at the best validation, reported in the results
+    strategy: Strategy | None = None  # how the trainer turns a batch into a loss; None = FullSequence()
 
 
 def run_training(
@@ -134,6 +140,7 @@ def run_training(
         progress=progress,
         log=log,
         run_dir=out_dir,
+        strategy=run.strategy,
     )
     result = trainer.fit()
     save()
