@@ -22,7 +22,7 @@ from seqlab.cli import main
 from seqlab.data.tokenizers import load_tokenizer
 from seqlab.decoding import generate
 from seqlab.models import GPT, RNNLanguageModel, load_pretrained
-from seqlab.recipes import lm
+from seqlab.recipes import lm, lm_config
 from seqlab.training.trainer import TrainConfig
 
 SENTENCE = "the lord said unto moses and aaron in the land of egypt this month shall be unto you the beginning"
@@ -191,8 +191,10 @@ def test_a_tiny_gpt_overfits_a_short_text_and_reproduces_it_greedily(tmp_path):
     path = tmp_path / "genesis.txt"
     path.write_text(text)
     config = lm.Config(
-        data=lm.LMDataConfig(train_path=str(path), valid_path=str(path), test_path=str(path), batches_per_epoch=50),
-        model=lm.LMModelConfig(num_layers=2, d_model=64, context_length=48),
+        data=lm_config.LMDataConfig(
+            train_path=str(path), valid_path=str(path), test_path=str(path), batches_per_epoch=50
+        ),
+        model=lm_config.LMModelConfig(num_layers=2, d_model=64, context_length=48),
         train=TrainConfig(lr=3e-3, batch_size=16, max_steps=300, patience=None, max_epochs=100),
     )
     report = lm.train(config, tmp_path / "run", progress=False, log=lambda line: None)
@@ -202,11 +204,11 @@ def test_a_tiny_gpt_overfits_a_short_text_and_reproduces_it_greedily(tmp_path):
 
 
 def test_preset_fills_the_fields_left_at_their_defaults():
-    config = lm.apply_preset(dataclasses.replace(lm.Config(), model=lm.LMModelConfig(preset="zaremba_medium")))
+    config = lm.apply_preset(dataclasses.replace(lm.Config(), model=lm_config.LMModelConfig(preset="zaremba_medium")))
     assert (config.model.arch, config.model.hidden_size, config.model.dropout) == ("lstm", 650, 0.5)
     assert (config.train.optimizer, config.train.lr, config.train.clip_norm) == ("sgd", 1.0, 5.0)
     assert (config.data.bptt_len, config.train.batch_size) == (35, 20)
-    kept = dataclasses.replace(lm.Config(), model=lm.LMModelConfig(preset="zaremba_small", hidden_size=64))
+    kept = dataclasses.replace(lm.Config(), model=lm_config.LMModelConfig(preset="zaremba_small", hidden_size=64))
     assert lm.apply_preset(kept).model.hidden_size == 64
 
 
