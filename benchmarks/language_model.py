@@ -22,7 +22,7 @@ so neither the order nor load from other processes favours one. Over --repeats r
 table shows the median tokens/s with its interquartile range, and the ratio seqlab / reference as the median of
 the per-round ratios of times with its interquartile range; a ratio whose range straddles 1.00 separates nothing.
 
-    python benchmarks/language_model.py --threads 1              # 4 layers, D = 256, context 256: a few minutes
+    python benchmarks/language_model.py --threads 1              # 4 layers, D = 256, context 256: 1-2 minutes
     python benchmarks/language_model.py --layers 1 --d-model 8 --heads 2 --context 8 --batch 2 --new-tokens 4 \\
         --vocab 16 --beams 2 --rnn-size 4 --rnn-vocab 16 --rnn-batch 2 --bptt 3 --repeats 1   # smoke test, seconds
 """
