@@ -22,9 +22,19 @@ SMOKE = {
     "language_model.py": (
         flags(
             {"--layers": 1, "--d-model": 8, "--heads": 2, "--context": 8, "--batch": 2, "--new-tokens": 4}
-            | {"--vocab": 16, "--repeats": 1, "--threads": 1}
+            | {"--vocab": 16, "--beams": 2, "--rnn-size": 4, "--rnn-vocab": 16, "--rnn-batch": 2, "--bptt": 3}
+            | {"--repeats": 1, "--threads": 1}
         ),
-        ["row      model", "train    seqlab GPT", "greedy   transformers GPT-2", "same greedy tokens: yes"],
+        [
+            "row      model",
+            "train    seqlab GPT",
+            "greedy   transformers GPT-2",
+            "beam     seqlab GPT",
+            "rnn      seqlab RNN LM",
+            "rnn      torch.nn LSTM LM",
+            "same greedy tokens: yes",
+            "same beam K=2 tokens: yes",
+        ],
     ),
     "attention.py": (
         flags(

@@ -132,7 +132,8 @@ def generate(
         # One search length for the batch: the room left by the longest prompt.
         max_length = int(limits.min())
         return _beam(model, prompts, process, max_length, num_beams, length_penalty, eos_id, fill)
-    return _decode(model, prompts, process, limits, do_sample, eos_id, fill, stop, streamer, generator)
+    penalized = repetition_penalty != 1.0 or no_repeat_ngram_size > 0  # only the penalties read the tokens so far
+    return _decode(model, prompts, process, penalized, limits, do_sample, eos_id, fill, stop, streamer, generator)
 
 
 class _Prompts(NamedTuple):
@@ -176,6 +177,7 @@ def _decode(
     model: LanguageModelStepModel,
     prompts: _Prompts,
     process: LogitsProcessor,
+    penalized: bool,
     limits: Tensor,
     do_sample: bool,
     eos_id: int | None,
@@ -184,7 +186,9 @@ def _decode(
     streamer: Callable[[Tensor], None] | None,
     generator: torch.Generator | None,
 ) -> GenerateOutput:
-    """Greedy or sampled continuations, with the model's log-probs of the chosen tokens."""
+    """Greedy or sampled continuations, with the model's log-probs of the chosen tokens. Per step, only what the
+    settings need runs: the tokens so far are gathered for the penalties only, and rows are indexed only after one
+    has ended (before that, ``rows`` is a plain slice)."""
     input_ids, keep_mask, (logits, state) = prompts
     (B, T), device = input_ids.shape, input_ids.device
     N = int(limits.max())
@@ -193,29 +197,35 @@ def _decode(
     lengths = torch.zeros(B, dtype=torch.long, device=device)
     log_probs = torch.zeros(B, dtype=torch.promote_types(logits.dtype, torch.float32), device=device)
     active = torch.arange(B, device=device)  # the original row of each row still in the batch
+    rows: slice | Tensor = slice(None)  # indexes the rows still in the batch: all of them, or ``active``
     for i in range(N):
-        processed = process(logits, history[active, : T + i], history_keep[active, : T + i])
+        if penalized:
+            processed = process(logits, history[rows, : T + i], history_keep[rows, : T + i])
+        else:  # the warpers read no tokens
+            processed = process(logits, history[rows, :0], None)
         if do_sample:
             probs = torch.softmax(processed, dim=-1, dtype=log_probs.dtype)
             tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
         else:
             tokens = processed.argmax(dim=-1)
         model_log_probs = torch.log_softmax(logits, dim=-1, dtype=log_probs.dtype)
-        log_probs[active] += model_log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
-        history[active, T + i] = tokens
-        lengths[active] += 1
+        log_probs[rows] += model_log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
+        history[rows, T + i] = tokens
+        lengths[rows] += 1
         if streamer is not None:
             streamer(torch.full((B,), fill, device=device).index_put((active,), tokens))
-        done = lengths[active] >= limits[active]
+        done = limits[rows] <= i + 1  # every row in the batch has generated i + 1 tokens
         if eos_id is not None:
             done |= tokens == eos_id
         if stop is not None:
             done |= torch.tensor([stop(history[row, T : T + i + 1].tolist()) for row in active.tolist()], device=device)
-        if done.all():
+        ended = int(done.sum())
+        if ended == len(active):
             break
-        if done.any():
+        if ended:
             alive = (~done).nonzero().squeeze(1)
             active, tokens, state = active[alive], tokens[alive], model.reorder_state(state, alive)
+            rows = active
         logits, state = model.step(tokens, state)
     return GenerateOutput(history[:, : T + int(lengths.max())], lengths, log_probs)
 

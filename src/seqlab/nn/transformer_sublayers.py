@@ -65,7 +65,7 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(self.dropout(_ACTIVATIONS[self.activation](self.linear1(x))))
+        return self.linear2(drop(self.dropout, _ACTIVATIONS[self.activation](self.linear1(x))))
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"
@@ -95,9 +95,15 @@ def make_self_attention(
     )
 
 
+def drop(dropout: nn.Dropout, x: Tensor) -> Tensor:
+    """dropout(x), skipping the module call where it is the identity (evaluation, or p = 0): a decoding step
+    would otherwise pay one call per dropout for nothing."""
+    return dropout(x) if dropout.training and dropout.p > 0.0 else x
+
+
 def _residual(x: Tensor, fx: Tensor, norm: nn.LayerNorm, dropout: nn.Dropout, *, norm_first: bool) -> Tensor:
     """x + Drop(F(.)), normalised afterwards for post-LN."""
-    x = x + dropout(fx)
+    x = x + drop(dropout, fx)
     return x if norm_first else norm(x)
 
 

@@ -1,8 +1,9 @@
 """GPT.from_hf / GPT.save_hf against transformers' GPT2LMHeadModel, built from a config offline.
 
 Every parameter (biases and layer norms included) is randomised so that no tensor can be mapped wrongly unseen.
-Logits agree to 1e-5 in float32 both ways; greedy tokens equal ``generate(do_sample=False)``, left-padded batches
-included; bad folders fail in one line naming the tensor or field.
+Logits agree to 1e-5 in float32 both ways; greedy tokens equal ``generate(do_sample=False)`` and beam tokens through
+``seqlab.decoding.generate`` equal ``generate(num_beams=K)``, left-padded batches included; bad folders fail in one
+line naming the tensor or field.
 """
 
 import json
@@ -12,6 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from seqlab.decoding import generate
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.models import GPT, GPTConfig
 
@@ -158,3 +160,32 @@ def test_save_hf_refuses_what_gpt2_cannot_express(tmp_path):
     with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
         model.save_hf(tmp_path)
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("num_beams", [3, 5])
+def test_beam_search_through_generate_equals_hf_generate(tmp_path, num_beams):
+    reference = hf_model()
+    reference.save_pretrained(tmp_path)
+    model, reference = GPT.from_hf(tmp_path).double(), reference.double()  # float64: no near-ties flip a beam
+    x = tokens(3, 6, seed=2)
+    keep_mask = torch.ones(3, 6, dtype=torch.bool)
+    keep_mask[1, :3] = False
+    x = x.masked_fill(~keep_mask, 0)
+    eos = 6
+    ours = generate(model, x, keep_mask=keep_mask, max_new_tokens=10, num_beams=num_beams, eos_id=eos)
+    with torch.no_grad():
+        theirs = reference.generate(
+            x,
+            attention_mask=keep_mask.long(),
+            max_new_tokens=10,
+            do_sample=False,
+            num_beams=num_beams,
+            early_stopping="never",
+            eos_token_id=eos,
+            pad_token_id=eos,
+        )
+    assert ours.lengths.min() < 10  # a row ends at EOS
+    for b in range(3):
+        n = int(ours.lengths[b])
+        assert ours.tokens[b, 6 : 6 + n].tolist() == theirs[b, 6 : 6 + n].tolist()
+        assert torch.all(theirs[b, 6 + n :] == eos)

@@ -170,7 +170,10 @@ class GPT(PretrainedMixin, nn.Module):
         next_position = state.next_position + counts
         x = self.wte(input_ids)  # (B, T, D)
         if self.wpe is not None:
-            last = int(next_position.max()) if B else 0
+            # No row reaches past S + T positions (pads take cache slots, not positions): only a call that might
+            # overflow reads the exact maximum back from the device.
+            reach = state.caches[0].length + T
+            last = reach if reach <= self.config.context_length else int(next_position.max()) if B else 0
             if last > self.config.context_length:
                 raise ValueError(
                     f"a row reaches {last} tokens, past the context length ({self.config.context_length}) of this GPT"
@@ -199,7 +202,10 @@ class GPT(PretrainedMixin, nn.Module):
 
     def prefill(self, input_ids: Tensor, keep_mask: Tensor | None = None) -> StepOutput:
         """Run left-padded prompts input_ids (B, T) (keep_mask (B, T), True at real tokens, or None); return the
-        logits (B, V) of the token after each prompt and the state. Only the last position is projected to V."""
+        logits (B, V) of the token after each prompt and the state. Only the last position is projected to V.
+        An all-True keep_mask is dropped here, once, so that the steps attend without a mask."""
+        if keep_mask is not None and keep_mask.shape == input_ids.shape and bool(keep_mask.all()):
+            keep_mask = None
         h, state = self._hidden(input_ids, None, keep_mask)
         return StepOutput(self._project(h[:, -1]), state)
 
