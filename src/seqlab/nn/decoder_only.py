@@ -13,26 +13,21 @@ layer computes with causal=True. Incremental decoding carries one immutable ``KV
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from seqlab.nn.kv_cache import KVCache
-from seqlab.nn.transformer import LayerOutput, check_layers
-from seqlab.nn.transformer_sublayers import (
-    FeedForward,
-    feed_forward_sublayer,
-    make_self_attention,
-    self_attention_sublayer,
-)
-
-if TYPE_CHECKING:
-    from seqlab.nn.positional import RotaryEmbedding
+from seqlab.nn.transformer import LayerOutput, TransformerEncoderLayer, check_layers
 
 
-class TransformerDecoderOnlyLayer(nn.Module):
+class TransformerDecoderOnlyLayer(TransformerEncoderLayer):
     """Decoder-only (GPT) block: causal self-attention with an optional KV cache, then a feed-forward network.
+
+    It is ``TransformerEncoderLayer`` (same arguments, sublayers and parameter names) with the causal mask always
+    on: a GPT block differs from an encoder layer only in what each position may attend to. ``from_torch`` copies a
+    torch.nn.TransformerEncoderLayer, which this layer then runs causally.
 
     Args:
         d_model, num_heads, d_ff, dropout, activation, norm_first, layer_norm_eps, bias, attention_kind, window,
@@ -46,46 +41,10 @@ class TransformerDecoderOnlyLayer(nn.Module):
         ``MultiHeadAttention``).
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        *,
-        dropout: float = 0.1,
-        activation: str = "relu",
-        norm_first: bool = False,
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,
-        attention_kind: str = "full",
-        window: int | None = None,
-        rotary: RotaryEmbedding | None = None,
-    ) -> None:
-        super().__init__()
-        self.norm_first = norm_first
-        self.self_attn = make_self_attention(
-            d_model, num_heads, dropout=dropout, bias=bias, attention_kind=attention_kind, window=window, rotary=rotary
-        )
-        self.feed_forward = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-
-    def forward(self, x: Tensor, *, keep_mask: Tensor | None = None, cache: KVCache | None = None) -> LayerOutput:
-        norm_first = self.norm_first
-        attended = self_attention_sublayer(
-            x,
-            self.self_attn,
-            self.norm1,
-            self.dropout1,
-            norm_first=norm_first,
-            keep_mask=keep_mask,
-            causal=True,
-            cache=cache,
-        )
-        x = feed_forward_sublayer(attended.output, self.feed_forward, self.norm2, self.dropout2, norm_first=norm_first)
-        return LayerOutput(x, attended.cache)
+    def forward(  # type: ignore[override]  # causal is not an option here
+        self, x: Tensor, *, keep_mask: Tensor | None = None, cache: KVCache | None = None
+    ) -> LayerOutput:
+        return super().forward(x, keep_mask=keep_mask, causal=True, cache=cache)
 
 
 class DecoderOnlyOutput(NamedTuple):
