@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from seqlab.nn.kv_cache import KVCache
-from seqlab.nn.transformer import LayerOutput, TransformerEncoderLayer, check_layers
+from seqlab.nn.transformer import LayerOutput, TransformerEncoderLayer, check_layers, empty_self_attention_caches
 
 
 class TransformerDecoderOnlyLayer(TransformerEncoderLayer):
@@ -81,8 +81,7 @@ class TransformerDecoderOnly(nn.Module):
         self, batch_size: int, *, dtype: torch.dtype | None = None, device: torch.device | None = None
     ) -> list[KVCache]:
         """One empty self-attention KVCache per layer (S = 0)."""
-        attentions = [layer.self_attn for layer in self.layers]
-        return [KVCache.empty(batch_size, a.num_heads, a.head_dim, dtype=dtype, device=device) for a in attentions]
+        return empty_self_attention_caches(self.layers, batch_size, dtype=dtype, device=device)
 
     def forward(
         self, x: Tensor, *, keep_mask: Tensor | None = None, caches: Sequence[KVCache] | None = None

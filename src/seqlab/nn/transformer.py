@@ -75,6 +75,18 @@ def _layer_from_torch(cls: type[_Layer], module: nn.Module, torch_class: type[nn
     return layer
 
 
+def empty_self_attention_caches(
+    layers: Iterable[nn.Module],
+    batch_size: int,
+    *,
+    dtype: torch.dtype | None = None,
+    device: torch.device | None = None,
+) -> list[KVCache]:
+    """One empty KVCache (S = 0) for the ``self_attn`` of each layer, sized by its heads and head dimension."""
+    attentions = [layer.self_attn for layer in layers]
+    return [KVCache.empty(batch_size, a.num_heads, a.head_dim, dtype=dtype, device=device) for a in attentions]
+
+
 class LayerOutput(NamedTuple):
     """output (B, T, D); cache: the self-attention KVCache with this call's keys and values appended (None if no
     cache was given)."""
@@ -356,8 +368,7 @@ class TransformerDecoder(nn.Module):
         self, batch_size: int, *, dtype: torch.dtype | None = None, device: torch.device | None = None
     ) -> list[KVCache]:
         """One empty self-attention KVCache per layer (S = 0)."""
-        attentions = [layer.self_attn for layer in self.layers]
-        return [KVCache.empty(batch_size, a.num_heads, a.head_dim, dtype=dtype, device=device) for a in attentions]
+        return empty_self_attention_caches(self.layers, batch_size, dtype=dtype, device=device)
 
     def project_memory(self, memory: Tensor) -> list[MemoryKV]:
         """Every layer's cross-attention keys and values (B, N, S, Dh) of memory (B, S, D)."""
