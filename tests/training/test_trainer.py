@@ -486,7 +486,7 @@ def test_one_log_line_per_validation_and_silent_progress_off_a_terminal(capsys):
     lines = []
     config = train_config(max_epochs=3, patience=None)
     make_trainer(mlp(), config, validate=scripted([2.0, 1.0, 1.5]), log=lines.append, progress=True).fit()
-    pattern = r"^epoch {} step {} \| train_loss \S+ grad_norm \S+ \| valid_loss {} \| \d+ tok/s \d+\.\d s{}$"
+    pattern = r"^epoch {} step {} \| train_loss \S+ grad_norm \S+ lr \S+ \| valid_loss {} \| \d+ tok/s \d+\.\d s{}$"
     expected = [(1, 4, "2", " \\*"), (2, 8, "1", " \\*"), (3, 12, "1.5", "")]
     assert len(lines) == 3
     for line, (epoch, step, value, star) in zip(lines, expected, strict=True):

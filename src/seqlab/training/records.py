@@ -62,11 +62,11 @@ class TrainResult(NamedTuple):
 def summary_line(record: dict[str, float], *, improved: bool) -> str:
     """One log line per validation; a trailing star marks an improvement of the monitored metric.
 
-    Example: ``epoch 2 step 40 | train_loss 1.23 grad_norm 0.8 | valid_loss 1.1 per 0.2 | 950 tok/s 3.2 s *``.
+    Example: ``epoch 2 step 40 | train_loss 1.23 grad_norm 0.8 lr 0.001 | valid_loss 1.1 per 0.2 | 950 tok/s 3.2 s *``.
     """
     metrics = " ".join(f"{name} {value:.4g}" for name, value in record.items() if name not in RECORD_KEYS)
     return (
         f"epoch {record['epoch']} step {record['step']} | train_loss {record['train_loss']:.4g} "
-        f"grad_norm {record['grad_norm']:.4g} | {metrics} | {record['tokens_per_s']:.0f} tok/s "
+        f"grad_norm {record['grad_norm']:.4g} lr {record['lr']:.4g} | {metrics} | {record['tokens_per_s']:.0f} tok/s "
         f"{record['seconds']:.1f} s" + (" *" if improved else "")
     )
