@@ -212,6 +212,15 @@ def test_stops_at_eos_and_pads_finished_rows():
     assert_close(out.log_probs, torch.zeros(3, dtype=torch.float64), atol=1e-20, rtol=0)
 
 
+@pytest.mark.parametrize("num_beams", [1, 2])
+def test_outputs_are_ordinary_tensors_the_caller_may_change(num_beams):
+    out = generate(_chain(), torch.tensor([[3], [1]]), max_new_tokens=3, num_beams=num_beams)
+    for tensor in out:
+        assert not tensor.is_inference()
+    out.tokens[:, 0] = 2  # an inference tensor would refuse this in-place write
+    assert out.tokens[:, 0].tolist() == [2, 2]
+
+
 def test_stop_callback_ends_a_row_after_the_token_it_flags():
     model, asked = _chain(), []
 

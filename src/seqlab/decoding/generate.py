@@ -7,6 +7,7 @@ logits processors (``seqlab.decoding.processors``) shape each step's scores befo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -39,7 +40,21 @@ class GenerateOutput(NamedTuple):
     log_probs: Tensor
 
 
-@torch.no_grad()
+def _in_inference_mode(search: Callable[..., GenerateOutput]) -> Callable[..., GenerateOutput]:
+    """Run ``search`` under ``torch.inference_mode`` (no autograd bookkeeping at all; a char GPT at batch 1 ran
+    about 5-15% faster per token than under ``no_grad`` here) and hand back ordinary tensors, since inference
+    tensors cannot be changed in place outside inference mode."""
+
+    @functools.wraps(search)
+    def run(*args: Any, **kwargs: Any) -> GenerateOutput:
+        with torch.inference_mode():
+            output = search(*args, **kwargs)
+        return GenerateOutput(*(t.clone() for t in output))
+
+    return run
+
+
+@_in_inference_mode
 def generate(
     model: LanguageModelStepModel,
     input_ids: Tensor,
