@@ -1,6 +1,6 @@
 """Text around the generation engine for the ``lm`` recipe: prompts to token ids, and tokens to streamed text.
 
-``seqlab.decoding.generate`` works on token ids; a person types and reads text. Three details live here:
+``seqlab.decoding.generate`` works on token ids; a person types and reads text. Four details live here:
 - a continuation is decode(prompt + new) past decode(prompt), so a word tokenizer's joining space and a BPE
   piece that completes a character of the prompt come out right;
 - a word tokenizer ends every line with ``<eos>``, but a prompt that does not end a line must not end with it;
