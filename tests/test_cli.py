@@ -5,21 +5,18 @@ trained once per module on real CMUdict entries written to a file in the classic
 ``WORD(2)`` variants), and its checkpoint is shared by the evaluate and predict tests.
 """
 
-import contextlib
 import dataclasses
-import io
 import json
 import random
 import shutil
 import subprocess
 import sysconfig
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 import torch
+from cli_helpers import Result, assert_error, run_cli
 
-from seqlab.cli import main
 from seqlab.data.cmudict import group_references, load_cmudict_package
 from seqlab.data.vocab import Vocabulary
 from seqlab.models.seq2seq.rnn import RNNSeq2Seq
@@ -44,36 +41,6 @@ TINY = [
     "decode.beam_size=2",
 ]
 MAX_STEPS = 40
-
-
-class Result(NamedTuple):
-    code: int
-    out: str
-    err: str
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # On a shared 2-core machine OpenMP's spin-waiting makes tiny multi-threaded LSTMs ~100x slower.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def run_cli(*argv: object) -> Result:
-    """Run ``seqlab argv`` in-process, capturing what it prints (works in module-scoped fixtures too)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in argv])
-    return Result(code, out.getvalue(), err.getvalue())
-
-
-def assert_error(result: Result, message: str) -> None:
-    """Exit code 2, nothing on stdout, and exactly one stderr line: ``seqlab: error: message``."""
-    assert result.code == 2
-    assert result.out == ""
-    assert result.err == f"seqlab: error: {message}\n"
 
 
 def assert_train_error(result: Result, message: str) -> None:

@@ -5,20 +5,17 @@ an independent computation from the saved model (one forward over the whole file
 ``seqlab.decoding.generate`` called directly; a tiny GPT that overfits a short text must reproduce it greedily.
 """
 
-import contextlib
 import dataclasses
-import io
 import json
 import math
 import random
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 import torch
 import torch.nn.functional as F
+from cli_helpers import Result, assert_error, run_cli
 
-from seqlab.cli import main
 from seqlab.data.tokenizers import load_tokenizer
 from seqlab.decoding import generate
 from seqlab.models import GPT, RNNLanguageModel, load_pretrained
@@ -31,33 +28,6 @@ TINY_GPT = ["model.num_layers=1", "model.d_model=32", "model.num_heads=2", "mode
 TINY_RNN = ["model.hidden_size=32", "model.embedding_size=32", "model.rnn_layers=1", "data.bptt_len=16"]
 STEPS = ["train.max_steps=6", "data.batches_per_epoch=3", "train.batch_size=4", "data.valid_tokens=256"]
 CHECKPOINT_FILES = {"config.json", "model.safetensors", "tokenizer.json", "recipe.json", "results.json"}
-
-
-class Result(NamedTuple):
-    code: int
-    out: str
-    err: str
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # On a shared 2-core machine OpenMP's spin-waiting makes tiny multi-threaded models ~100x slower.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def run_cli(*argv: object) -> Result:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in argv])
-    return Result(code, out.getvalue(), err.getvalue())
-
-
-def assert_error(result: Result, message: str) -> None:
-    """Exit 2, nothing on stdout, one line on stderr."""
-    assert (result.code, result.out, result.err) == (2, "", f"seqlab: error: {message}\n")
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,6 @@ bidirectional GRU with mean pooling must separate them; the checkpoint is then c
 against a forward pass written out by hand, one unpadded series at a time.
 """
 
-import contextlib
-import io
 import json
 import re
 import shutil
@@ -20,8 +18,8 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 import torch
+from cli_helpers import Result, assert_error, run_cli
 
-from seqlab.cli import main
 from seqlab.data.timeseries import AEON_HINT, read_ts_file
 from seqlab.models.classifier import Seq2VecClassifier
 from seqlab.recipes import vowels
@@ -42,27 +40,6 @@ TINY = [
     "train.patience=none",
     "train.time_budget=none",
 ]
-
-
-class Result(NamedTuple):
-    code: int
-    out: str
-    err: str
-
-
-def run_cli(*argv: object) -> Result:
-    """Run ``seqlab argv`` in-process, capturing what it prints (works in module-scoped fixtures too)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in argv])
-    return Result(code, out.getvalue(), err.getvalue())
-
-
-def assert_error(result: Result, message: str) -> None:
-    """Exit code 2, nothing on stdout, and exactly one stderr line: ``seqlab: error: message``."""
-    assert result.code == 2
-    assert result.out == ""
-    assert result.err == f"seqlab: error: {message}\n"
 
 
 def table_rows(text: str) -> dict[str, str]:
