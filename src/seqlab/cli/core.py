@@ -1,51 +1,24 @@
-"""The ``seqlab`` command: train, evaluate, predict, generate and list recipes.
-
-Every problem with the user's input ends with one line ``seqlab: error: ...`` naming the file, line or argument,
-and exit code 2; no traceback, and no existing output directory is touched without ``--overwrite``.
-"""
+"""The ``seqlab`` commands that run recipes: train, evaluate, predict, generate and recipes."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
+from seqlab.cli.tables import format_value, table
 from seqlab.config import apply_overrides, describe, flatten, load_toml, parse_assignments
-from seqlab.errors import ConfigError, SeqlabError
+from seqlab.errors import ConfigError
 from seqlab.recipes import RECIPES, get_recipe, recipe_of_checkpoint
 from seqlab.recipes.base import run_directory
 
-EXIT_USAGE = 2
 # The options a recipe's predict may declare in PREDICT_OPTIONS, and their flags.
 PREDICT_FLAGS = {"beam_size": "--beam-size", "nbest": "--nbest"}
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line (not usage text plus message) and exits 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise ConfigError(f"{self.prog}: {message}")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``seqlab`` console script; returns the exit code."""
-    parser = _build_parser()
-    try:
-        args = parser.parse_args(argv)
-        return args.handler(args)
-    except SeqlabError as e:
-        print(f"seqlab: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("seqlab: interrupted", file=sys.stderr)
-        return 130
-
-
-def _build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="seqlab", description="Sequence models from the equations: train, evaluate, predict.")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add train, evaluate, predict, generate and recipes to the ``seqlab`` command."""
 
     train = commands.add_parser("train", help="train a recipe end to end and score it on its test split")
     train.add_argument("recipe", help=f"recipe name ({', '.join(sorted(RECIPES))})")
@@ -97,7 +70,6 @@ def _build_parser() -> argparse.ArgumentParser:
     recipes = commands.add_parser("recipes", help="list recipes, or show one recipe's defaults")
     recipes.add_argument("name", nargs="?")
     recipes.set_defaults(handler=_recipes)
-    return parser
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -108,9 +80,9 @@ def _train(args: argparse.Namespace) -> int:
     config = apply_overrides(config, parse_assignments(args.assignments))
     out_dir = run_directory(args.out, recipe.NAME, overwrite=args.overwrite)
     report = recipe.train(config, out_dir, progress=not args.no_progress, log=lambda s: print(s, file=sys.stderr))
-    print(_table(["metric", "value"], [(k, _fmt(v)) for k, v in report.results.items()]))
+    print(table(["metric", "value"], [(k, format_value(v)) for k, v in report.results.items()]))
     print()
-    print(_table(["input", "reference", "predicted"], report.examples))
+    print(table(["input", "reference", "predicted"], report.examples))
     print(f"\ncheckpoint: {out_dir}")
     return 0
 
@@ -120,7 +92,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(metrics))
     else:
-        print(_table(["metric", "value"], [(k, _fmt(v)) for k, v in metrics.items()]))
+        print(table(["metric", "value"], [(k, format_value(v)) for k, v in metrics.items()]))
     return 0
 
 
@@ -169,27 +141,9 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _recipes(args: argparse.Namespace) -> int:
     if args.name is None:
-        print(_table(["recipe", "description"], [(name, r.DESCRIPTION) for name, r in sorted(RECIPES.items())]))
+        print(table(["recipe", "description"], [(name, r.DESCRIPTION) for name, r in sorted(RECIPES.items())]))
         return 0
     recipe = get_recipe(args.name)
     print(f"{recipe.NAME}: {recipe.DESCRIPTION}\n")
-    print(_table(["key", "default"], [(k, repr(v)) for k, v in describe(recipe.Config())]))
+    print(table(["key", "default"], [(k, repr(v)) for k, v in describe(recipe.Config())]))
     return 0
-
-
-def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.0f}" if value.is_integer() and abs(value) >= 1 else f"{value:.3f}"
-    return str(value)
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [list(map(str, headers))] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
