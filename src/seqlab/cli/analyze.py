@@ -14,7 +14,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from seqlab.analysis import attention, curves, gradients, positional
+import torch
+
+from seqlab.analysis import attention, complexity, curves, gradients, positional
 from seqlab.cli.tables import table
 from seqlab.errors import ConfigError, SeqlabError
 from seqlab.models import GPT, load_pretrained
@@ -248,6 +250,87 @@ def _attention(args: argparse.Namespace, out_dir: Path) -> str:
     return table(["attention", "modules", "heads", "rows x cols", "max |row sum - 1|", "picture"], rows)
 
 
+# complexity --------------------------------------------------------------------------------------------------------
+
+
+def _complexity_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lengths",
+        type=_int_list,
+        default=[64 * 2**i for i in range(8)],
+        help="comma-separated T (default: 64,128,...,8192)",
+    )
+    parser.add_argument("--width", type=int, default=64, help="D, features of every layer (default: 64)")
+    parser.add_argument("--mode", choices=("train", "inference", "both"), default="both", help="(default: both)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per size; the fastest counts (default: 3)")
+    parser.add_argument(
+        "--layers",
+        default=",".join(complexity.LAYERS),
+        help=f"comma-separated subset of {','.join(complexity.LAYERS)} (default: all)",
+    )
+    parser.add_argument("--num-heads", type=int, default=4, help="attention heads (default: 4)")
+    parser.add_argument("--window", type=int, default=32, help="keys per query of local attention (default: 32)")
+    parser.add_argument("--max-seconds", type=float, default=2.0, help="time cap of one call (default: 2)")
+    parser.add_argument("--max-memory-mb", type=float, default=1024.0, help="peak memory cap, MiB (default: 1024)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads while measuring (default: 1)")
+
+
+def _complexity(args: argparse.Namespace, out_dir: Path) -> str:
+    for flag in ("width", "repeats", "window", "threads"):
+        _positive(f"--{flag}", getattr(args, flag))
+    if not args.lengths:
+        raise ConfigError("--lengths: give at least one T")
+    for length in args.lengths:
+        if length < 1:
+            raise ConfigError(f"--lengths: T ({length}) must be >= 1")
+    if args.width % args.num_heads:
+        raise ConfigError(f"--width ({args.width}) must be divisible by --num-heads ({args.num_heads})")
+    layers = [name.strip() for name in args.layers.split(",") if name.strip()]
+    unknown = [name for name in layers if name not in complexity.LAYERS]
+    if unknown or not layers:
+        raise ConfigError(f"--layers {args.layers!r}: choose from {', '.join(complexity.LAYERS)}")
+    if args.device not in ("cpu", "cuda"):
+        raise ConfigError(f"--device ({args.device!r}) must be cpu or cuda")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device here")
+    modes = list(complexity.MODES) if args.mode == "both" else [args.mode]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        measurements = complexity.measure_costs(
+            layers,
+            args.lengths,
+            modes,
+            width=args.width,
+            num_heads=args.num_heads,
+            window=args.window,
+            repeats=args.repeats,
+            max_seconds=args.max_seconds,
+            max_bytes=int(args.max_memory_mb * 2**20),
+            device=args.device,
+        )
+    finally:
+        torch.set_num_threads(threads)
+    title = f"one layer, D = {args.width}, batch 1, {args.device}, {args.threads} CPU thread(s)"
+    complexity.plot_costs(measurements, out_dir / "complexity.png", title=title)
+    write_csv(
+        out_dir / "complexity.csv",
+        ["layer", "mode", "T", "seconds", "peak_bytes", "skipped"],
+        [["" if v is None else v for v in m] for m in measurements],
+    )
+    headers = complexity.cost_table_headers(modes)
+    rows = complexity.cost_table(measurements)
+    (out_dir / "cost_table.json").write_text(
+        json.dumps({"setup": title, "rows": [dict(zip(headers, r, strict=True)) for r in rows]}, indent=2)
+    )
+    first_skips: dict[tuple[str, str], str] = {}
+    for m in measurements:
+        if m.skipped:
+            first_skips.setdefault((m.layer, m.mode), f"{m.layer} {m.mode}: T >= {m.length} {m.skipped}")
+    return table(headers, rows) + "".join(f"\n{line}" for line in first_skips.values())
+
+
 # plot --------------------------------------------------------------------------------------------------------------
 
 
@@ -263,5 +346,6 @@ def _plot(args: argparse.Namespace, out_dir: Path) -> str:
 ANALYSES = (
     Analysis("gradients", "||dh_T/dh_k|| against T - k for RNN, GRU, LSTM", _gradient_arguments, _gradients),
     Analysis("attention", "attention maps of a checkpoint on one input", _attention_arguments, _attention),
+    Analysis("complexity", "time and memory of one layer against T", _complexity_arguments, _complexity),
     Analysis("positional", "the sinusoidal encoding and its shift check", _positional_arguments, _positional),
 )
