@@ -39,8 +39,9 @@ _CELLS: dict[str, type[nn.Module]] = {"rnn": RNNCell, "gru": GRUCell, "lstm": LS
 class GradientFlow(NamedTuple):
     """Gradient norms against distance, all float64 of shape (T + 1,), index d = T - k for k = T .. 0.
 
-    distance: T - k (steps). jacobian_norm: ||d h_T / d h_k||_2 (1 at distance 0). cell_jacobian_norm:
-    ||d h_T / d c_k||_2 for the LSTM (gradient reaching the memory cell), else None. gate_product: the mean over
+    distance: T - k (steps). jacobian_norm: ||d h_T / d h_k||_2 with c_k held fixed (1 at distance 0).
+    cell_jacobian_norm: for the LSTM, ||d h_T / d c_k||_2 along every path from c_k, h_k = o_k tanh(c_k) included
+    (what backpropagation carries into the memory cell), else None. gate_product: the mean over
     units of prod_{j=k+1..T} f_j (LSTM forget gates) or z_j (GRU keep gates, torch's convention), else None.
     bound: gamma^(T-k) for the Elman RNN, else None; path_bound: prod_{j=k+1..T} ||diag(phi'(a_j)) W_hh||_2 for
     the Elman RNN (the tighter bound along this input), else None. gamma: sigma_max(W_hh) * max|phi'| (RNN only).
