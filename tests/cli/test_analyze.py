@@ -127,6 +127,10 @@ def test_bad_arguments_end_in_one_line_and_leave_nothing(tmp_path, gpt_checkpoin
         (("analyze", "gradients", "--arch", "rnn,cnn"), "--arch 'rnn,cnn': choose from rnn, gru, lstm"),
         (("analyze", "gradients", missing), f"{missing}: no such checkpoint directory"),
         (
+            ("analyze", "gradients", RNN_G2P, "--hidden-size", 8),
+            "--arch and --hidden-size describe fresh cells; a checkpoint brings its own layer",
+        ),
+        (
             ("analyze", "gradients", TRANSFORMER_G2P),
             "the model (TransformerSeq2Seq) has no RNN, GRU or LSTM layer to analyse",
         ),

@@ -127,7 +127,8 @@ def measure_costs(
     seed: int = 0,
     device: torch.device | str = "cpu",
 ) -> list[Measurement]:
-    """Time and peak memory (``seqlab.analysis.memory.measure_call``) of each layer, mode and length, batch 1.
+    """Time and peak memory (``seqlab.analysis.memory.measure_call``) of each layer, mode and length, batch 1;
+    weights and inputs drawn from ``seed`` without touching the global generator.
 
     Lengths are run in increasing order; once a call took longer than ``max_seconds``, or the power law through
     the last two measurements predicts more than ``max_seconds`` or ``max_bytes`` at the next length, that and
@@ -144,9 +145,10 @@ def measure_costs(
     check_int("width", width)
     device = torch.device(device)
     results = []
+    generator = torch.Generator(device).manual_seed(seed)
     for name in layers:
-        torch.manual_seed(seed)
-        with torch.device(device):
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.device(device):
+            torch.manual_seed(seed)
             forward = build_layer(name, width, num_heads=num_heads, window=window)
         for mode in modes:
             times: list[tuple[int, float]] = []
@@ -162,7 +164,7 @@ def measure_costs(
                 if skip:
                     results.append(Measurement(name, mode, length, None, None, skip))
                     continue
-                x = torch.randn(1, length, width, device=device)
+                x = torch.randn(1, length, width, device=device, generator=generator)
                 cost = measure_call(_call(forward, x, mode), device=device, repeats=repeats)
                 times.append((length, cost.seconds))
                 peaks.append((length, float(cost.peak_bytes)))

@@ -57,14 +57,16 @@ class GradientFlow(NamedTuple):
 
 
 def make_cell(arch: str, input_size: int, hidden_size: int, *, seed: int) -> nn.Module:
-    """A freshly initialised cell ("rnn" tanh, "gru" reset-after, "lstm"), torch.nn's init, seeded.
+    """A freshly initialised cell ("rnn" tanh, "gru" reset-after, "lstm"), torch.nn's init, seeded (the global
+    generator is left as it was).
 
     Raises: ValueError if arch is not one of ARCHITECTURES or a size is < 1.
     """
     if arch not in _CELLS:
         raise ValueError(f"arch ({arch!r}) must be one of {', '.join(ARCHITECTURES)}")
-    torch.manual_seed(seed)
-    return _CELLS[arch](input_size, hidden_size)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return _CELLS[arch](input_size, hidden_size)
 
 
 def recurrent_cell(model: nn.Module) -> nn.Module:

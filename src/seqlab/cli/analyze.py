@@ -121,14 +121,15 @@ def _positive(flag: str, value: int | None) -> None:
 
 
 def _gradient_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", type=Path, nargs="?", help="analyse this checkpoint's first recurrent layer")
     parser.add_argument(
-        "--arch",
-        default="rnn,gru,lstm",
-        help="fresh cells to compare when no checkpoint is given (default: rnn,gru,lstm)",
+        "checkpoint",
+        type=Path,
+        nargs="?",
+        help="analyse the first recurrent layer (forward direction) of this checkpoint, on N(0, 1) inputs",
     )
+    parser.add_argument("--arch", help="fresh cells to compare, without a checkpoint (default: rnn,gru,lstm)")
     parser.add_argument("--length", type=int, default=100, help="T, steps of the input (default: 100)")
-    parser.add_argument("--hidden-size", type=int, default=64, help="H of fresh cells (default: 64)")
+    parser.add_argument("--hidden-size", type=int, help="H = E of fresh cells, without a checkpoint (default: 64)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fresh weights and the input (default: 0)")
 
 
@@ -136,14 +137,17 @@ def _gradients(args: argparse.Namespace, out_dir: Path) -> str:
     _positive("--length", args.length)
     _positive("--hidden-size", args.hidden_size)
     if args.checkpoint is not None:
+        if args.arch is not None or args.hidden_size is not None:
+            raise ConfigError("--arch and --hidden-size describe fresh cells; a checkpoint brings its own layer")
         cell = gradients.recurrent_cell(load_pretrained(args.checkpoint))
         cells = {gradients.architecture_of(cell): cell}
     else:
-        archs = [a.strip() for a in args.arch.split(",") if a.strip()]
-        unknown = [a for a in archs if a not in gradients.ARCHITECTURES]
-        if unknown or not archs:
-            raise ConfigError(f"--arch {args.arch!r}: choose from {', '.join(gradients.ARCHITECTURES)}")
-        cells = {a: gradients.make_cell(a, args.hidden_size, args.hidden_size, seed=args.seed) for a in archs}
+        arch_list = args.arch or ",".join(gradients.ARCHITECTURES)
+        archs = [a.strip() for a in arch_list.split(",") if a.strip()]
+        if not archs or any(a not in gradients.ARCHITECTURES for a in archs):
+            raise ConfigError(f"--arch {arch_list!r}: choose from {', '.join(gradients.ARCHITECTURES)}")
+        size = args.hidden_size or 64
+        cells = {a: gradients.make_cell(a, size, size, seed=args.seed) for a in archs}
     x = gradients.random_input(args.length, next(iter(cells.values())).input_size, seed=args.seed)
     flows = {arch: gradients.gradient_flow(cell, x) for arch, cell in cells.items()}
     gradients.plot_gradient_flow(flows, out_dir / "gradient_flow.png")
