@@ -274,15 +274,18 @@ def _complexity_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--num-heads", type=int, default=4, help="attention heads (default: 4)")
     parser.add_argument("--window", type=int, default=32, help="keys per query of local attention (default: 32)")
-    parser.add_argument("--max-seconds", type=float, default=2.0, help="time cap of one call (default: 2)")
+    parser.add_argument("--max-seconds", type=float, default=2.0, help="cap on one call, CPU seconds (default: 2)")
     parser.add_argument("--max-memory-mb", type=float, default=1024.0, help="peak memory cap, MiB (default: 1024)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads while measuring (default: 1)")
 
 
 def _complexity(args: argparse.Namespace, out_dir: Path) -> str:
-    for flag in ("width", "repeats", "window", "threads"):
-        _positive(f"--{flag}", getattr(args, flag))
+    for flag in ("width", "repeats", "window", "threads", "num_heads"):
+        _positive(f"--{flag.replace('_', '-')}", getattr(args, flag))
+    for flag in ("max_seconds", "max_memory_mb"):
+        if not getattr(args, flag) > 0:
+            raise ConfigError(f"--{flag.replace('_', '-')} ({getattr(args, flag)}) must be > 0")
     if not args.lengths:
         raise ConfigError("--lengths: give at least one T")
     for length in args.lengths:
