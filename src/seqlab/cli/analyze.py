@@ -209,46 +209,73 @@ def _attention_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, help="a word (g2p) or a text (lm)")
 
 
+class _Labelled(NamedTuple):
+    """Attention maps with the symbols of their axes: labels[(stack, kind)] = (query symbols, key symbols)."""
+
+    maps: list[attention.AttentionMap]
+    labels: dict[tuple[str, str], tuple[list[str], list[str]]]
+    caption: str
+    output: list[str]
+
+
+def _g2p_attention(args: argparse.Namespace) -> _Labelled:
+    """The maps of a g2p model on the word, teacher-forced with its own greedy transcription."""
+    system = G2PSystem.load(args.checkpoint)
+    source = system.encode_words([args.input], source="--input")[0]
+    predicted = list(system.transcribe([args.input], source="--input", beam_size=1)[0][0][0])
+    decoder_input = [system.phonemes.bos_id, *system.phonemes.encode(predicted)]
+    inputs = [system.phonemes.symbols[i] for i in decoder_input]
+    letters = list(args.input)
+    labels = {
+        ("encoder", "self"): (letters, letters),
+        ("decoder", "self"): (inputs, inputs),
+        ("decoder", "cross"): ([*predicted, system.phonemes.symbols[system.phonemes.eos_id]], letters),
+    }
+    maps = attention.attention_maps(system.model, source, decoder_input)
+    return _Labelled(maps, labels, f"{args.input!r} -> {' '.join(predicted)}", predicted)
+
+
+def _lm_attention(args: argparse.Namespace) -> _Labelled:
+    """The causal self-attention maps of a GPT on the text."""
+    system = LanguageModelSystem.load(args.checkpoint)
+    if not isinstance(system.model, GPT):
+        raise ConfigError(f"{args.checkpoint}: an RNN language model has no attention to draw")
+    ids = system.encode(args.input, source="--input").tolist()
+    context = system.model.config.context_length
+    if len(ids) > context:
+        raise ConfigError(f"--input: {len(ids)} tokens, more than the model's context of {context}")
+    # Spaces and newlines would be invisible as tick labels.
+    tokens = [system.tokenizer.decode([i]).replace(" ", "\u2423").replace("\n", "\u23ce") for i in ids]
+    maps = attention.attention_maps(system.model, ids)
+    stacks = {m.module.split(".")[0] for m in maps}
+    return _Labelled(maps, {(stack, "self"): (tokens, tokens) for stack in stacks}, repr(args.input), [])
+
+
 def _attention(args: argparse.Namespace, out_dir: Path) -> str:
     name = recipe_of_checkpoint(args.checkpoint).NAME
     if name == "g2p":
-        system = G2PSystem.load(args.checkpoint)
-        source = system.encode_words([args.input], source="--input")[0]
-        predicted = system.transcribe([args.input], source="--input", beam_size=1)[0][0][0]
-        decoder_input = [system.phonemes.bos_id, *system.phonemes.encode(predicted)]
-        inputs = [system.phonemes.symbols[i] for i in decoder_input]
-        labels = {"self": (list(args.input), list(args.input)), "cross": ([*predicted, "</s>"], list(args.input))}
-        decoder_labels = (inputs, inputs)
-        maps = attention.attention_maps(system.model, source, decoder_input)
+        labelled = _g2p_attention(args)
     elif name == "lm":
-        lm_system = LanguageModelSystem.load(args.checkpoint)
-        if not isinstance(lm_system.model, GPT):
-            raise ConfigError(f"{args.checkpoint}: an RNN language model has no attention to draw")
-        ids = lm_system.encode(args.input, source="--input").tolist()
-        context = lm_system.model.config.context_length
-        if len(ids) > context:
-            raise ConfigError(f"--input: {len(ids)} tokens, more than the model's context of {context}")
-        tokens = [lm_system.tokenizer.decode([i]) for i in ids]
-        labels, decoder_labels, predicted = {"self": (tokens, tokens)}, (tokens, tokens), tokens
-        maps = attention.attention_maps(lm_system.model, ids)
+        labelled = _lm_attention(args)
     else:
         raise ConfigError(f"{args.checkpoint}: a {name} checkpoint; attention maps need a g2p or lm checkpoint")
-    groups: dict[str, list[attention.AttentionMap]] = {}
-    for m in maps:
-        groups.setdefault(f"{m.module.split('.')[0]}_{m.kind}", []).append(m)
+    groups: dict[tuple[str, str], list[attention.AttentionMap]] = {}
+    for m in labelled.maps:
+        groups.setdefault((m.module.split(".")[0], m.kind), []).append(m)
     rows = []
-    for group, members in groups.items():
-        queries, keys = decoder_labels if group == "decoder_self" else labels[members[0].kind]
-        path = out_dir / f"attention_{group}.png"
-        title = f"{group.replace('_', ' ')} attention: {args.input!r} -> {' '.join(predicted)}"
+    for (stack, kind), members in groups.items():
+        queries, keys = labelled.labels[stack, kind]
+        path = out_dir / f"attention_{stack}_{kind}.png"
+        title = f"{stack} {kind}-attention: {labelled.caption}"
         attention.plot_attention(members, path, rows=queries, columns=keys, title=title)
         heads = max(m.head for m in members) + 1
         shape = "x".join(map(str, members[0].weights.shape))
-        rows.append([group, len(members) // heads, heads, shape, f"{attention.row_sums_error(members):.1e}", path.name])
+        error = f"{attention.row_sums_error(members):.1e}"
+        rows.append([f"{stack} {kind}", len(members) // heads, heads, shape, error, path.name])
     record = {
         "input": args.input,
-        "output": list(predicted),
-        "maps": [{**m._asdict(), "weights": m.weights.tolist()} for m in maps],
+        "output": labelled.output,
+        "maps": [{**m._asdict(), "weights": m.weights.tolist()} for m in labelled.maps],
     }
     (out_dir / "attention.json").write_text(json.dumps(record))
     return table(["attention", "modules", "heads", "rows x cols", "max |row sum - 1|", "picture"], rows)
