@@ -1,0 +1,385 @@
+"""``seqlab analyze gradients | attention | positional | complexity`` and ``seqlab plot``: measure what the textbooks
+claim, on fresh layers or the user's checkpoint; each writes a PNG and its numbers (CSV or JSON) into ``--out``.
+
+A new analysis is an ``Analysis(name, help, add_arguments, run)`` entry in ANALYSES: ``add_arguments(parser)`` adds
+its options, ``run(args, out_dir)`` writes its files and returns the table printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from seqlab.analysis import attention, complexity, curves, gradients, positional
+from seqlab.cli.tables import table
+from seqlab.errors import ConfigError, SeqlabError
+from seqlab.models import GPT, load_pretrained
+from seqlab.recipes import recipe_of_checkpoint
+from seqlab.recipes.g2p import G2PSystem
+from seqlab.recipes.lm import LanguageModelSystem
+
+
+class Analysis(NamedTuple):
+    """One ``seqlab analyze`` sub-command: its name, help line, options and the function that runs it."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, Path], str]
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add ``analyze`` (one sub-command per entry of ANALYSES) and ``plot`` to the ``seqlab`` command."""
+    analyze = commands.add_parser("analyze", help="measure gradient flow, attention, positional codes, cost")
+    analyses = analyze.add_subparsers(dest="analysis", required=True, parser_class=type(analyze))
+    for analysis in ANALYSES:
+        parser = analyses.add_parser(analysis.name, help=analysis.help)
+        analysis.add_arguments(parser)
+        _output_arguments(parser, analysis.name)
+        parser.set_defaults(handler=_runner(analysis))
+    plot = commands.add_parser("plot", help="draw a run's loss, metrics, gradient norm and learning rate")
+    plot.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a training run directory (with metrics.jsonl)")
+    _output_arguments(plot, "plot")
+    plot.set_defaults(handler=_runner(Analysis("plot", "", _no_arguments, _plot)))
+
+
+def _output_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument("--out", type=Path, help=f"output directory (default: the first free analysis/{name}[-N])")
+    parser.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
+
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    """``plot`` has only its positional RUN_DIR and the output options."""
+
+
+def _runner(analysis: Analysis) -> Callable[[argparse.Namespace], int]:
+    def handler(args: argparse.Namespace) -> int:
+        created = args.out is None or not args.out.exists()
+        out_dir = output_directory(args.out, analysis.name, overwrite=args.overwrite)
+        try:
+            printed = analysis.run(args, out_dir)
+        except SeqlabError:
+            if created and not any(out_dir.iterdir()):
+                out_dir.rmdir()  # a refused argument leaves nothing behind
+            raise
+        print(printed)
+        print(f"\nwritten to {out_dir}")
+        return 0
+
+    return handler
+
+
+def output_directory(requested: Path | None, name: str, *, overwrite: bool) -> Path:
+    """``requested`` (refused if it holds files, unless ``overwrite``) or the first free analysis/NAME[-N], created.
+
+    Raises: ConfigError if ``requested`` is a file, a non-empty directory without ``overwrite``, or cannot be created.
+    """
+    if requested is None:
+        requested, n = Path("analysis") / name, 1
+        while requested.exists():
+            n += 1
+            requested = Path("analysis") / f"{name}-{n}"
+    elif requested.exists() and not requested.is_dir():
+        raise ConfigError(f"--out {requested}: exists and is not a directory")
+    elif requested.is_dir() and any(requested.iterdir()) and not overwrite:
+        raise ConfigError(f"--out {requested}: already exists and is not empty; pass --overwrite to replace it")
+    try:
+        requested.mkdir(parents=True, exist_ok=True)
+        (requested / ".write-test").touch()
+        (requested / ".write-test").unlink()
+    except OSError as e:
+        raise ConfigError(f"--out {requested}: cannot write there ({e.strerror})") from None
+    return requested
+
+
+def write_csv(path: Path, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(headers)
+        writer.writerows(rows)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _positive(flag: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise ConfigError(f"{flag} ({value}) must be >= 1")
+
+
+# gradients ---------------------------------------------------------------------------------------------------------
+
+
+def _gradient_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "checkpoint",
+        type=Path,
+        nargs="?",
+        help="analyse the first recurrent layer (forward direction) of this checkpoint, on N(0, 1) inputs",
+    )
+    parser.add_argument("--arch", help="fresh cells to compare, without a checkpoint (default: rnn,gru,lstm)")
+    parser.add_argument("--length", type=int, default=100, help="T, steps of the input (default: 100)")
+    parser.add_argument("--hidden-size", type=int, help="H = E of fresh cells, without a checkpoint (default: 64)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the fresh weights and the input (default: 0)")
+
+
+def _gradients(args: argparse.Namespace, out_dir: Path) -> str:
+    _positive("--length", args.length)
+    _positive("--hidden-size", args.hidden_size)
+    if args.checkpoint is not None:
+        if args.arch is not None or args.hidden_size is not None:
+            raise ConfigError("--arch and --hidden-size describe fresh cells; a checkpoint brings its own layer")
+        cell = gradients.recurrent_cell(load_pretrained(args.checkpoint))
+        cells = {gradients.architecture_of(cell): cell}
+    else:
+        arch_list = args.arch or ",".join(gradients.ARCHITECTURES)
+        archs = [a.strip() for a in arch_list.split(",") if a.strip()]
+        if not archs or any(a not in gradients.ARCHITECTURES for a in archs):
+            raise ConfigError(f"--arch {arch_list!r}: choose from {', '.join(gradients.ARCHITECTURES)}")
+        size = args.hidden_size or 64
+        cells = {a: gradients.make_cell(a, size, size, seed=args.seed) for a in archs}
+    x = gradients.random_input(args.length, next(iter(cells.values())).input_size, seed=args.seed)
+    flows = {arch: gradients.gradient_flow(cell, x) for arch, cell in cells.items()}
+    gradients.plot_gradient_flow(flows, out_dir / "gradient_flow.png")
+    columns = ("jacobian_norm", "cell_jacobian_norm", "gate_product", "bound", "path_bound")
+    rows = []
+    for arch, flow in flows.items():
+        for d in range(args.length + 1):
+            values = [getattr(flow, c) for c in columns]
+            rows.append([arch, d, *("" if v is None else f"{float(v[d]):.6e}" for v in values)])
+    write_csv(out_dir / "gradient_flow.csv", ["arch", "distance", *columns], rows)
+    summary = []
+    for arch, flow in flows.items():
+        gamma = "" if flow.gamma is None else f"{flow.gamma:.4f}"
+        end = f"{float(flow.jacobian_norm[-1]):.3e}"
+        summary.append([arch, f"{gradients.decay_rate(flow):.4f}", end, gamma])
+    headers = ["arch", "decay per step (fit)", f"||dh_T/dh_0|| (T={args.length})", "gamma = sigma_max(W_hh)"]
+    (out_dir / "summary.json").write_text(json.dumps([dict(zip(headers, r, strict=True)) for r in summary], indent=2))
+    return table(headers, summary)
+
+
+# positional --------------------------------------------------------------------------------------------------------
+
+
+def _positional_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--d-model", type=int, default=128, help="D, even (default: 128)")
+    parser.add_argument("--max-len", type=int, default=256, help="positions L (default: 256)")
+
+
+def _positional(args: argparse.Namespace, out_dir: Path) -> str:
+    _positive("--max-len", args.max_len)
+    if args.d_model < 2 or args.d_model % 2:
+        raise ConfigError(f"--d-model ({args.d_model}) must be even and >= 2")
+    result = positional.positional_analysis(args.d_model, args.max_len)
+    positional.plot_positional(result, out_dir / "positional.png")
+    rows = [
+        [k, f"{float(result.dot[k]):.6f}", f"{float(result.dot_spread[k]):.3e}", f"{float(result.shift_error[k]):.3e}"]
+        for k in range(args.max_len)
+    ]
+    write_csv(out_dir / "positional.csv", ["distance", "mean_dot", "dot_spread", "shift_error"], rows)
+    max_spread = float(result.dot_spread.max())
+    summary = [
+        ["max |PE(p+k) - M_k PE(p)| over p, k", f"{result.max_shift_error:.3e}"],
+        ["max spread of PE(p).PE(p+k) over p", f"{max_spread:.3e}"],
+        ["PE(p).PE(p) = D/2", f"{float(result.dot[0]):.3f}"],
+    ]
+    (out_dir / "summary.json").write_text(
+        json.dumps({"max_shift_error": result.max_shift_error, "max_dot_spread": max_spread}, indent=2)
+    )
+    return table(["check", "value"], summary)
+
+
+# attention ---------------------------------------------------------------------------------------------------------
+
+
+def _attention_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "checkpoint", type=Path, help="a g2p (RNN with attention or Transformer) or lm (GPT) run directory"
+    )
+    parser.add_argument("--input", required=True, help="a word (g2p) or a text (lm)")
+
+
+class _Labelled(NamedTuple):
+    """Attention maps with the symbols of their axes: labels[(stack, kind)] = (query symbols, key symbols)."""
+
+    maps: list[attention.AttentionMap]
+    labels: dict[tuple[str, str], tuple[list[str], list[str]]]
+    caption: str
+    output: list[str]
+
+
+def _g2p_attention(args: argparse.Namespace) -> _Labelled:
+    """The maps of a g2p model on the word, teacher-forced with its own greedy transcription."""
+    system = G2PSystem.load(args.checkpoint)
+    source = system.encode_words([args.input], source="--input")[0]
+    predicted = list(system.transcribe([args.input], source="--input", beam_size=1)[0][0][0])
+    decoder_input = [system.phonemes.bos_id, *system.phonemes.encode(predicted)]
+    inputs = [system.phonemes.symbols[i] for i in decoder_input]
+    letters = list(args.input)
+    labels = {
+        ("encoder", "self"): (letters, letters),
+        ("decoder", "self"): (inputs, inputs),
+        ("decoder", "cross"): ([*predicted, system.phonemes.symbols[system.phonemes.eos_id]], letters),
+    }
+    maps = attention.attention_maps(system.model, source, decoder_input)
+    return _Labelled(maps, labels, f"{args.input!r} -> {' '.join(predicted)}", predicted)
+
+
+def _lm_attention(args: argparse.Namespace) -> _Labelled:
+    """The causal self-attention maps of a GPT on the text."""
+    system = LanguageModelSystem.load(args.checkpoint)
+    if not isinstance(system.model, GPT):
+        raise ConfigError(f"{args.checkpoint}: an RNN language model has no attention to draw")
+    ids = system.encode(args.input, source="--input").tolist()
+    context = system.model.config.context_length
+    if len(ids) > context:
+        raise ConfigError(f"--input: {len(ids)} tokens, more than the model's context of {context}")
+    # Spaces and newlines would be invisible as tick labels.
+    tokens = [system.tokenizer.decode([i]).replace(" ", "\u2423").replace("\n", "\u23ce") for i in ids]
+    maps = attention.attention_maps(system.model, ids)
+    stacks = {m.module.split(".")[0] for m in maps}
+    return _Labelled(maps, {(stack, "self"): (tokens, tokens) for stack in stacks}, repr(args.input), [])
+
+
+def _attention(args: argparse.Namespace, out_dir: Path) -> str:
+    name = recipe_of_checkpoint(args.checkpoint).NAME
+    if name == "g2p":
+        labelled = _g2p_attention(args)
+    elif name == "lm":
+        labelled = _lm_attention(args)
+    else:
+        raise ConfigError(f"{args.checkpoint}: a {name} checkpoint; attention maps need a g2p or lm checkpoint")
+    groups: dict[tuple[str, str], list[attention.AttentionMap]] = {}
+    for m in labelled.maps:
+        groups.setdefault((m.module.split(".")[0], m.kind), []).append(m)
+    rows = []
+    for (stack, kind), members in groups.items():
+        queries, keys = labelled.labels[stack, kind]
+        path = out_dir / f"attention_{stack}_{kind}.png"
+        title = f"{stack} {kind}-attention: {labelled.caption}"
+        attention.plot_attention(members, path, rows=queries, columns=keys, title=title)
+        heads = max(m.head for m in members) + 1
+        shape = "x".join(map(str, members[0].weights.shape))
+        error = f"{attention.row_sums_error(members):.1e}"
+        rows.append([f"{stack} {kind}", len(members) // heads, heads, shape, error, path.name])
+    record = {
+        "input": args.input,
+        "output": labelled.output,
+        "maps": [{**m._asdict(), "weights": m.weights.tolist()} for m in labelled.maps],
+    }
+    (out_dir / "attention.json").write_text(json.dumps(record))
+    return table(["attention", "modules", "heads", "rows x cols", "max |row sum - 1|", "picture"], rows)
+
+
+# complexity --------------------------------------------------------------------------------------------------------
+
+
+def _complexity_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lengths",
+        type=_int_list,
+        default=[64 * 2**i for i in range(8)],
+        help="comma-separated T (default: 64,128,...,8192)",
+    )
+    parser.add_argument("--width", type=int, default=64, help="D, features of every layer (default: 64)")
+    parser.add_argument("--mode", choices=("train", "inference", "both"), default="both", help="(default: both)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per size; the fastest counts (default: 3)")
+    parser.add_argument(
+        "--layers",
+        default=",".join(complexity.LAYERS),
+        help=f"comma-separated subset of {','.join(complexity.LAYERS)} (default: all)",
+    )
+    parser.add_argument("--num-heads", type=int, default=4, help="attention heads (default: 4)")
+    parser.add_argument("--window", type=int, default=32, help="keys per query of local attention (default: 32)")
+    parser.add_argument("--max-seconds", type=float, default=2.0, help="cap on one call, CPU seconds (default: 2)")
+    parser.add_argument("--max-memory-mb", type=float, default=1024.0, help="peak memory cap, MiB (default: 1024)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads while measuring (default: 1)")
+
+
+def _complexity(args: argparse.Namespace, out_dir: Path) -> str:
+    for flag in ("width", "repeats", "window", "threads", "num_heads"):
+        _positive(f"--{flag.replace('_', '-')}", getattr(args, flag))
+    for flag in ("max_seconds", "max_memory_mb"):
+        if not getattr(args, flag) > 0:
+            raise ConfigError(f"--{flag.replace('_', '-')} ({getattr(args, flag)}) must be > 0")
+    if not args.lengths:
+        raise ConfigError("--lengths: give at least one T")
+    for length in args.lengths:
+        if length < 1:
+            raise ConfigError(f"--lengths: T ({length}) must be >= 1")
+    if args.width % args.num_heads:
+        raise ConfigError(f"--width ({args.width}) must be divisible by --num-heads ({args.num_heads})")
+    layers = [name.strip() for name in args.layers.split(",") if name.strip()]
+    unknown = [name for name in layers if name not in complexity.LAYERS]
+    if unknown or not layers:
+        raise ConfigError(f"--layers {args.layers!r}: choose from {', '.join(complexity.LAYERS)}")
+    if args.device not in ("cpu", "cuda"):
+        raise ConfigError(f"--device ({args.device!r}) must be cpu or cuda")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device here")
+    modes = list(complexity.MODES) if args.mode == "both" else [args.mode]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        measurements = complexity.measure_costs(
+            layers,
+            args.lengths,
+            modes,
+            width=args.width,
+            num_heads=args.num_heads,
+            window=args.window,
+            repeats=args.repeats,
+            max_seconds=args.max_seconds,
+            max_bytes=int(args.max_memory_mb * 2**20),
+            device=args.device,
+        )
+    finally:
+        torch.set_num_threads(threads)
+    title = f"one layer, D = {args.width}, batch 1, {args.device}, {args.threads} CPU thread(s)"
+    complexity.plot_costs(measurements, out_dir / "complexity.png", title=title)
+    write_csv(
+        out_dir / "complexity.csv",
+        ["layer", "mode", "T", "seconds", "peak_bytes", "skipped"],
+        [["" if v is None else v for v in m] for m in measurements],
+    )
+    headers = complexity.cost_table_headers(modes)
+    rows = complexity.cost_table(measurements)
+    (out_dir / "cost_table.json").write_text(
+        json.dumps({"setup": title, "rows": [dict(zip(headers, r, strict=True)) for r in rows]}, indent=2)
+    )
+    first_skips: dict[tuple[str, str], str] = {}
+    for m in measurements:
+        if m.skipped:
+            first_skips.setdefault((m.layer, m.mode), f"{m.layer} {m.mode}: T >= {m.length} {m.skipped}")
+    return table(headers, rows) + "".join(f"\n{line}" for line in first_skips.values())
+
+
+# plot --------------------------------------------------------------------------------------------------------------
+
+
+def _plot(args: argparse.Namespace, out_dir: Path) -> str:
+    run = curves.read_metrics(args.run_dir)
+    curves.plot_training_curves(run, out_dir / "training_curves.png", title=str(args.run_dir))
+    last_step, last_loss, last_lr, _ = run.steps[-1]
+    rows = [["steps", last_step], ["last loss", f"{last_loss:.4f}"], ["last lr", f"{last_lr:.3g}"]]
+    rows += [[f"last {k}", f"{v:.4f}"] for k, v in (run.validations[-1][1] if run.validations else {}).items()]
+    return table(["quantity", "value"], rows)
+
+
+ANALYSES = (
+    Analysis("gradients", "||dh_T/dh_k|| against T - k for RNN, GRU, LSTM", _gradient_arguments, _gradients),
+    Analysis("attention", "attention maps of a checkpoint on one input", _attention_arguments, _attention),
+    Analysis("complexity", "time and memory of one layer against T", _complexity_arguments, _complexity),
+    Analysis("positional", "the sinusoidal encoding and its shift check", _positional_arguments, _positional),
+)

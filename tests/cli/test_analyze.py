@@ -1,0 +1,163 @@
+"""``seqlab analyze ...`` and ``seqlab plot``: each writes its picture and numbers; bad input ends in one line."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import assert_error, run_cli
+
+from seqlab.data.tokenizers import CharTokenizer
+from seqlab.models import GPT, GPTConfig
+from seqlab.recipes import lm
+from seqlab.recipes.base import save_recipe_file
+from seqlab.training import MetricsLog
+from seqlab.training.records import StepRecord
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
+RNN_G2P, TRANSFORMER_G2P = FIXTURES / "g2p_v0_1", FIXTURES / "g2p_transformer_v0_1"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def assert_png(path: Path) -> None:
+    assert path.read_bytes()[:8] == PNG
+
+
+@pytest.fixture(scope="module")
+def gpt_checkpoint(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("gpt")
+    tokenizer = CharTokenizer(list("abcdefgh "))
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, context_length=16, d_model=8, num_heads=2, num_layers=2))
+    lm.LanguageModelSystem(model, tokenizer, lm.Config()).save(directory)
+    save_recipe_file(directory, "lm", lm.Config())
+    return directory
+
+
+def test_gradients_compares_three_fresh_cells(tmp_path):
+    result = run_cli("analyze", "gradients", "--length", 12, "--hidden-size", 5, "--out", tmp_path / "g")
+    assert result.code == 0, result.err
+    assert [line.split()[0] for line in result.out.splitlines()[2:5]] == ["rnn", "gru", "lstm"]
+    assert_png(tmp_path / "g" / "gradient_flow.png")
+    rows = list(csv.DictReader((tmp_path / "g" / "gradient_flow.csv").open()))
+    assert len(rows) == 3 * 13
+    rnn = [r for r in rows if r["arch"] == "rnn"]
+    assert all(float(r["jacobian_norm"]) <= float(r["bound"]) * (1 + 1e-6) for r in rnn)
+    assert rows[-1]["gate_product"] and not rows[-1]["bound"]  # the LSTM has gates, no gamma bound
+
+
+def test_gradients_of_a_checkpoints_recurrent_layer(tmp_path):
+    result = run_cli("analyze", "gradients", RNN_G2P, "--length", 5, "--out", tmp_path / "g")
+    assert result.code == 0, result.err
+    assert json.loads((tmp_path / "g" / "summary.json").read_text())[0]["arch"] == "lstm"
+
+
+def test_attention_of_an_rnn_and_a_transformer_g2p_checkpoint(tmp_path):
+    result = run_cli("analyze", "attention", RNN_G2P, "--input", "hello", "--out", tmp_path / "rnn")
+    assert result.code == 0, result.err
+    assert_png(tmp_path / "rnn" / "attention_decoder_cross.png")
+    result = run_cli("analyze", "attention", TRANSFORMER_G2P, "--input", "hello", "--out", tmp_path / "tf")
+    assert result.code == 0, result.err
+    for group in ("encoder_self", "decoder_self", "decoder_cross"):
+        assert_png(tmp_path / "tf" / f"attention_{group}.png")
+    record = json.loads((tmp_path / "tf" / "attention.json").read_text())
+    assert len(record["maps"]) == 6  # 1 layer each, 2 heads, three kinds
+    for m in record["maps"]:
+        assert all(abs(sum(row) - 1) < 1e-5 for row in m["weights"])
+
+
+def test_attention_of_a_gpt(gpt_checkpoint, tmp_path):
+    result = run_cli("analyze", "attention", gpt_checkpoint, "--input", "abc deh", "--out", tmp_path / "a")
+    assert result.code == 0, result.err
+    record = json.loads((tmp_path / "a" / "attention.json").read_text())
+    assert len(record["maps"]) == 4 and all(len(m["weights"]) == 7 for m in record["maps"])
+
+
+def test_positional_and_complexity_write_their_files(tmp_path):
+    result = run_cli("analyze", "positional", "--d-model", 16, "--max-len", 32, "--out", tmp_path / "p")
+    assert result.code == 0, result.err
+    assert json.loads((tmp_path / "p" / "summary.json").read_text())["max_shift_error"] < 1e-5
+    assert_png(tmp_path / "p" / "positional.png")
+    out = tmp_path / "c"
+    result = run_cli(
+        "analyze", "complexity", "--lengths", "4,8,16", "--width", 8, "--repeats", 1, "--mode", "inference",
+        "--layers", "lstm,attention_fused", "--out", out,
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    assert_png(out / "complexity.png")
+    assert len(list(csv.DictReader((out / "complexity.csv").open()))) == 2 * 3
+    rows = json.loads((out / "cost_table.json").read_text())["rows"]
+    assert [r["layer"] for r in rows] == ["lstm", "attention_fused"] and rows[1]["complexity"] == "O(T^2 D)"
+
+
+def test_plot_draws_a_run_directory(tmp_path):
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    for step in range(1, 5):
+        log.on_step_end(None, StepRecord(step, 1, 2.0 / step, 0.01, 1.0, 8, 50.0, step))
+    log.on_validation_end(
+        None,
+        {
+            "epoch": 1,
+            "step": 4,
+            "train_loss": 1.0,
+            "grad_norm": 1.0,
+            "lr": 0.01,
+            "tokens_per_s": 50.0,
+            "per": 9.0,
+            "seconds": 4.0,
+        },
+    )
+    result = run_cli("plot", tmp_path, "--out", tmp_path / "plot")
+    assert result.code == 0, result.err
+    assert "last per" in result.out
+    assert_png(tmp_path / "plot" / "training_curves.png")
+
+
+def test_default_output_directories_are_fresh(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        assert run_cli("analyze", "positional", "--d-model", 4, "--max-len", 4).code == 0
+    assert sorted(p.name for p in (tmp_path / "analysis").iterdir()) == ["positional", "positional-2"]
+
+
+def test_bad_arguments_end_in_one_line_and_leave_nothing(tmp_path, gpt_checkpoint):
+    out, missing = tmp_path / "out", tmp_path / "missing"
+    layers = "rnn, gru, lstm, attention_reference, attention_fused, attention_local, attention_linear"
+    cases = [
+        (("analyze", "gradients", "--length", 0), "--length (0) must be >= 1"),
+        (("analyze", "gradients", "--arch", "rnn,cnn"), "--arch 'rnn,cnn': choose from rnn, gru, lstm"),
+        (("analyze", "gradients", missing), f"{missing}: no such checkpoint directory"),
+        (
+            ("analyze", "gradients", RNN_G2P, "--hidden-size", 8),
+            "--arch and --hidden-size describe fresh cells; a checkpoint brings its own layer",
+        ),
+        (
+            ("analyze", "gradients", TRANSFORMER_G2P),
+            "the model (TransformerSeq2Seq) has no RNN, GRU or LSTM layer to analyse",
+        ),
+        (("analyze", "attention", missing, "--input", "a"), f"{missing}: no such checkpoint directory"),
+        (
+            ("analyze", "attention", gpt_checkpoint, "--input", "abc" * 6),
+            "--input: 18 tokens, more than the model's context of 16",
+        ),
+        (("analyze", "positional", "--d-model", 7), "--d-model (7) must be even and >= 2"),
+        (("analyze", "complexity", "--lengths", "0,8"), "--lengths: T (0) must be >= 1"),
+        (("analyze", "complexity", "--layers", "cnn"), f"--layers 'cnn': choose from {layers}"),
+        (("plot", missing), f"{missing}: no such run directory"),
+    ]
+    for argv, message in cases:
+        assert_error(run_cli(*argv, "--out", out), message)
+        assert not out.exists()
+
+
+def test_out_is_never_overwritten_and_must_be_writable(tmp_path):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "mine.txt").write_text("keep")
+    assert_error(
+        run_cli("analyze", "positional", "--out", tmp_path / "full"),
+        f"--out {tmp_path / 'full'}: already exists and is not empty; pass --overwrite to replace it",
+    )
+    assert run_cli("analyze", "positional", "--max-len", 8, "--out", tmp_path / "full", "--overwrite").code == 0
+    assert (tmp_path / "full" / "mine.txt").read_text() == "keep"
+    (tmp_path / "file").write_text("")
+    result = run_cli("analyze", "positional", "--out", tmp_path / "file" / "sub")
+    assert result.code == 2 and result.err.startswith(f"seqlab: error: --out {tmp_path / 'file' / 'sub'}: cannot write")
