@@ -67,12 +67,13 @@ class TrainConfig:
     device: DeviceName = "auto"  # auto = cuda if available, else mps if available, else cpu
     precision: PrecisionName = "fp32"  # autocast dtype of forward and loss: fp32 (off), bf16, fp16 (scaled)
     grad_accumulation_steps: int = 1  # micro-batches per optimizer step; must divide batch_size
+    checkpoint_every: int | None = 100  # training checkpoint every this many steps, and at each validation
 
     def __post_init__(self) -> None:
         check_real("lr", self.lr, greater_than=0)
         check_int("batch_size", self.batch_size)
         check_int("max_epochs", self.max_epochs)
-        for name in ("max_steps", "patience", "validate_every"):
+        for name in ("max_steps", "patience", "validate_every", "checkpoint_every"):
             check_int(name, getattr(self, name), optional=True)
         for name in ("time_budget", "clip_norm", "clip_value"):
             check_real(name, getattr(self, name), greater_than=0, optional=True)
