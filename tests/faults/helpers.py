@@ -1,10 +1,13 @@
 """Helpers of the fault tests: tiny recipe setups, a simulated kill, and reading a run's weights."""
 
+import os
+import sys
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
+import seqlab
 from seqlab.recipes import g2p, lm, lm_config
 from seqlab.recipes.base import load_recipe_config
 from seqlab.training.checkpoint import STATE_FILE, load_training_state
@@ -78,3 +81,31 @@ def assert_equal_tensors(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
     assert a.keys() == b.keys()
     unequal = [name for name in a if not torch.equal(a[name], b[name])]
     assert not unequal, unequal
+
+
+TINY_G2P = [
+    "model.hidden_size=16",
+    "model.embedding_size=8",
+    "model.encoder_layers=1",
+    "model.dropout=0.2",
+    "train.lr=1e-2",
+    "train.batch_size=8",
+    "train.patience=none",
+    "decode.beam_size=1",
+]
+
+
+def g2p_args(dictionary: Path, *settings: str) -> list[str]:
+    """``--set`` arguments of a tiny g2p run on ``dictionary`` (train, valid and test alike)."""
+    files = [f"data.{split}_path={dictionary}" for split in ("train", "valid", "test")]
+    return ["--set", *files, *TINY_G2P, *settings]
+
+
+def seqlab_command(*argv: object) -> list[str]:
+    """``python -m seqlab ARGV`` for a subprocess, running this checkout's seqlab on one thread."""
+    return [sys.executable, "-m", "seqlab", *map(str, argv)]
+
+
+def subprocess_env() -> dict[str, str]:
+    source = str(Path(seqlab.__file__).parents[1])
+    return {**os.environ, "PYTHONPATH": source, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

@@ -106,8 +106,8 @@ def restore_training_state(
         run.start = run.segment_start = run.step_start = time.perf_counter() - state["elapsed"]
         return int(state["epoch"]), state["stopped_by"]
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        reason = " ".join(str(e).split())  # torch's load_state_dict messages span lines
-        raise CheckpointError(f"the training checkpoint does not fit this run ({reason[:300]})") from None
+        reason = " ".join(str(e).split()).split(". ")[0]  # load_state_dict lists every mismatch over many lines
+        raise CheckpointError(f"the training checkpoint does not fit this run ({reason})") from None
 
 
 def save_training_state(path: str | Path, state: dict[str, Any]) -> None:
@@ -139,9 +139,12 @@ def load_training_state(path: str | Path) -> dict[str, Any]:
             tensors = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118
     except (SafetensorError, OSError) as e:
         raise CheckpointError(f"{path}: unreadable training checkpoint ({e})") from None
-    if metadata.get("format") != FORMAT or metadata.get("version") != str(VERSION):
-        found = f"{metadata.get('format')} version {metadata.get('version')}"
-        raise CheckpointError(f"{path}: not a seqlab training checkpoint of version {VERSION} (found {found})")
+    if metadata.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a seqlab training checkpoint (a safetensors file without its state)")
+    if metadata.get("version") != str(VERSION):
+        raise CheckpointError(
+            f"{path}: training checkpoint version {metadata.get('version')}; this seqlab reads version {VERSION}"
+        )
     try:
         state = _decode(json.loads(metadata["state"]), tensors)
     except (KeyError, TypeError, ValueError) as e:
