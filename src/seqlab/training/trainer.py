@@ -135,7 +135,8 @@ class Trainer:
             TensorBoard event files; None = no files.
         checkpoint: receives the training state (see ``fit``) after every ``config.checkpoint_every``-th step
             and after every validation, e.g. ``lambda state: save_training_state(path, state)``
-            (``seqlab.training.checkpoint``); None = no checkpoints.
+            (``seqlab.training.checkpoint``); the state holds the live tensors, so write it before returning;
+            None = no checkpoints.
 
     Attributes:
         device: the ``torch.device`` that training runs on.
