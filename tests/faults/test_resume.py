@@ -75,6 +75,14 @@ def test_a_killed_run_resumes_to_the_same_weights_bit_for_bit(
     assert {k: v for k, v in results.items() if k not in timing} == {
         k: v for k, v in expected.items() if k not in timing
     }
+    assert metrics(out) == metrics(whole)  # every step and validation logged once, with the same numbers
+
+
+def metrics(out):
+    """metrics.jsonl's records without their timings."""
+    timing = {"seconds", "tokens_per_s"}
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in record.items() if k not in timing} for record in records]
 
 
 def test_a_run_killed_twice_resumes_to_the_same_weights(setups, uninterrupted, tmp_path, monkeypatch):

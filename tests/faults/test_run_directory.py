@@ -194,3 +194,14 @@ def test_run_directory_checks_come_before_any_work(tmp_path):
         RunDirectory(tmp_path / "run", "new")
     with pytest.raises(ValueError, match=r"^--resume .*/missing: no such run directory$"):
         RunDirectory(tmp_path / "missing", "resume")
+
+
+def test_out_on_an_unfinished_run_points_to_resume(tmp_path, dictionary, monkeypatch):
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        kill_at_micro_batch(patch, 5)
+        with pytest.raises(Killed):
+            train("g2p", g2p_config(dictionary), out)
+    result = run_cli("train", "g2p", "--out", out, "--no-progress", *g2p_args(dictionary))
+    message = f"--out {out}: holds an unfinished run; pass --resume {out} to continue it, or --overwrite to replace it"
+    assert_error(result, message)

@@ -21,9 +21,16 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import torch
 from torch import nn
 
-from seqlab.errors import CheckpointError, ConfigError
+from seqlab.errors import CheckpointError
 from seqlab.files import atomic_write
-from seqlab.recipes.run_directory import RunDirectory, RunMode, check_writable, has_results
+from seqlab.recipes.run_directory import (
+    RESULTS_FILE,
+    RunDirectory,
+    RunMode,
+    check_writable,
+    has_results,
+    refuse_occupied,
+)
 from seqlab.training.callbacks import MetricsLog, run_dir_callbacks
 from seqlab.training.checkpoint import STATE_FILE, load_training_state, save_training_state
 from seqlab.training.device import training_device
@@ -32,7 +39,6 @@ from seqlab.training.strategies import Strategy
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
 
 RECIPE_FILE = "recipe.json"
-RESULTS_FILE = "results.json"
 
 ConfigT = TypeVar("ConfigT")
 
@@ -150,6 +156,9 @@ def run_training(
         note = f", {run.summary_model}" if run.summary_model else ""
         log(f"checkpoint: {out_dir}; {run.summary}; model: {parameters:,} parameters{note}")
         logs = run_dir_callbacks(path)
+        for callback in logs:
+            if isinstance(callback, MetricsLog) and resume_from is not None:
+                callback.rewind(step=resume_from["run"]["step"], validated_at=resume_from["run"]["validated_at"])
 
         def save() -> None:
             run.save(directory.path)
@@ -264,7 +273,7 @@ def run_directory(requested: Path | None, recipe: str, *, overwrite: bool) -> Pa
     if requested is not None:
         check_writable(requested)
         if has_results(requested) and not overwrite:
-            raise ConfigError(f"--out {requested}: already exists and is not empty; pass --overwrite to replace it")
+            raise refuse_occupied(requested)
         return requested
     candidate, n = Path("runs") / recipe, 1
     while candidate.exists():

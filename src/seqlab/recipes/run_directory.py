@@ -25,7 +25,9 @@ from typing import Literal
 
 from seqlab.errors import ConfigError
 from seqlab.files import TEMPORARY_MARK, RunLock, is_bookkeeping, storage_error
+from seqlab.training.checkpoint import STATE_FILE
 
+RESULTS_FILE = "results.json"  # written last, by a run that finished
 RunMode = Literal["new", "overwrite", "resume"]
 RUN_MODES: tuple[RunMode, ...] = ("new", "overwrite", "resume")
 
@@ -56,6 +58,16 @@ def check_writable(directory: Path) -> None:
         raise ConfigError(f"--out {directory}: cannot write in {ancestor} ({e.strerror or e})") from None
 
 
+def refuse_occupied(directory: Path) -> ConfigError:
+    """The error for a ``--out`` that holds a run: one that ended, or one that can be resumed."""
+    if (directory / STATE_FILE).is_file() and not (directory / RESULTS_FILE).exists():
+        return ConfigError(
+            f"--out {directory}: holds an unfinished run; pass --resume {directory} to continue it, "
+            "or --overwrite to replace it"
+        )
+    return ConfigError(f"--out {directory}: already exists and is not empty; pass --overwrite to replace it")
+
+
 def has_results(directory: Path) -> bool:
     """True if ``directory`` holds anything but seqlab's lock and temporary files."""
     return directory.is_dir() and any(not is_bookkeeping(entry.name) for entry in directory.iterdir())
@@ -82,7 +94,7 @@ class RunDirectory:
         if mode == "resume" and not target.is_dir():
             raise ConfigError(f"--resume {target}: no such run directory")
         if mode == "new" and has_results(target):
-            raise ConfigError(f"--out {target}: already exists and is not empty; pass --overwrite to replace it")
+            raise refuse_occupied(target)
         self.target = target
         self.mode: RunMode = mode if mode != "overwrite" or has_results(target) else "new"
         self.path = target
@@ -111,7 +123,7 @@ class RunDirectory:
             self._locks.append(RunLock(self.path).acquire())
         if self.mode == "new" and has_results(self.path):  # another run filled it since the check
             self.close(failed=True)
-            raise ConfigError(f"--out {self.target}: already exists and is not empty; pass --overwrite to replace it")
+            raise refuse_occupied(self.target)
         return self.path
 
     def commit(self) -> Path:
