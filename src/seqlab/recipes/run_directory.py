@@ -100,7 +100,7 @@ class RunDirectory:
         self.path = target
         self.committed = mode == "resume"
         self._locks: list[RunLock] = []
-        self._created = False
+        self._created: Path | None = None
 
     def lock_target(self) -> None:
         """Lock an existing target now (for "resume" and "overwrite"), so a busy run is refused before any work."""
@@ -114,7 +114,9 @@ class RunDirectory:
             for abandoned in self.target.parent.glob(f".{self.target.name}{TEMPORARY_MARK}*"):
                 shutil.rmtree(abandoned, ignore_errors=True)  # we hold the target's lock: their runs are dead
             self.path = self.target.parent / f".{self.target.name}{TEMPORARY_MARK}{os.getpid()}"
-        self._created = not self.path.exists()
+        self._created = None if self.path.exists() else self.path  # the topmost directory this run creates
+        while self._created is not None and not self._created.parent.exists():
+            self._created = self._created.parent
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -151,8 +153,8 @@ class RunDirectory:
 
     def close(self, *, failed: bool) -> None:
         """Release the locks; after a failure before the first checkpoint, remove what this run created."""
-        if failed and not self.committed and self._created:  # an overwrite's sibling is always created
-            shutil.rmtree(self.path, ignore_errors=True)
+        if failed and not self.committed and self._created is not None:  # an overwrite's sibling always is
+            shutil.rmtree(self._created, ignore_errors=True)
         for lock in reversed(self._locks):
             lock.release()
         self._locks.clear()

@@ -44,6 +44,10 @@ class TrainConfig:
     embeddings; see ``seqlab.training.optim``): as an L2 term added to the gradient for "adam" and "sgd"
     (as ``torch.optim.Adam``/``SGD`` do), decoupled from the gradient for "adamw" (Loshchilov & Hutter, 2019).
 
+    A run given a checkpoint writer (``seqlab train`` always is) saves its whole training state every
+    ``checkpoint_every`` steps and after every validation, so ``seqlab train --resume`` loses at most that many
+    steps (see ``seqlab.training.checkpoint``).
+
     Raises:
         ConfigError: (a ValueError) for a value of the wrong type or out of range; the message shows it.
     """
