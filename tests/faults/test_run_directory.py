@@ -205,3 +205,12 @@ def test_out_on_an_unfinished_run_points_to_resume(tmp_path, dictionary, monkeyp
     result = run_cli("train", "g2p", "--out", out, "--no-progress", *g2p_args(dictionary))
     message = f"--out {out}: holds an unfinished run; pass --resume {out} to continue it, or --overwrite to replace it"
     assert_error(result, message)
+
+
+def test_overwrite_refuses_a_directory_that_is_not_a_run(tmp_path, dictionary):
+    out = tmp_path / "home"
+    out.mkdir()
+    (out / "thesis.tex").write_text("years of work\n")
+    result = run_cli("train", "g2p", "--out", out, "--overwrite", "--no-progress", *g2p_args(dictionary))
+    assert_error(result, f"--out {out}: not a seqlab run (no recipe.json); --overwrite replaces run directories only")
+    assert files_of(out) == {"thesis.tex": b"years of work\n"}

@@ -24,6 +24,7 @@ from torch import nn
 from seqlab.errors import CheckpointError
 from seqlab.files import atomic_write
 from seqlab.recipes.run_directory import (
+    RECIPE_FILE,
     RESULTS_FILE,
     RunDirectory,
     RunMode,
@@ -37,8 +38,6 @@ from seqlab.training.device import training_device
 from seqlab.training.seeding import seed_everything
 from seqlab.training.strategies import Strategy
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
-
-RECIPE_FILE = "recipe.json"
 
 ConfigT = TypeVar("ConfigT")
 

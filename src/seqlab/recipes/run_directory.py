@@ -5,7 +5,8 @@ Three ways to open one (``RunMode``):
 - ``"new"``: the directory must be absent or empty (seqlab's lock and temporary files aside). It is created only
   once the recipe has read its data (``open``), so a failed start leaves nothing, and removed again if training
   fails before its first checkpoint.
-- ``"overwrite"``: an existing run is replaced, but not at once: the new run is written aside, in a hidden
+- ``"overwrite"``: an existing run (a directory with ``recipe.json``; any other non-empty directory is refused,
+  so a mistyped ``--out ~`` deletes nothing) is replaced, but not at once: the new run is written aside, in a hidden
   sibling ``.NAME.seqlab-tmp-PID`` directory, and swapped in by ``commit`` at its first training checkpoint
   (two renames: the old run moves aside, the new one takes its name, then the old one is deleted). A failure
   or a kill before that leaves the old run as it was; a later overwrite removes the abandoned sibling.
@@ -27,6 +28,7 @@ from seqlab.errors import ConfigError
 from seqlab.files import TEMPORARY_MARK, RunLock, is_bookkeeping, storage_error
 from seqlab.training.checkpoint import STATE_FILE
 
+RECIPE_FILE = "recipe.json"  # the recipe and its config: what makes a directory a seqlab run
 RESULTS_FILE = "results.json"  # written last, by a run that finished
 RunMode = Literal["new", "overwrite", "resume"]
 RUN_MODES: tuple[RunMode, ...] = ("new", "overwrite", "resume")
@@ -97,6 +99,10 @@ class RunDirectory:
             raise refuse_occupied(target)
         self.target = target
         self.mode: RunMode = mode if mode != "overwrite" or has_results(target) else "new"
+        if self.mode == "overwrite" and not any((target / name).is_file() for name in (RECIPE_FILE, STATE_FILE)):
+            raise ConfigError(
+                f"--out {target}: not a seqlab run (no {RECIPE_FILE}); --overwrite replaces run directories only"
+            )
         self.path = target
         self.committed = mode == "resume"
         self._locks: list[RunLock] = []
