@@ -23,7 +23,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     """Add train, evaluate, predict, generate and recipes to the ``seqlab`` command."""
 
     train = commands.add_parser("train", help="train a recipe end to end and score it on its test split")
-    train.add_argument("recipe", nargs="?", help=f"recipe name ({', '.join(sorted(RECIPES))}); not with --resume")
+    train.add_argument("recipe", nargs="?", help=f"recipe name ({', '.join(sorted(RECIPES))}); optional with --resume")
     train.add_argument("--config", type=Path, help="TOML file with [data] [model] [train] [decode] tables")
     train.add_argument(
         "--set",
