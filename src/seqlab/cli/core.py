@@ -6,12 +6,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from seqlab.cli.tables import format_value, table
 from seqlab.config import apply_overrides, describe, flatten, load_toml, parse_assignments
 from seqlab.errors import ConfigError
-from seqlab.recipes import RECIPES, get_recipe, recipe_of_checkpoint
-from seqlab.recipes.base import run_directory
+from seqlab.recipes import RECIPES, Recipe, get_recipe, recipe_of_checkpoint
+from seqlab.recipes.base import load_recipe_config, run_directory
+from seqlab.recipes.run_directory import RunMode
 
 # The options a recipe's predict may declare in PREDICT_OPTIONS, and their flags.
 PREDICT_FLAGS = {"beam_size": "--beam-size", "nbest": "--nbest"}
@@ -21,7 +23,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     """Add train, evaluate, predict, generate and recipes to the ``seqlab`` command."""
 
     train = commands.add_parser("train", help="train a recipe end to end and score it on its test split")
-    train.add_argument("recipe", help=f"recipe name ({', '.join(sorted(RECIPES))})")
+    train.add_argument("recipe", nargs="?", help=f"recipe name ({', '.join(sorted(RECIPES))}); optional with --resume")
     train.add_argument("--config", type=Path, help="TOML file with [data] [model] [train] [decode] tables")
     train.add_argument(
         "--set",
@@ -32,11 +34,16 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="SECTION.KEY=VALUE",
         help="override a config value (after --config)",
     )
-    train.add_argument("--out", type=Path, help="checkpoint directory (default: the first free runs/RECIPE[-N])")
+    train.add_argument("--out", help="checkpoint directory (default: the first free runs/RECIPE[-N])")
     train.add_argument(
         "--overwrite",
         action="store_true",
-        help="write into a non-empty --out, replacing the files seqlab writes",
+        help="replace the run in --out; the old run stays intact until the new one's first checkpoint",
+    )
+    train.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the run in DIR from its last training checkpoint, with its saved config",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(handler=_train)
@@ -73,18 +80,47 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    recipe = get_recipe(args.recipe)
-    config = recipe.Config()
-    if args.config is not None:
-        config = apply_overrides(config, flatten(load_toml(args.config)), source=str(args.config))
-    config = apply_overrides(config, parse_assignments(args.assignments))
-    out_dir = run_directory(args.out, recipe.NAME, overwrite=args.overwrite)
-    report = recipe.train(config, out_dir, progress=not args.no_progress, log=lambda s: print(s, file=sys.stderr))
+    if args.resume is not None:
+        recipe, config, out_dir = _resumed_run(args)
+        mode: RunMode = "resume"
+    else:
+        if args.recipe is None:
+            raise ConfigError("train: give a recipe name, or --resume DIR")
+        if args.out == "":
+            raise ConfigError("--out is empty; give a directory name")
+        if args.overwrite and args.out is None:
+            raise ConfigError("--overwrite needs --out, the run directory to replace")
+        recipe = get_recipe(args.recipe)
+        config = recipe.Config()
+        if args.config is not None:
+            config = apply_overrides(config, flatten(load_toml(args.config)), source=str(args.config))
+        config = apply_overrides(config, parse_assignments(args.assignments))
+        requested = None if args.out is None else Path(args.out)
+        out_dir = run_directory(requested, recipe.NAME, overwrite=args.overwrite)
+        mode = "overwrite" if args.overwrite else "new"
+    log = lambda line: print(line, file=sys.stderr)  # noqa: E731
+    report = recipe.train(config, out_dir, progress=not args.no_progress, log=log, mode=mode)
     print(table(["metric", "value"], [(k, format_value(v)) for k, v in report.results.items()]))
     print()
     print(table(["input", "reference", "predicted"], report.examples))
     print(f"\ncheckpoint: {out_dir}")
     return 0
+
+
+def _resumed_run(args: argparse.Namespace) -> tuple[Recipe, Any, Path]:
+    """The recipe, saved config and directory of ``--resume DIR``; the run continues exactly as it was set up."""
+    given = [
+        flag for flag, value in (("--config", args.config), ("--set", args.assignments), ("--out", args.out)) if value
+    ] + (["--overwrite"] if args.overwrite else [])
+    if given:
+        raise ConfigError(f"--resume continues a run with its saved config; it cannot be combined with {given[0]}")
+    if args.resume == "":
+        raise ConfigError("--resume is empty; give the run directory")
+    directory = Path(args.resume)
+    recipe = recipe_of_checkpoint(directory)
+    if args.recipe is not None and args.recipe != recipe.NAME:
+        raise ConfigError(f"--resume {directory}: holds a {recipe.NAME} run, not {args.recipe}")
+    return recipe, load_recipe_config(directory, recipe.Config), directory
 
 
 def _evaluate(args: argparse.Namespace) -> int:

@@ -32,6 +32,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from seqlab.errors import CheckpointError, DataError
+from seqlab.files import atomic_path, atomic_write
 from seqlab.validation import check_int
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -67,7 +68,7 @@ def tokenizer_file(path: str | os.PathLike[str]) -> Path:
 
 def _write_json(path: str | os.PathLike[str], payload: dict) -> Path:
     file = tokenizer_file(path)
-    file.write_text(json.dumps(payload, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    atomic_write(file, json.dumps(payload, ensure_ascii=False, indent=1) + "\n")
     return file
 
 
@@ -332,7 +333,8 @@ class BPETokenizer:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the library's ``tokenizer.json`` (``path`` is the file, or a directory to hold it)."""
         file = tokenizer_file(path)
-        self.tokenizer.save(str(file))
+        with atomic_path(file) as temporary:
+            self.tokenizer.save(str(temporary))
         return file
 
     def __eq__(self, other: object) -> bool:

@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable
 
 from seqlab.errors import CheckpointError, UnknownSymbolError
+from seqlab.files import atomic_write
 
 
 class Vocabulary:
@@ -120,9 +121,7 @@ class Vocabulary:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write ``{"symbols": [...]}`` (every symbol in id order) as UTF-8 JSON to ``path``."""
-        with open(path, "w", encoding="utf-8") as file:
-            json.dump({"symbols": list(self._symbols)}, file, ensure_ascii=False, indent=0)
-            file.write("\n")
+        atomic_write(path, json.dumps({"symbols": list(self._symbols)}, ensure_ascii=False, indent=0) + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Vocabulary:

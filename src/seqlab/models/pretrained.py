@@ -19,6 +19,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from seqlab.errors import CheckpointError
+from seqlab.files import atomic_path, atomic_write
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -58,13 +59,19 @@ class PretrainedMixin:
         MODEL_TYPES[name] = cls
 
     def save_pretrained(self, directory: str | Path) -> None:
-        """Write ``config.json`` and ``model.safetensors`` into ``directory`` (created if needed)."""
+        """Write ``config.json`` and ``model.safetensors`` into ``directory`` (created if needed), each atomically
+        (``seqlab.files``).
+
+        Raises:
+            StorageError: a file cannot be written (a full disk); the file it would have replaced is unchanged.
+        """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         payload = {"model_type": self.model_type, "config": dataclasses.asdict(self.config)}
-        (directory / CONFIG_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+        atomic_write(directory / CONFIG_FILE, json.dumps(payload, indent=2) + "\n")
         assert isinstance(self, nn.Module)
-        save_model(self, str(directory / WEIGHTS_FILE))
+        with atomic_path(directory / WEIGHTS_FILE) as temporary:
+            save_model(self, str(temporary))
 
     @classmethod
     def from_pretrained(cls: type[ModelT], directory: str | Path) -> ModelT:

@@ -21,14 +21,23 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import torch
 from torch import nn
 
-from seqlab.errors import CheckpointError, ConfigError
+from seqlab.errors import CheckpointError
+from seqlab.files import atomic_write
+from seqlab.recipes.run_directory import (
+    RECIPE_FILE,
+    RESULTS_FILE,
+    RunDirectory,
+    RunMode,
+    check_writable,
+    has_results,
+    refuse_occupied,
+)
+from seqlab.training.callbacks import MetricsLog, run_dir_callbacks
+from seqlab.training.checkpoint import STATE_FILE, load_training_state, save_training_state
 from seqlab.training.device import training_device
 from seqlab.training.seeding import seed_everything
 from seqlab.training.strategies import Strategy
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
-
-RECIPE_FILE = "recipe.json"
-RESULTS_FILE = "results.json"
 
 ConfigT = TypeVar("ConfigT")
 
@@ -61,8 +70,18 @@ class Recipe(Protocol):
     Config: type[Any]
     PREDICT_OPTIONS: tuple[str, ...]
 
-    def train(self, config: Any, out_dir: Path, *, progress: bool = True, log: Callable[[str], None] = print) -> Report:
+    def train(
+        self,
+        config: Any,
+        out_dir: Path,
+        *,
+        progress: bool = True,
+        log: Callable[[str], None] = print,
+        mode: RunMode = "new",
+    ) -> Report:
         """Train on the config's data, leave the run directory in ``out_dir``, and report the test scores.
+
+        ``mode`` is "new", "overwrite" or "resume" (``seqlab.recipes.run_directory``); ``run_training`` does it.
 
         Raises: DataError or ConfigError (one line) before ``out_dir`` is created.
         """
@@ -103,15 +122,19 @@ def run_training(
     *,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    mode: RunMode = "new",
 ) -> Report:
     """The train skeleton every recipe shares, for recipe ``name`` and its sectioned ``config`` (with a
     ``train`` section, a ``TrainConfig``).
 
-    Seeds Python, NumPy and torch with ``config.train.seed``; calls ``prepare()`` (which reads the data, builds
-    the model and checks everything that can fail, so an error leaves no directory behind); creates ``out_dir``;
-    logs ``checkpoint: DIR; SUMMARY; model: N parameters[, SUMMARY_MODEL]``; trains with a :class:`Trainer`,
-    saving the run (``run.save`` and ``recipe.json``) each time validation improves; saves the best model; tests
-    it; writes ``results.json``.
+    Checks ``out_dir`` and, for "resume" and "overwrite", locks it (``seqlab.recipes.run_directory``); reads
+    the training checkpoint to resume from; seeds Python, NumPy and torch with ``config.train.seed``; calls
+    ``prepare()`` (which reads the data, builds the model and checks everything that can fail, so an error
+    leaves no directory behind); creates and locks the run directory; writes ``recipe.json``; logs
+    ``checkpoint: DIR; SUMMARY; model: N parameters[, SUMMARY_MODEL]``; trains with a :class:`Trainer`, saving
+    the run (``run.save`` and ``recipe.json``) each time validation improves and the training state
+    (``training_state.safetensors``) at each checkpoint (the first one swaps an overwriting run in); saves the
+    best model; tests it; writes ``results.json``. Every file is written atomically (``seqlab.files``).
 
     Returns: Report(results, examples): the test scores, then the best ``valid_metric``, steps, epochs,
         train_seconds and total_seconds (wall-clock seconds); ``results.json`` adds ``stopped_by``.
@@ -119,41 +142,67 @@ def run_training(
     started = time.perf_counter()
     train_config: TrainConfig = config.train
     training_device(train_config.device, train_config.precision)  # refuse an unusable device before writing
-    seed_everything(train_config.seed)
-    run = prepare()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    parameters = sum(p.numel() for p in run.model.parameters())
-    note = f", {run.summary_model}" if run.summary_model else ""
-    log(f"checkpoint: {out_dir}; {run.summary}; model: {parameters:,} parameters{note}")
+    directory = RunDirectory(out_dir, mode)
+    directory.lock_target()
+    failed = True
+    try:
+        resume_from = load_training_state(out_dir / STATE_FILE) if mode == "resume" else None
+        seed_everything(train_config.seed)
+        run = prepare()
+        path = directory.open()
+        save_recipe_file(path, name, config)
+        parameters = sum(p.numel() for p in run.model.parameters())
+        note = f", {run.summary_model}" if run.summary_model else ""
+        log(f"checkpoint: {out_dir}; {run.summary}; model: {parameters:,} parameters{note}")
+        logs = run_dir_callbacks(path)
+        for callback in logs:
+            if isinstance(callback, MetricsLog) and resume_from is not None:
+                callback.rewind(step=resume_from["run"]["step"], validated_at=resume_from["run"]["validated_at"])
 
-    def save() -> None:
-        run.save(out_dir)
-        save_recipe_file(out_dir, name, config)
+        def save() -> None:
+            run.save(directory.path)
+            save_recipe_file(directory.path, name, config)
 
-    trainer = Trainer(
-        run.model,
-        train_config,
-        loss_fn=run.loss_fn,
-        train_batches=run.train_batches,
-        validate=run.validate,
-        on_best=lambda model, record: save(),
-        progress=progress,
-        log=log,
-        run_dir=out_dir,
-        strategy=run.strategy,
-    )
-    result = trainer.fit()
-    save()
-    tested = run.test()
-    row = {
-        **tested.results,
-        run.valid_metric: result.best.get(run.valid_metric, math.nan),
-        "steps": float(result.steps),
-        "epochs": float(result.epochs),
-        "train_seconds": result.seconds,
-        "total_seconds": time.perf_counter() - started,
-    }
-    (out_dir / RESULTS_FILE).write_text(json.dumps({**row, "stopped_by": result.stopped_by}, indent=2) + "\n")
+        def checkpoint(state: dict[str, Any]) -> None:
+            save_training_state(directory.path / STATE_FILE, state)
+            if not directory.committed:
+                moved_to = directory.commit()
+                for callback in logs:
+                    if isinstance(callback, MetricsLog):
+                        callback.path = moved_to / callback.path.name
+
+        trainer = Trainer(
+            run.model,
+            train_config,
+            loss_fn=run.loss_fn,
+            train_batches=run.train_batches,
+            validate=run.validate,
+            on_best=lambda model, record: save(),
+            progress=progress,
+            log=log,
+            callbacks=logs,
+            strategy=run.strategy,
+            checkpoint=checkpoint,
+        )
+        try:
+            result = trainer.fit(resume_from=resume_from)
+        except CheckpointError as e:
+            raise CheckpointError(f"{out_dir / STATE_FILE}: {e}") from None
+        save()
+        tested = run.test()
+        row = {
+            **tested.results,
+            run.valid_metric: result.best.get(run.valid_metric, math.nan),
+            "steps": float(result.steps),
+            "epochs": float(result.epochs),
+            "train_seconds": result.seconds,
+            "total_seconds": time.perf_counter() - started,
+        }
+        results = json.dumps({**row, "stopped_by": result.stopped_by}, indent=2) + "\n"
+        atomic_write(directory.path / RESULTS_FILE, results)
+        failed = False
+    finally:
+        directory.close(failed=failed)
     return Report(row, tested.examples)
 
 
@@ -165,7 +214,7 @@ def model_device(model: nn.Module) -> torch.device:
 def save_recipe_file(directory: Path, name: str, config: Any) -> None:
     """Write ``recipe.json``: the recipe's ``name`` and its sectioned ``config``, section by section."""
     payload = {"recipe": name, "config": dataclasses.asdict(config)}
-    (directory / RECIPE_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+    atomic_write(directory / RECIPE_FILE, json.dumps(payload, indent=2) + "\n")
 
 
 def load_recipe_config(directory: Path, config_class: type[ConfigT]) -> ConfigT:
@@ -211,19 +260,19 @@ def recipe_name_of(directory: Path) -> str:
 
 
 def run_directory(requested: Path | None, recipe: str, *, overwrite: bool) -> Path:
-    """The run directory of ``seqlab train``: ``requested`` (``--out``; refused if it holds files, unless
+    """The run directory of ``seqlab train``: ``requested`` (``--out``; refused if it holds results, unless
     ``overwrite``), else the first free ``runs/RECIPE``, ``runs/RECIPE-2``, ...
 
     The recipe creates it only once its data and configuration have been checked, so a failed start leaves nothing.
 
     Raises:
-        ConfigError: ``requested`` is a file, or a non-empty directory without ``overwrite``.
+        ConfigError: ``requested`` is unusable (``run_directory.check_writable``), or a directory with results
+            without ``overwrite``.
     """
     if requested is not None:
-        if requested.exists() and not requested.is_dir():
-            raise ConfigError(f"--out {requested}: exists and is not a directory")
-        if requested.is_dir() and any(requested.iterdir()) and not overwrite:
-            raise ConfigError(f"--out {requested}: already exists and is not empty; pass --overwrite to replace it")
+        check_writable(requested)
+        if has_results(requested) and not overwrite:
+            raise refuse_occupied(requested)
         return requested
     candidate, n = Path("runs") / recipe, 1
     while candidate.exists():

@@ -44,6 +44,7 @@ from seqlab.recipes.base import (
     model_device,
     run_training,
 )
+from seqlab.recipes.run_directory import RunMode
 from seqlab.training.objectives import teacher_forcing_loss
 from seqlab.training.trainer import TrainConfig
 from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
@@ -274,7 +275,14 @@ def load_splits(
     return split.train, valid, test
 
 
-def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable[[str], None] = print) -> Report:
+def train(
+    config: Config,
+    out_dir: Path,
+    *,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+    mode: RunMode = "new",
+) -> Report:
     """Train, keep the best checkpoint in ``out_dir``, and score the test split with the decode section's search.
 
     Raises:
@@ -329,7 +337,7 @@ def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable
             summary_model=config.model.arch,
         )
 
-    return run_training(NAME, config, out_dir, prepare, progress=progress, log=log)
+    return run_training(NAME, config, out_dir, prepare, progress=progress, log=log, mode=mode)
 
 
 def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:

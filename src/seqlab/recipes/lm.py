@@ -42,6 +42,7 @@ from seqlab.recipes.lm_config import (
     apply_preset,
 )
 from seqlab.recipes.lm_generation import continuation, prompt_tokens, stream_continuation
+from seqlab.recipes.run_directory import RunMode
 from seqlab.training.language_modeling import (
     Perplexity,
     language_model_loss,
@@ -115,7 +116,14 @@ def build_tokenizer(config: LMDataConfig, train: str, valid: str, test: str) -> 
     return BPETokenizer.train(train, vocab_size=config.vocab_size)
 
 
-def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable[[str], None] = print) -> Report:
+def train(
+    config: Config,
+    out_dir: Path,
+    *,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+    mode: RunMode = "new",
+) -> Report:
     """Train, keep the best checkpoint in ``out_dir``, and score the whole test split.
 
     Raises:
@@ -185,7 +193,7 @@ def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable
             strategy=run.strategy,
         )
 
-    return run_training(NAME, config, out_dir, prepare, progress=progress, log=log)
+    return run_training(NAME, config, out_dir, prepare, progress=progress, log=log, mode=mode)
 
 
 @dataclass(frozen=True)

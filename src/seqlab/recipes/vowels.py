@@ -26,6 +26,7 @@ from seqlab.data.timeseries import (
     series_batches,
 )
 from seqlab.errors import CheckpointError, ConfigError, DataError
+from seqlab.files import atomic_write
 from seqlab.models.classifier import Seq2VecClassifier, Seq2VecClassifierConfig
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
 from seqlab.nn.pooling import POOLING_NAMES, PoolingName
@@ -36,6 +37,7 @@ from seqlab.recipes.base import (
     model_device,
     run_training,
 )
+from seqlab.recipes.run_directory import RunMode
 from seqlab.training.trainer import LossOutput, TrainConfig
 from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
 
@@ -108,7 +110,7 @@ class VowelsSystem:
         """Write the model, class names and channel statistics (``run_training`` adds ``recipe.json``)."""
         self.model.save_pretrained(directory)
         normalisation = {"labels": self.labels, "mean": self.mean.tolist(), "std": self.std.tolist()}
-        (directory / LABELS_FILE).write_text(json.dumps(normalisation, indent=2) + "\n")
+        atomic_write(directory / LABELS_FILE, json.dumps(normalisation, indent=2) + "\n")
 
     @classmethod
     def load(cls, directory: Path) -> VowelsSystem:
@@ -170,7 +172,14 @@ def stratified_split(labels: Sequence[str], *, fraction: float, seed: int) -> tu
     return sorted(train), sorted(valid)
 
 
-def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable[[str], None] = print) -> Report:
+def train(
+    config: Config,
+    out_dir: Path,
+    *,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+    mode: RunMode = "new",
+) -> Report:
     """Train the classifier, keep the best checkpoint in ``out_dir``, and report test accuracy.
 
     Raises:
@@ -243,7 +252,7 @@ def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable
             valid_metric="valid_error",
         )
 
-    return run_training(NAME, config, out_dir, prepare, progress=progress, log=log)
+    return run_training(NAME, config, out_dir, prepare, progress=progress, log=log, mode=mode)
 
 
 def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:

@@ -1,6 +1,7 @@
 """Training: the trainer engine, its strategies and callbacks, objectives, optimizers, clipping and seeding."""
 
 from seqlab.training.callbacks import Callback, MetricsLog, OnBest, TensorBoardLog
+from seqlab.training.checkpoint import load_training_state, save_training_state
 from seqlab.training.clipping import clip_grad_norm, clip_grad_value, grad_norm
 from seqlab.training.device import move_to_device, resolve_device
 from seqlab.training.objectives import LossOutput, teacher_forcing_loss
@@ -30,10 +31,12 @@ __all__ = [
     "clip_grad_value",
     "detach_state",
     "grad_norm",
+    "load_training_state",
     "move_to_device",
     "parameter_groups",
     "reset_state",
     "resolve_device",
+    "save_training_state",
     "seed_everything",
     "teacher_forcing_loss",
 ]

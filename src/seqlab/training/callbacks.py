@@ -21,6 +21,7 @@ from pathlib import Path
 
 from torch import nn
 
+from seqlab.files import atomic_write
 from seqlab.training.records import RECORD_KEYS, StepRecord, TrainResult
 
 METRICS_FILE = "metrics.jsonl"
@@ -56,7 +57,7 @@ class MetricsLog(Callback):
     """Appends step and validation records to a JSON-lines file (``metrics.jsonl`` of a run directory).
 
     Each record is appended and the file closed at once, so the file is complete up to the last step even if
-    training is interrupted; an existing file is extended, never overwritten.
+    training is interrupted; an existing file is extended, never overwritten (``rewind`` aside).
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -65,6 +66,21 @@ class MetricsLog(Callback):
     def _append(self, record: dict[str, object]) -> None:
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
+
+    def rewind(self, *, step: int, validated_at: int) -> None:
+        """Drop what a run resumed from a checkpoint writes again: step records after ``step``, validation
+        records after ``validated_at``, and a last line cut short by a kill; the file is replaced atomically."""
+        if not self.path.exists():
+            return
+        kept = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if record.get("step", 0) <= (step if record.get("event") == "step" else validated_at):
+                kept.append(line + "\n")
+        atomic_write(self.path, "".join(kept))
 
     def on_step_end(self, model: nn.Module, step: StepRecord) -> None:
         self._append({"event": "step", **step._asdict()})

@@ -27,12 +27,26 @@ class Strategy(Protocol):
         """The loss of ``batch`` (already on the training device), called in train mode under autocast."""
         ...
 
+    def state_dict(self) -> dict[str, Any]:
+        """What the strategy carries from batch to batch, for training checkpoints (tensors, numbers, None)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state_dict()``'s value (its tensors already on the training device)."""
+        ...
+
 
 class FullSequence:
     """Backpropagation through each whole batch: ``loss_fn(model, batch)``."""
 
     def loss(self, model: nn.Module, batch: Any, loss_fn: Callable[[nn.Module, Any], LossOutput]) -> LossOutput:
         return loss_fn(model, batch)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}  # nothing is carried from batch to batch
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
 
     def __repr__(self) -> str:
         return "FullSequence()"

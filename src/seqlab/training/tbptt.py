@@ -178,6 +178,16 @@ class TruncatedBPTT:
         self.state = detach_state(final_state)
         return result
 
+    def state_dict(self) -> dict[str, Any]:
+        """The carried state and context, for training checkpoints: a run resumed from it continues exactly."""
+        context = None if self._context is None else self._context._asdict()
+        return {"state": self.state, "context": context}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state_dict()``'s value."""
+        self.state = state["state"]
+        self._context = None if state["context"] is None else _Context(**state["context"])
+
 
 class _Context(NamedTuple):
     """The last k2 - k1 steps before the next window, and the detached state entering them."""

@@ -44,6 +44,10 @@ class TrainConfig:
     embeddings; see ``seqlab.training.optim``): as an L2 term added to the gradient for "adam" and "sgd"
     (as ``torch.optim.Adam``/``SGD`` do), decoupled from the gradient for "adamw" (Loshchilov & Hutter, 2019).
 
+    A run given a checkpoint writer (``seqlab train`` always is) saves its whole training state every
+    ``checkpoint_every`` steps and after every validation, so ``seqlab train --resume`` loses at most that many
+    steps (see ``seqlab.training.checkpoint``).
+
     Raises:
         ConfigError: (a ValueError) for a value of the wrong type or out of range; the message shows it.
     """
@@ -67,12 +71,13 @@ class TrainConfig:
     device: DeviceName = "auto"  # auto = cuda if available, else mps if available, else cpu
     precision: PrecisionName = "fp32"  # autocast dtype of forward and loss: fp32 (off), bf16, fp16 (scaled)
     grad_accumulation_steps: int = 1  # micro-batches per optimizer step; must divide batch_size
+    checkpoint_every: int | None = 100  # training checkpoint every this many steps, and at each validation
 
     def __post_init__(self) -> None:
         check_real("lr", self.lr, greater_than=0)
         check_int("batch_size", self.batch_size)
         check_int("max_epochs", self.max_epochs)
-        for name in ("max_steps", "patience", "validate_every"):
+        for name in ("max_steps", "patience", "validate_every", "checkpoint_every"):
             check_int(name, getattr(self, name), optional=True)
         for name in ("time_budget", "clip_norm", "clip_value"):
             check_real(name, getattr(self, name), greater_than=0, optional=True)

@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,9 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from seqlab.errors import CheckpointError
 from seqlab.training.callbacks import Callback, OnBest, run_dir_callbacks
+from seqlab.training.checkpoint import restore_training_state, set_rng_state, training_state
 from seqlab.training.clipping import clip_grad_norm, clip_grad_value
 from seqlab.training.device import autocast, grad_scaler, move_to_device, training_device
 from seqlab.training.objectives import LossOutput
@@ -68,6 +71,9 @@ class _Run:
     lr: float = 0.0  # learning rate of the latest step
     segment_start: float = 0.0  # when training resumed after the latest validation
     step_start: float = 0.0  # when the latest step ended, or training resumed
+    epoch_batches: int = 0  # micro-batches of the current epoch read so far
+    epoch_generator: torch.Tensor | None = None  # the data generator's state when the current epoch began
+    resume_rng: dict[str, Any] | None = None  # global RNG states to restore once a resumed epoch is replayed
 
     def tokens_per_s(self) -> float:
         return self.tokens / max(time.perf_counter() - self.segment_start, 1e-9)
@@ -127,6 +133,10 @@ class Trainer:
         callbacks: ``Callback`` objects called on the named events (``seqlab.training.callbacks``).
         run_dir: a directory (created if missing) for ``metrics.jsonl`` and, if ``tensorboard`` is installed,
             TensorBoard event files; None = no files.
+        checkpoint: receives the training state (see ``fit``) after every ``config.checkpoint_every``-th step
+            and after every validation, e.g. ``lambda state: save_training_state(path, state)``
+            (``seqlab.training.checkpoint``); the state holds the live tensors, so write it before returning;
+            None = no checkpoints.
 
     Attributes:
         device: the ``torch.device`` that training runs on.
@@ -164,6 +174,7 @@ class Trainer:
         strategy: Strategy | None = None,
         callbacks: Sequence[Callback] = (),
         run_dir: str | Path | None = None,
+        checkpoint: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         if not monitor:
             raise ValueError("monitor must name a metric returned by validate, got an empty string")
@@ -183,17 +194,26 @@ class Trainer:
         multiplier = lr_multiplier(config.schedule, warmup_steps=config.warmup_steps, total_steps=config.max_steps)
         self.scheduler = lambda_lr(self.optimizer, multiplier)
         self.scaler = grad_scaler(config.precision, self.device)
+        self.checkpoint = checkpoint
         self.callbacks: list[Callback] = [
             *(run_dir_callbacks(run_dir) if run_dir is not None else []),
             *([OnBest(on_best)] if on_best is not None else []),
             *callbacks,
         ]
 
-    def fit(self) -> TrainResult:
+    def fit(self, *, resume_from: dict[str, Any] | None = None) -> TrainResult:
         """Train until a stopping rule fires, then load the best validated parameters into the model.
+
+        ``resume_from`` continues from a training state (what ``checkpoint`` receives; see
+        ``seqlab.training.checkpoint.training_state``): the epoch's batches are requested again with the data
+        generator as it was when the epoch began and those already read are skipped, then the global RNGs are
+        restored, so on the CPU the run ends with the same parameters, bit for bit, as one never interrupted
+        (same data, code and threads). Steps after the checkpoint are logged again.
 
         Returns:
             A ``TrainResult``.
+        Raises:
+            CheckpointError: ``resume_from`` does not fit this model, optimizer or data (one line).
         """
         generator = seed_everything(self.config.seed)
         run = _Run(start=time.perf_counter())
@@ -201,6 +221,10 @@ class Trainer:
         self.model.train()
         stopped_by: StopReason | None = None
         epoch = 0
+        if resume_from is not None:
+            epoch, stopped_by = restore_training_state(self, resume_from, run, generator)
+            if stopped_by is None:
+                epoch -= 1  # the checkpoint's epoch runs again, its batches before the checkpoint skipped
         while stopped_by is None and epoch < self.config.max_epochs:
             epoch += 1
             stopped_by = self._run_epoch(epoch, generator, run)
@@ -220,9 +244,19 @@ class Trainer:
 
     def _run_epoch(self, epoch: int, generator: torch.Generator, run: _Run) -> StopReason | None:
         """Train one epoch with its validations; return why training must stop, or None to go on."""
-        first_step = run.step + 1
+        if run.resume_rng is None:
+            run.epoch_generator, run.epoch_batches = generator.get_state(), 0
+        batches = iter(self.train_batches(epoch, generator, self.micro_batch_size))
+        if run.resume_rng is not None:
+            if sum(1 for _ in islice(batches, run.epoch_batches)) < run.epoch_batches:
+                raise CheckpointError(
+                    f"epoch {epoch} has fewer than the {run.epoch_batches} batches the checkpoint read; "
+                    "the training data changed"
+                )
+            set_rng_state(run.resume_rng)
+            run.resume_rng = None
         bar = tqdm(
-            self.train_batches(epoch, generator, self.micro_batch_size),
+            batches,
             desc=f"epoch {epoch}/{self.config.max_epochs}",
             unit="batch",
             leave=False,
@@ -231,6 +265,7 @@ class Trainer:
         with bar:
             step: _Step | None = None
             for batch in bar:
+                run.epoch_batches += 1
                 if step is None:
                     run.step += 1
                     step = _Step()
@@ -244,11 +279,13 @@ class Trainer:
                 stop = self._finish_step(step, epoch, run, bar)
                 if stop is not None:
                     return stop
-        if run.step < first_step:
+        if run.epoch_batches == 0:
             raise ValueError(f"train_batches yielded no batches for epoch {epoch}")
         if run.validated_at == run.step:
             return None
-        return self._validate(epoch, run)
+        stop = self._validate(epoch, run)
+        self._checkpoint(run, epoch, stop)
+        return stop
 
     def _accumulate(self, batch: Any, step: _Step, run: _Run) -> None:
         """Forward, loss and weighted backward of one micro-batch."""
@@ -327,10 +364,18 @@ class Trainer:
             bar.set_postfix(postfix, refresh=False)  # a dict keeps this order; kwargs get sorted
         limit = self._limit_reached(run)
         due = self.config.validate_every is not None and run.step % self.config.validate_every == 0
+        stop = None
         if limit is not None or due:
             after_validation = self._validate(epoch, run)
-            return limit or after_validation
-        return None
+            stop = limit or after_validation
+        every = self.config.checkpoint_every
+        if limit is not None or due or (every is not None and run.step % every == 0):
+            self._checkpoint(run, epoch, stop)
+        return stop
+
+    def _checkpoint(self, run: _Run, epoch: int, stop: StopReason | None) -> None:
+        if self.checkpoint is not None:
+            self.checkpoint(training_state(self, run, epoch=epoch, stopped_by=stop))
 
     def _limit_reached(self, run: _Run) -> StopReason | None:
         if self.config.max_steps is not None and run.step >= self.config.max_steps:

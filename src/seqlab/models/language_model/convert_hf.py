@@ -29,6 +29,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from seqlab.errors import CheckpointError, ConfigError
+from seqlab.files import atomic_path, atomic_write
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -208,6 +209,7 @@ def write_gpt2(directory: Path, config: Any, state: dict[str, Tensor]) -> None:
     }
     tensors = to_gpt2_tensors(state, config.num_layers, tied=config.tie_embeddings)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / CONFIG_FILE).write_text(json.dumps(hf_config, indent=2) + "\n")
+    atomic_write(directory / CONFIG_FILE, json.dumps(hf_config, indent=2) + "\n")
     contiguous = {_file_name(name): t.detach().contiguous().cpu() for name, t in tensors.items()}
-    save_file(contiguous, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    with atomic_path(directory / WEIGHTS_FILE) as temporary:
+        save_file(contiguous, str(temporary), metadata={"format": "pt"})
