@@ -102,7 +102,9 @@ class _BertTask(PretrainedMixin, nn.Module):
 class BertForMaskedLM(_BertTask):
     """BERT with the MLM head (Hugging Face's ``BertForMaskedLM``).
 
-    Inputs: as ``Bert``. Outputs: ``MaskedLMOutput(logits (B, T, V), hidden)``.
+    Inputs: as ``Bert``, and select: (B, T) bool, the positions to project to V (the selected tokens of MLM
+        training, 15% of the cost of every position), or None for all.
+    Outputs: ``MaskedLMOutput(logits (B, T, V), or (M, V) at the M selected positions in row-major order, hidden)``.
     """
 
     model_type: ClassVar[str] = "bert_mlm"
@@ -113,9 +115,17 @@ class BertForMaskedLM(_BertTask):
         self.mlm_head = MaskedLMHead(config)
         self._init_head()
 
-    def forward(self, input_ids: Tensor, *, keep_mask: Tensor | None = None, token_type_ids: Tensor | None = None):
+    def forward(
+        self,
+        input_ids: Tensor,
+        *,
+        keep_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        select: Tensor | None = None,
+    ) -> MaskedLMOutput:
         hidden = self.bert(input_ids, keep_mask=keep_mask, token_type_ids=token_type_ids)
-        return MaskedLMOutput(self.mlm_head(hidden.last_hidden_state, self.bert.word_embeddings.weight), hidden)
+        h = hidden.last_hidden_state if select is None else hidden.last_hidden_state[select]  # (B, T, D) | (M, D)
+        return MaskedLMOutput(self.mlm_head(h, self.bert.word_embeddings.weight), hidden)
 
 
 class BertForPreTraining(_BertTask):
