@@ -10,12 +10,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from seqlab.cli import core
+from seqlab.cli import core, embed
 from seqlab.errors import ConfigError, SeqlabError
 
 EXIT_USAGE = 2
 # Modules whose ``register(commands)`` adds subcommands, in the order ``seqlab --help`` lists them.
-COMMAND_MODULES = (core,)
+COMMAND_MODULES = (core, embed)
 
 
 class _Parser(argparse.ArgumentParser):
