@@ -36,6 +36,10 @@ SMOKE = {
             "same beam K=2 tokens: yes",
         ],
     ),
+    "bert.py": (
+        flags({"--batch": 2, "--length": 8, "--repeats": 1, "--threads": 1}),
+        ["seqlab Bert", "transformers BertModel", "sentences/s IQR", "of the sentence embeddings"],
+    ),
     "attention.py": (
         flags(
             {"--max-T": 8, "--batch": 1, "--heads": 1, "--head-dim": 2, "--window": 2, "--decode-batch": 2}
