@@ -65,6 +65,8 @@ def test_benchmark_runs_and_prints_its_table(script):
     assert result.returncode == 0, result.stderr
     for text in expected:
         assert text in result.stdout, f"{text!r} missing from:\n{result.stdout}"
+    if script == "bert.py":  # the same weights give the same embeddings
+        assert float(result.stdout.rsplit(": ", 1)[1]) <= 1e-5
     if script == "recurrent.py":
         rows = [line for line in result.stdout.splitlines() if line.startswith(("2,3,2,4,1 ", "2,2,2,4,2 "))]
         # 2 shapes x 3 cases x (4 families x 3 rows + 2 reference-only variants)

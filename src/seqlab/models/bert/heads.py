@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqlab.models.bert import convert_hf
-from seqlab.models.bert.model import ACTIVATIONS, Bert, BertConfig
+from seqlab.models.bert.model import ACTIVATIONS, Bert, BertConfig, BertOutput
 from seqlab.models.pretrained import PretrainedMixin
 
 _ACTIVATION = dict(zip(ACTIVATIONS, (F.gelu, partial(F.gelu, approximate="tanh"), F.relu), strict=True))
@@ -50,10 +50,11 @@ class MaskedLMHead(nn.Module):
 
 
 class MaskedLMOutput(NamedTuple):
-    """logits (B, T, V) of the token at every position; hidden: the body's ``BertOutput``."""
+    """logits (B, T, V) of the token at every position (or (M, V), see ``BertForMaskedLM``); hidden: the body's
+    ``BertOutput``."""
 
     logits: Tensor
-    hidden: object
+    hidden: BertOutput
 
 
 class PreTrainingOutput(NamedTuple):
@@ -69,7 +70,7 @@ class ClassificationOutput(NamedTuple):
     logits: Tensor
 
 
-class _BertTask(PretrainedMixin, nn.Module):
+class BertTaskModel(PretrainedMixin, nn.Module):
     """A BERT body and a head, built from one ``BertConfig``; ``from_hf`` / ``save_hf`` as ``Bert``'s."""
 
     config_class: ClassVar[type] = BertConfig
@@ -87,7 +88,7 @@ class _BertTask(PretrainedMixin, nn.Module):
                 nn.init.zeros_(module.bias)
 
     @classmethod
-    def from_hf(cls, directory: str | Path) -> _BertTask:
+    def from_hf(cls, directory: str | Path) -> BertTaskModel:
         """Load a Hugging Face folder with this head (module docstring); float32 parameters, eval mode.
 
         Raises: CheckpointError (one line) as ``Bert.from_hf``, naming the head's tensor if the folder lacks it.
@@ -99,7 +100,7 @@ class _BertTask(PretrainedMixin, nn.Module):
         convert_hf.save_hf(self, Path(directory))
 
 
-class BertForMaskedLM(_BertTask):
+class BertForMaskedLM(BertTaskModel):
     """BERT with the MLM head (Hugging Face's ``BertForMaskedLM``).
 
     Inputs: as ``Bert``, and select: (B, T) bool, the positions to project to V (the selected tokens of MLM
@@ -128,7 +129,7 @@ class BertForMaskedLM(_BertTask):
         return MaskedLMOutput(self.mlm_head(h, self.bert.word_embeddings.weight), hidden)
 
 
-class BertForPreTraining(_BertTask):
+class BertForPreTraining(BertTaskModel):
     """BERT with the MLM and NSP heads (Hugging Face's ``BertForPreTraining``); needs ``config.pooler``.
 
     Inputs: as ``Bert``. Outputs: ``PreTrainingOutput(mlm_logits (B, T, V), nsp_logits (B, 2))``.
@@ -152,7 +153,7 @@ class BertForPreTraining(_BertTask):
         return PreTrainingOutput(mlm_logits, self.nsp_head(hidden.pooled))
 
 
-class BertForSequenceClassification(_BertTask):
+class BertForSequenceClassification(BertTaskModel):
     """BERT with a linear classifier over the pooled [CLS] (Devlin et al., 2019, fig. 4a-b); needs a pooler.
 
     Inputs: as ``Bert``. Outputs: ``ClassificationOutput(logits (B, C))``.
@@ -175,7 +176,7 @@ class BertForSequenceClassification(_BertTask):
         return ClassificationOutput(self.classifier(self.drop(pooled)))
 
 
-class BertForTokenClassification(_BertTask):
+class BertForTokenClassification(BertTaskModel):
     """BERT with a linear classifier over every token's last hidden state (Devlin et al., 2019, fig. 4d).
 
     Inputs: as ``Bert``. Outputs: ``ClassificationOutput(logits (B, T, C))``; pads get logits too.

@@ -74,7 +74,9 @@ class BertOutput(NamedTuple):
     hidden_states: tuple[Tensor, ...] | None
 
 
-def check_inputs(input_ids: Tensor, keep_mask: Tensor | None, token_type_ids: Tensor | None, max_positions: int):
+def check_inputs(
+    input_ids: Tensor, keep_mask: Tensor | None, token_type_ids: Tensor | None, max_positions: int
+) -> None:
     """Raise ValueError (one line with the shapes or numbers) for inputs a BERT cannot read."""
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")

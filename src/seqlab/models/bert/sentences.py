@@ -15,7 +15,7 @@ from torch import Tensor
 from seqlab.data.tokenizers import load_tokenizer
 from seqlab.data.wordpiece import WordPieceTokenizer
 from seqlab.errors import CheckpointError, DataError
-from seqlab.models.bert.heads import _BertTask
+from seqlab.models.bert.heads import BertTaskModel
 from seqlab.models.bert.model import Bert
 from seqlab.models.pretrained import CONFIG_FILE, load_pretrained
 
@@ -35,7 +35,7 @@ def load_encoder(directory: Path) -> tuple[Bert, WordPieceTokenizer]:
         raise CheckpointError(f"{directory / CONFIG_FILE}: not valid JSON") from None
     if isinstance(payload, dict) and isinstance(payload.get("config"), dict):  # seqlab's layout
         model = load_pretrained(directory)
-        model = model.bert if isinstance(model, _BertTask) else model
+        model = model.bert if isinstance(model, BertTaskModel) else model
         if not isinstance(model, Bert):
             raise CheckpointError(f"{directory}: holds a {payload.get('model_type')!r} model, not a BERT")
     else:
