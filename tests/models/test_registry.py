@@ -15,6 +15,12 @@ from seqlab.errors import CheckpointError
 from seqlab.models import (
     GPT,
     MODEL_TYPES,
+    Bert,
+    BertConfig,
+    BertForMaskedLM,
+    BertForPreTraining,
+    BertForSequenceClassification,
+    BertForTokenClassification,
     GPTConfig,
     RNNLanguageModel,
     RNNLanguageModelConfig,
@@ -34,6 +40,10 @@ TINY = {
     "transformer_seq2seq": TransformerSeq2SeqConfig(7, 6, d_model=8, num_heads=2, d_ff=12, encoder_layers=1),
     "seq2vec_classifier": Seq2VecClassifierConfig(num_classes=3, input_size=2, hidden_size=4),
     "rnn_language_model": RNNLanguageModelConfig(7, embedding_size=4, hidden_size=4, tie_embeddings=True),
+    **dict.fromkeys(
+        ("bert", "bert_mlm", "bert_pretraining", "bert_sequence_classification", "bert_token_classification"),
+        BertConfig(vocab_size=7, d_model=8, num_heads=2, num_layers=1, d_ff=12, max_positions=6, num_labels=3),
+    ),
 }
 CLASSES = {
     "gpt": GPT,
@@ -41,6 +51,11 @@ CLASSES = {
     "transformer_seq2seq": TransformerSeq2Seq,
     "seq2vec_classifier": Seq2VecClassifier,
     "rnn_language_model": RNNLanguageModel,
+    "bert": Bert,
+    "bert_mlm": BertForMaskedLM,
+    "bert_pretraining": BertForPreTraining,
+    "bert_sequence_classification": BertForSequenceClassification,
+    "bert_token_classification": BertForTokenClassification,
 }
 
 
@@ -82,9 +97,9 @@ def test_from_pretrained_of_another_class_is_refused_in_one_line(tmp_path, model
 def test_unknown_model_type_is_one_line(tmp_path):
     _, directory = save(tmp_path, "rnn_seq2seq")
     config_path = directory / "config.json"
-    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "model_type": "bert"}))
-    known = "gpt, rnn_language_model, rnn_seq2seq, seq2vec_classifier, transformer_seq2seq"
-    message = f"{config_path}: unknown model_type 'bert'; known: {known}"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "model_type": "no_such_model"}))
+    known = ", ".join(sorted(CLASSES))
+    message = f"{config_path}: unknown model_type 'no_such_model'; known: {known}"
     with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
         load_pretrained(directory)
 

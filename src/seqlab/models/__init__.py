@@ -3,6 +3,14 @@
 ``load_pretrained(directory)`` builds whichever registered model (``MODEL_TYPES``) a checkpoint holds.
 """
 
+from seqlab.models.bert import (
+    Bert,
+    BertConfig,
+    BertForMaskedLM,
+    BertForPreTraining,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from seqlab.models.classifier import ClassifierOutput, Seq2VecClassifier, Seq2VecClassifierConfig
 from seqlab.models.interfaces import (
     LanguageModelOutput,
@@ -30,6 +38,12 @@ from seqlab.models.seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig, TransformerSeq2S
 __all__ = [
     "GPT",
     "MODEL_TYPES",
+    "Bert",
+    "BertConfig",
+    "BertForMaskedLM",
+    "BertForPreTraining",
+    "BertForSequenceClassification",
+    "BertForTokenClassification",
     "ClassifierOutput",
     "GPTConfig",
     "GPTState",

@@ -150,6 +150,7 @@ def run_training(
         seed_everything(train_config.seed)
         run = prepare()
         path = directory.open()
+        run.save(path)  # vocabularies and tokenizers first: a resumed run reads them instead of rebuilding them
         save_recipe_file(path, name, config)
         parameters = sum(p.numel() for p in run.model.parameters())
         note = f", {run.summary_model}" if run.summary_model else ""
