@@ -26,10 +26,12 @@ from seqlab.models.language_model import (
 )
 from seqlab.models.pretrained import MODEL_TYPES, load_pretrained
 from seqlab.models.seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig, TransformerSeq2Seq, TransformerSeq2SeqConfig
+from seqlab.models.t5 import T5, T5Config
 
 __all__ = [
     "GPT",
     "MODEL_TYPES",
+    "T5",
     "ClassifierOutput",
     "GPTConfig",
     "GPTState",
@@ -44,6 +46,7 @@ __all__ = [
     "Seq2VecClassifierConfig",
     "StepModel",
     "StepOutput",
+    "T5Config",
     "TransformerSeq2Seq",
     "TransformerSeq2SeqConfig",
     "ZarembaPreset",
