@@ -2,5 +2,14 @@
 
 from seqlab.models.t5.config import T5Config
 from seqlab.models.t5.model import T5, T5DecoderState
+from seqlab.models.t5.span_corruption import SpanCorruption, random_spans_noise_mask, sentinel_tokens, span_corruption
 
-__all__ = ["T5", "T5Config", "T5DecoderState"]
+__all__ = [
+    "T5",
+    "SpanCorruption",
+    "T5Config",
+    "T5DecoderState",
+    "random_spans_noise_mask",
+    "sentinel_tokens",
+    "span_corruption",
+]
