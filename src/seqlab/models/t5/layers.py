@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seqlab.nn.functional.attention import AttentionOutput
 from seqlab.nn.kv_cache import KVCache
 from seqlab.nn.transformer_sublayers import FeedForward, drop, feed_forward_sublayer
 
@@ -101,7 +102,8 @@ class T5Attention(nn.Module):
     Inputs: x (B, T, D); bias: float, broadcastable to (B, N, T, S), -inf where a query may not attend;
         memory_kv: (k, v) from ``project_key_value`` for cross-attention, or None for self-attention on x;
         cache: a ``KVCache`` of earlier self-attention steps (x's keys and values are appended), or None.
-    Outputs: (output (B, T, D), the cache with x's keys and values appended, or None).
+    Outputs: ``AttentionOutput(output (B, T, D), weights None, the cache with x's keys and values appended, or
+        None)``.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_kv: int, *, dropout: float = 0.0) -> None:
@@ -129,7 +131,7 @@ class T5Attention(nn.Module):
         *,
         memory_kv: tuple[Tensor, Tensor] | None = None,
         cache: KVCache | None = None,
-    ) -> tuple[Tensor, KVCache | None]:
+    ) -> AttentionOutput:
         q = self._heads(self.q_proj(x))  # (B, N, T, Dh)
         if memory_kv is None:
             k, v = self.project_key_value(x)  # (B, N, T, Dh) each
@@ -143,7 +145,8 @@ class T5Attention(nn.Module):
             q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout_p, scale=1.0
         )  # (B, N, T, Dh)
         B, _, T, _ = context.shape
-        return self.out_proj(context.transpose(1, 2).reshape(B, T, -1)), cache  # (B, T, N * Dh) -> (B, T, D)
+        output = self.out_proj(context.transpose(1, 2).reshape(B, T, -1))  # (B, T, N * Dh) -> (B, T, D)
+        return AttentionOutput(output, None, cache)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, d_kv={self.d_kv}, dropout={self.dropout}"
@@ -218,9 +221,9 @@ class T5Layer(nn.Module):
         cross_bias: Tensor | None = None,
         cache: KVCache | None = None,
     ) -> tuple[Tensor, KVCache | None]:
-        attended, cache = self.self_attn(self.self_attn_norm(x), self_bias, cache=cache)
+        attended, _, cache = self.self_attn(self.self_attn_norm(x), self_bias, cache=cache)
         x = x + drop(self.dropout, attended)
         if memory_kv is not None:
-            crossed, _ = self.cross_attn(self.cross_attn_norm(x), cross_bias, memory_kv=memory_kv)
+            crossed = self.cross_attn(self.cross_attn_norm(x), cross_bias, memory_kv=memory_kv).output
             x = x + drop(self.dropout, crossed)
         return feed_forward_sublayer(x, self.feed_forward, self.ff_norm, self.dropout, norm_first=True), cache
