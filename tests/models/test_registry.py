@@ -15,6 +15,7 @@ from seqlab.errors import CheckpointError
 from seqlab.models import (
     GPT,
     MODEL_TYPES,
+    T5,
     Bert,
     BertConfig,
     BertForMaskedLM,
@@ -28,6 +29,7 @@ from seqlab.models import (
     RNNSeq2SeqConfig,
     Seq2VecClassifier,
     Seq2VecClassifierConfig,
+    T5Config,
     TransformerSeq2Seq,
     TransformerSeq2SeqConfig,
     load_pretrained,
@@ -44,6 +46,7 @@ TINY = {
         ("bert", "bert_mlm", "bert_pretraining", "bert_sequence_classification", "bert_token_classification"),
         BertConfig(vocab_size=7, d_model=8, num_heads=2, num_layers=1, d_ff=12, max_positions=6, num_labels=3),
     ),
+    "t5": T5Config(vocab_size=7, d_model=8, d_kv=4, d_ff=12, num_layers=1, num_decoder_layers=1, num_heads=2),
 }
 CLASSES = {
     "gpt": GPT,
@@ -56,6 +59,7 @@ CLASSES = {
     "bert_pretraining": BertForPreTraining,
     "bert_sequence_classification": BertForSequenceClassification,
     "bert_token_classification": BertForTokenClassification,
+    "t5": T5,
 }
 
 

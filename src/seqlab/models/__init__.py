@@ -34,10 +34,12 @@ from seqlab.models.language_model import (
 )
 from seqlab.models.pretrained import MODEL_TYPES, load_pretrained
 from seqlab.models.seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig, TransformerSeq2Seq, TransformerSeq2SeqConfig
+from seqlab.models.t5 import T5, T5Config
 
 __all__ = [
     "GPT",
     "MODEL_TYPES",
+    "T5",
     "Bert",
     "BertConfig",
     "BertForMaskedLM",
@@ -58,6 +60,7 @@ __all__ = [
     "Seq2VecClassifierConfig",
     "StepModel",
     "StepOutput",
+    "T5Config",
     "TransformerSeq2Seq",
     "TransformerSeq2SeqConfig",
     "ZarembaPreset",
