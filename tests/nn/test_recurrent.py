@@ -6,7 +6,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torch.testing import assert_close
 
-from seqlab.nn.cells import GRUCell, LSTMState
+from seqlab.nn.cells import GRUCell, LSTMState, flip_update_gate
 from seqlab.nn.layer_norm_cells import LayerNormGRUCell, LayerNormLSTMCell
 from seqlab.nn.recurrent import GRU, LSTM, RNN, RecurrentOutput
 
@@ -194,6 +194,29 @@ def test_textbook_gru_layer_matches_cell_by_cell_loop(merge_mode):
     layer = GRU(E, H, variant="textbook", bidirectional=True, num_layers=2, merge_mode=merge_mode)
     assert all(isinstance(cell, GRUCell) and cell.variant == "textbook" for cell in layer.cells)
     assert_matches_cell_by_cell_loop(layer, torch.randn(B, T, E), LENGTHS, random_state(layer))
+
+
+def test_textbook_gru_layer_with_flipped_weights_equals_torch_gru_where_r_has_nothing_to_act_on():
+    reference = nn.GRU(E, H, num_layers=2, bidirectional=True, batch_first=True)
+    with torch.no_grad():
+        for name, p in reference.named_parameters():
+            if name.startswith("weight_hh") or name.startswith("bias_hh"):
+                p[2 * H :] = 0.0  # W_hn = 0, b_hn = 0
+    torch_layout = {
+        f"cells.{2 * layer + d}.{name}": getattr(reference, f"{name}_l{layer}{suffix}")
+        for layer in range(2)
+        for d, suffix in enumerate(["", "_reverse"])
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+    }
+    textbook = GRU(E, H, num_layers=2, bidirectional=True, variant="textbook")
+    textbook.load_state_dict(flip_update_gate(torch_layout, H))
+    x, lengths = torch.randn(B, T, E), torch.tensor(LENGTHS)
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    expected, expected_h = reference(packed)
+    expected, _ = pad_packed_sequence(expected, batch_first=True, total_length=T)
+    out = textbook(x, lengths)
+    assert_close(out.outputs, expected, **EXACT)
+    assert_close(out.state, expected_h, **EXACT)
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru", "gru_textbook"])

@@ -229,7 +229,9 @@ class GRU(RecurrentBase):
     Args:
         input_size, hidden_size, num_layers, bidirectional, dropout, batch_first, bias, merge_mode,
             recurrent_dropout, recurrent_init, device, dtype: as for ``RNN``.
-        variant: "reset_after" (torch.nn.GRU semantics) or "textbook" (r_t applied to h_{t-1} before W_hn).
+        variant: "reset_after" (torch.nn.GRU semantics) or "textbook" (the seeds' equations: r_t applied to
+            h_{t-1} before W_hn, h_t = (1 - z_t) * h_{t-1} + z_t * h~_t; see ``GRUCell`` and
+            ``flip_update_gate`` for the weight map between the two z conventions).
         layer_norm: use ``LayerNormGRUCell`` (Ba et al., 2016) of the same variant in every layer; reference
             path only.
         use_fused: run torch's fused kernel when the configuration allows; the textbook form, layer_norm and
