@@ -30,7 +30,14 @@ from seqlab.decoding.greedy import greedy_search
 from seqlab.errors import ConfigError, DataError, UnknownSymbolError
 from seqlab.metrics import g2p_scores
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
-from seqlab.models.seq2seq.rnn import ATTENTION_NAMES, AttentionName, RNNSeq2Seq, RNNSeq2SeqConfig
+from seqlab.models.seq2seq.rnn import (
+    ATTENTION_NAMES,
+    ATTENTION_PLACEMENTS,
+    AttentionName,
+    PlacementName,
+    RNNSeq2Seq,
+    RNNSeq2SeqConfig,
+)
 from seqlab.models.seq2seq.transformer import (
     AttentionKind,
     PositionalName,
@@ -74,7 +81,7 @@ class G2PDataConfig:
         check_int("split_seed", self.split_seed, minimum=None)
 
 
-_RNN_FIELDS = ("embedding_size", "hidden_size", "cell", "bidirectional", "attention")
+_RNN_FIELDS = ("embedding_size", "hidden_size", "cell", "bidirectional", "attention", "attention_placement")
 _TRANSFORMER_FIELDS = ("d_model", "num_heads", "d_ff", "norm_first", "positional", "attention_kind", "window")
 
 
@@ -93,6 +100,7 @@ class G2PModelConfig:
     cell: CellName = "lstm"  # rnn: rnn | gru | lstm
     bidirectional: bool = True  # rnn: bidirectional encoder
     attention: AttentionName = "additive"  # rnn: additive | dot | scaled_dot | bilinear | none (fixed context)
+    attention_placement: PlacementName = "luong"  # rnn: luong | luong_input_feeding | bahdanau
     d_model: int = 256  # transformer: D
     num_heads: int = 4  # transformer: N
     d_ff: int = 1024  # transformer: feed-forward inner size
@@ -119,6 +127,7 @@ class G2PModelConfig:
         check_choice("cell", self.cell, RECURRENT_LAYERS)
         check_bool("bidirectional", self.bidirectional)
         check_choice("attention", self.attention, ATTENTION_NAMES)
+        check_choice("attention_placement", self.attention_placement, ATTENTION_PLACEMENTS)
         check_bool("norm_first", self.norm_first)
         check_choice("positional", self.positional, ("sinusoidal", "learned", "rotary"))
         check_choice("attention_kind", self.attention_kind, ("full", "local", "linear"))
