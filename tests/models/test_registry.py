@@ -20,6 +20,8 @@ from seqlab.models import (
     RNNLanguageModelConfig,
     RNNSeq2Seq,
     RNNSeq2SeqConfig,
+    RNNSequenceTagger,
+    RNNSequenceTaggerConfig,
     Seq2VecClassifier,
     Seq2VecClassifierConfig,
     TransformerSeq2Seq,
@@ -34,6 +36,7 @@ TINY = {
     "transformer_seq2seq": TransformerSeq2SeqConfig(7, 6, d_model=8, num_heads=2, d_ff=12, encoder_layers=1),
     "seq2vec_classifier": Seq2VecClassifierConfig(num_classes=3, input_size=2, hidden_size=4),
     "rnn_language_model": RNNLanguageModelConfig(7, embedding_size=4, hidden_size=4, tie_embeddings=True),
+    "rnn_sequence_tagger": RNNSequenceTaggerConfig(7, 3, embedding_size=4, hidden_size=4),
 }
 CLASSES = {
     "gpt": GPT,
@@ -41,6 +44,7 @@ CLASSES = {
     "transformer_seq2seq": TransformerSeq2Seq,
     "seq2vec_classifier": Seq2VecClassifier,
     "rnn_language_model": RNNLanguageModel,
+    "rnn_sequence_tagger": RNNSequenceTagger,
 }
 
 
@@ -83,7 +87,7 @@ def test_unknown_model_type_is_one_line(tmp_path):
     _, directory = save(tmp_path, "rnn_seq2seq")
     config_path = directory / "config.json"
     config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "model_type": "bert"}))
-    known = "gpt, rnn_language_model, rnn_seq2seq, seq2vec_classifier, transformer_seq2seq"
+    known = "gpt, rnn_language_model, rnn_seq2seq, rnn_sequence_tagger, seq2vec_classifier, transformer_seq2seq"
     message = f"{config_path}: unknown model_type 'bert'; known: {known}"
     with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
         load_pretrained(directory)

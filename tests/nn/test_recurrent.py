@@ -609,3 +609,38 @@ def test_projected_state_error_messages():
         layer(x, state=(torch.zeros(1, B, H), torch.zeros(1, B, H)))
     with pytest.raises(ValueError, match=r"^state c must have shape \(L\*C, B, H\) = \(1, 4, 4\), got \(1, 4, 2\)$"):
         layer(x, state=(torch.zeros(1, B, P), torch.zeros(1, B, P)))
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh"])
+def test_residual_layers_equal_torch_layers_joined_by_hand_written_residuals(kind):
+    """x_1 = layer_0(x); x_{l+1} = layer_l(x_l) + x_l for l >= 1; each layer a one-layer torch.nn module on packed
+    input with that layer's weights; padded steps of the output stay 0."""
+    layer = make_layer(kind, num_layers=3, bidirectional=True, residual=True)
+    assert not layer.fused
+    x, lengths = torch.randn(B, T, E), torch.tensor(LENGTHS)
+    _, _, torch_cls, options = KINDS[kind]
+    inputs = x
+    for index in range(3):
+        one = torch_cls(inputs.shape[-1], H, bidirectional=True, batch_first=True, **options)
+        with torch.no_grad():
+            for d, suffix in enumerate(["", "_reverse"]):
+                for name, p in layer.cells[2 * index + d].named_parameters():
+                    getattr(one, f"{name}_l0{suffix}").copy_(p)
+        packed = pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
+        out, _ = pad_packed_sequence(one(packed)[0], batch_first=True, total_length=T)
+        inputs = out if index == 0 else out + inputs
+    got = layer(x, lengths).outputs
+    keep = (torch.arange(T) < lengths.unsqueeze(1)).unsqueeze(-1)  # (B, T, 1)
+    assert_close(got, inputs.masked_fill(~keep, 0.0), **EXACT)
+    plain = make_layer(kind, num_layers=3, bidirectional=True)
+    plain.load_state_dict(layer.state_dict())
+    assert (plain(x, lengths).outputs - got).abs().max() > 1e-3
+
+
+def test_residual_needs_stacked_layers_and_has_no_torch_equivalent():
+    with pytest.raises(
+        ValueError, match=r"^residual=True needs num_layers >= 2 \(residuals join stacked layers\), got 1$"
+    ):
+        GRU(E, H, residual=True)
+    with pytest.raises(ValueError, match=r"^torch.nn.LSTM has no equivalent of residual=True$"):
+        LSTM(E, H, num_layers=2, residual=True).to_torch()

@@ -26,6 +26,7 @@ from seqlab.models.language_model import (
 )
 from seqlab.models.pretrained import MODEL_TYPES, load_pretrained
 from seqlab.models.seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig, TransformerSeq2Seq, TransformerSeq2SeqConfig
+from seqlab.models.tagger import RNNSequenceTagger, RNNSequenceTaggerConfig, TaggerOutput
 
 __all__ = [
     "GPT",
@@ -39,11 +40,14 @@ __all__ = [
     "RNNLanguageModelConfig",
     "RNNSeq2Seq",
     "RNNSeq2SeqConfig",
+    "RNNSequenceTagger",
+    "RNNSequenceTaggerConfig",
     "Seq2SeqOutput",
     "Seq2VecClassifier",
     "Seq2VecClassifierConfig",
     "StepModel",
     "StepOutput",
+    "TaggerOutput",
     "TransformerSeq2Seq",
     "TransformerSeq2SeqConfig",
     "ZarembaPreset",
