@@ -27,6 +27,8 @@ from seqlab.models import (
     RNNLanguageModelConfig,
     RNNSeq2Seq,
     RNNSeq2SeqConfig,
+    RNNSequenceTagger,
+    RNNSequenceTaggerConfig,
     Seq2VecClassifier,
     Seq2VecClassifierConfig,
     T5Config,
@@ -47,6 +49,7 @@ TINY = {
         BertConfig(vocab_size=7, d_model=8, num_heads=2, num_layers=1, d_ff=12, max_positions=6, num_labels=3),
     ),
     "t5": T5Config(vocab_size=7, d_model=8, d_kv=4, d_ff=12, num_layers=1, num_decoder_layers=1, num_heads=2),
+    "rnn_sequence_tagger": RNNSequenceTaggerConfig(7, 3, embedding_size=4, hidden_size=4),
 }
 CLASSES = {
     "gpt": GPT,
@@ -60,6 +63,7 @@ CLASSES = {
     "bert_sequence_classification": BertForSequenceClassification,
     "bert_token_classification": BertForTokenClassification,
     "t5": T5,
+    "rnn_sequence_tagger": RNNSequenceTagger,
 }
 
 

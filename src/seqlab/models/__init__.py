@@ -35,6 +35,7 @@ from seqlab.models.language_model import (
 from seqlab.models.pretrained import MODEL_TYPES, load_pretrained
 from seqlab.models.seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig, TransformerSeq2Seq, TransformerSeq2SeqConfig
 from seqlab.models.t5 import T5, T5Config
+from seqlab.models.tagger import RNNSequenceTagger, RNNSequenceTaggerConfig, TaggerOutput
 
 __all__ = [
     "GPT",
@@ -55,12 +56,15 @@ __all__ = [
     "RNNLanguageModelConfig",
     "RNNSeq2Seq",
     "RNNSeq2SeqConfig",
+    "RNNSequenceTagger",
+    "RNNSequenceTaggerConfig",
     "Seq2SeqOutput",
     "Seq2VecClassifier",
     "Seq2VecClassifierConfig",
     "StepModel",
     "StepOutput",
     "T5Config",
+    "TaggerOutput",
     "TransformerSeq2Seq",
     "TransformerSeq2SeqConfig",
     "ZarembaPreset",

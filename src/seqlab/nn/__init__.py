@@ -1,7 +1,7 @@
 """Building blocks: recurrent cells and layers, attention, pooling, Transformer layers. No I/O, no training, no CLI."""
 
 from seqlab.nn.attention import AdditiveAttention, Attention, BilinearAttention, DotProductAttention
-from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState, RNNCell
+from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState, RNNCell, flip_update_gate
 from seqlab.nn.decoder_only import DecoderOnlyOutput, TransformerDecoderOnly, TransformerDecoderOnlyLayer
 from seqlab.nn.functional.attention import (
     AttentionOutput,
@@ -72,6 +72,7 @@ __all__ = [
     "causal_keep_mask",
     "cross_attention_sublayer",
     "feed_forward_sublayer",
+    "flip_update_gate",
     "linear_attention",
     "local_attention",
     "make_pooling",
