@@ -15,6 +15,10 @@ from seqlab.errors import CheckpointError
 from seqlab.models import (
     GPT,
     MODEL_TYPES,
+    ELMo,
+    ELMoClassifier,
+    ELMoClassifierConfig,
+    ELMoConfig,
     GPTConfig,
     RNNLanguageModel,
     RNNLanguageModelConfig,
@@ -29,6 +33,8 @@ from seqlab.models import (
 from seqlab.models.pretrained import LEGACY_MODEL_TYPES, PretrainedMixin
 
 TINY = {
+    "elmo": ELMoConfig(vocab_size=7, hidden_size=4, num_layers=2, tie_embeddings=True),
+    "elmo_classifier": ELMoClassifierConfig(vocab_size=7, num_classes=3, elmo_hidden_size=4, hidden_size=3),
     "gpt": GPTConfig(vocab_size=7, context_length=6, d_model=8, num_heads=2, num_layers=1),
     "rnn_seq2seq": RNNSeq2SeqConfig(7, 6, embedding_size=4, hidden_size=5, encoder_layers=1),
     "transformer_seq2seq": TransformerSeq2SeqConfig(7, 6, d_model=8, num_heads=2, d_ff=12, encoder_layers=1),
@@ -36,6 +42,8 @@ TINY = {
     "rnn_language_model": RNNLanguageModelConfig(7, embedding_size=4, hidden_size=4, tie_embeddings=True),
 }
 CLASSES = {
+    "elmo": ELMo,
+    "elmo_classifier": ELMoClassifier,
     "gpt": GPT,
     "rnn_seq2seq": RNNSeq2Seq,
     "transformer_seq2seq": TransformerSeq2Seq,
@@ -83,7 +91,7 @@ def test_unknown_model_type_is_one_line(tmp_path):
     _, directory = save(tmp_path, "rnn_seq2seq")
     config_path = directory / "config.json"
     config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "model_type": "bert"}))
-    known = "gpt, rnn_language_model, rnn_seq2seq, seq2vec_classifier, transformer_seq2seq"
+    known = ", ".join(sorted(CLASSES))
     message = f"{config_path}: unknown model_type 'bert'; known: {known}"
     with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
         load_pretrained(directory)

@@ -4,6 +4,7 @@
 """
 
 from seqlab.models.classifier import ClassifierOutput, Seq2VecClassifier, Seq2VecClassifierConfig
+from seqlab.models.elmo import ELMo, ELMoClassifier, ELMoClassifierConfig, ELMoConfig, ELMoRepresentations
 from seqlab.models.interfaces import (
     LanguageModelOutput,
     LanguageModelStepModel,
@@ -31,6 +32,11 @@ __all__ = [
     "GPT",
     "MODEL_TYPES",
     "ClassifierOutput",
+    "ELMo",
+    "ELMoClassifier",
+    "ELMoClassifierConfig",
+    "ELMoConfig",
+    "ELMoRepresentations",
     "GPTConfig",
     "GPTState",
     "LanguageModelOutput",
