@@ -22,7 +22,9 @@ import torch
 from torch import nn
 
 from seqlab.errors import CheckpointError, ConfigError
+from seqlab.recipes.init_from import InitFromConfig, load_by_name
 from seqlab.training.device import training_device
+from seqlab.training.optim import freeze_parameters
 from seqlab.training.seeding import seed_everything
 from seqlab.training.strategies import Strategy
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
@@ -108,7 +110,9 @@ def run_training(
     ``train`` section, a ``TrainConfig``).
 
     Seeds Python, NumPy and torch with ``config.train.seed``; calls ``prepare()`` (which reads the data, builds
-    the model and checks everything that can fail, so an error leaves no directory behind); creates ``out_dir``;
+    the model and checks everything that can fail, so an error leaves no directory behind); loads
+    ``config.model.init_from`` by name if the model section has one (``seqlab.recipes.init_from``) and freezes
+    ``config.train.freeze``; creates ``out_dir``;
     logs ``checkpoint: DIR; SUMMARY; model: N parameters[, SUMMARY_MODEL]``; trains with a :class:`Trainer`,
     saving the run (``run.save`` and ``recipe.json``) each time validation improves; saves the best model; tests
     it; writes ``results.json``.
@@ -121,6 +125,10 @@ def run_training(
     training_device(train_config.device, train_config.precision)  # refuse an unusable device before writing
     seed_everything(train_config.seed)
     run = prepare()
+    pretrained: list[str] = []
+    if isinstance(config.model, InitFromConfig) and config.model.init_from is not None:
+        pretrained = load_by_name(run.model, config.model.init_from, strict=config.model.init_strict, log=log)
+    freeze_parameters(run.model, train_config.freeze)
     out_dir.mkdir(parents=True, exist_ok=True)
     parameters = sum(p.numel() for p in run.model.parameters())
     note = f", {run.summary_model}" if run.summary_model else ""
@@ -141,6 +149,7 @@ def run_training(
         log=log,
         run_dir=out_dir,
         strategy=run.strategy,
+        pretrained=pretrained,
     )
     result = trainer.fit()
     save()

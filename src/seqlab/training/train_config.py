@@ -44,6 +44,11 @@ class TrainConfig:
     embeddings; see ``seqlab.training.optim``): as an L2 term added to the gradient for "adam" and "sgd"
     (as ``torch.optim.Adam``/``SGD`` do), decoupled from the gradient for "adamw" (Loshchilov & Hutter, 2019).
 
+    ``freeze`` names parameters by prefix (a module path: "rnn" covers "rnn.cells.0.weight_ih"); they get
+    ``requires_grad=False`` and stay out of the optimizer. ``body_lr_scale`` multiplies the learning rate of the
+    pretrained parameters a trainer is given (those a recipe's ``model.init_from`` loaded), so a pretrained body
+    can be fine-tuned more gently than a new head (e.g. 0.1).
+
     Raises:
         ConfigError: (a ValueError) for a value of the wrong type or out of range; the message shows it.
     """
@@ -67,6 +72,8 @@ class TrainConfig:
     device: DeviceName = "auto"  # auto = cuda if available, else mps if available, else cpu
     precision: PrecisionName = "fp32"  # autocast dtype of forward and loss: fp32 (off), bf16, fp16 (scaled)
     grad_accumulation_steps: int = 1  # micro-batches per optimizer step; must divide batch_size
+    freeze: str = ""  # comma-separated parameter-name prefixes kept fixed (e.g. "embedding,rnn.cells.0")
+    body_lr_scale: float = 1.0  # lr multiplier of the pretrained body (the parameters model.init_from loaded)
 
     def __post_init__(self) -> None:
         check_real("lr", self.lr, greater_than=0)
@@ -91,6 +98,9 @@ class TrainConfig:
         check_choice("device", self.device, DEVICES)
         check_choice("precision", self.precision, PRECISIONS)
         check_int("grad_accumulation_steps", self.grad_accumulation_steps)
+        check_real("body_lr_scale", self.body_lr_scale, greater_than=0)
+        if not isinstance(self.freeze, str):
+            raise ConfigError(f"freeze must be a string of comma-separated prefixes, got {self.freeze!r}")
         if self.batch_size % self.grad_accumulation_steps != 0:
             raise ConfigError(
                 f"batch_size ({self.batch_size}) must be divisible by grad_accumulation_steps "
