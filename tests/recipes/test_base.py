@@ -35,7 +35,7 @@ def test_recipe_members_name_the_whole_protocol():
 def test_the_registry_holds_the_shipped_recipes_by_name():
     assert {"g2p": g2p, "lm": lm, "vowels": vowels} == RECIPES
     assert get_recipe("vowels") is vowels
-    with pytest.raises(ConfigError, match=r"^unknown recipe 'gpt'; available: g2p, lm, vowels$"):
+    with pytest.raises(ConfigError, match=r"^unknown recipe 'gpt'; available: classify, g2p, lm, vowels$"):
         get_recipe("gpt")
 
 

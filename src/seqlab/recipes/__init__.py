@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from seqlab.errors import CheckpointError, ConfigError
-from seqlab.recipes import g2p, lm, vowels
+from seqlab.recipes import classify, g2p, lm, vowels
 from seqlab.recipes.base import RECIPE_FILE, RECIPE_MEMBERS, Recipe, Report, recipe_name_of
 
 RECIPES: dict[str, Recipe] = {}
@@ -55,6 +55,7 @@ def recipe_of_checkpoint(directory: Path) -> Recipe:
     return RECIPES[name]
 
 
+register_recipe(classify)
 register_recipe(g2p)
 register_recipe(lm)
 register_recipe(vowels)
