@@ -9,7 +9,7 @@ import types
 import pytest
 
 from seqlab.errors import CheckpointError, ConfigError
-from seqlab.recipes import RECIPES, g2p, get_recipe, lm, recipe_of_checkpoint, register_recipe, vowels
+from seqlab.recipes import RECIPES, classify, g2p, get_recipe, lm, recipe_of_checkpoint, register_recipe, vowels
 from seqlab.recipes.base import RECIPE_FILE, RECIPE_MEMBERS, Recipe, load_recipe_config, save_recipe_file
 from seqlab.training.trainer import TrainConfig
 
@@ -33,7 +33,7 @@ def test_recipe_members_name_the_whole_protocol():
 
 
 def test_the_registry_holds_the_shipped_recipes_by_name():
-    assert {"g2p": g2p, "lm": lm, "vowels": vowels} == RECIPES
+    assert {"classify": classify, "g2p": g2p, "lm": lm, "vowels": vowels} == RECIPES
     assert get_recipe("vowels") is vowels
     with pytest.raises(ConfigError, match=r"^unknown recipe 'gpt'; available: classify, g2p, lm, vowels$"):
         get_recipe("gpt")
