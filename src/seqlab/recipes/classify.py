@@ -28,7 +28,7 @@ from seqlab.errors import CheckpointError, ConfigError, DataError, UnknownSymbol
 from seqlab.models.pretrained import load_pretrained
 from seqlab.nn.pooling import POOLING_NAMES, PoolingName
 from seqlab.recipes.base import Report, TrainingRun, load_recipe_config, model_device, run_training
-from seqlab.recipes.classify_models import BUILDERS, PAD_ID
+from seqlab.recipes.classify_models import BUILDERS, PAD_ID, BuildContext
 from seqlab.recipes.init_from import InitFromConfig
 from seqlab.training.trainer import LossOutput, TrainConfig
 from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
@@ -206,8 +206,7 @@ def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable
         for name, part in (("train", train_set), ("valid", valid_set), ("test", test_set)):
             ids = system.encode([e.text for e in part], source=f"{source} ({name})")
             splits[name] = (ids, system.targets(part, source=f"{source} ({name})"))
-        build = BUILDERS[config.model.arch]
-        system.model = build(
+        context = BuildContext(
             config.model,
             len(vocab),
             len(labels),
@@ -217,6 +216,7 @@ def train(config: Config, out_dir: Path, *, progress: bool = True, log: Callable
             progress=progress,
             log=log,
         )
+        system.model = BUILDERS[config.model.arch](context)
 
         def loss_fn(m, batch):
             return LossOutput(F.cross_entropy(m(batch.x, batch.lengths).logits, batch.targets), len(batch.targets))

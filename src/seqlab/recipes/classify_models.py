@@ -9,15 +9,14 @@ pooling and a softmax (``seqlab.models.classifier``); they differ in what the en
 - ``elmo``: ELMo features: a biLM (``seqlab.models.elmo``) first pre-trained as a language model on the
   training texts (section ``pretrain``), then frozen, its layers mixed by a learned ``ScalarMix``.
 
-A new arm (e.g. a pre-trained Transformer encoder) is one more entry in ``BUILDERS``: a function of
-(model section, vocabulary size, number of classes, training-text ids, validation-text ids, pretrain section,
-progress, log) returning a module with ``forward(x (B, T), lengths (B,)) -> ClassifierOutput``.
+A new arm (e.g. a pre-trained Transformer encoder) is one more entry in ``BUILDERS``: a function of a
+:class:`BuildContext` returning a module with ``forward(x (B, T), lengths (B,)) -> ClassifierOutput``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -30,35 +29,36 @@ from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
 
 PAD_ID = 0  # seqlab.data.vocab.Vocabulary's <pad>
 
-Builder = Callable[..., nn.Module]
+
+class BuildContext(NamedTuple):
+    """What a builder may use: the recipe's model section, the data's sizes and ids, the pre-training section."""
+
+    model: Any  # the recipe's model section (ClassifyModelConfig)
+    vocab_size: int  # V, characters and the three specials
+    num_classes: int
+    train_ids: Sequence[Sequence[int]]  # BOS, character ids, EOS of each training text
+    valid_ids: Sequence[Sequence[int]]
+    pretrain: TrainConfig  # the recipe's pretrain section
+    progress: bool
+    log: Callable[[str], None]
 
 
-def build_bilstm(model: Any, vocab_size: int, num_classes: int, **_: Any) -> nn.Module:
+def build_bilstm(context: BuildContext) -> nn.Module:
     """The BiLSTM baseline over a learned embedding of ``model.embedding_size``."""
-    return Seq2VecClassifier(_task_config(model, num_classes, vocab_size=vocab_size, width=model.embedding_size))
+    return Seq2VecClassifier(_task_config(context, width=context.model.embedding_size))
 
 
-def build_static(model: Any, vocab_size: int, num_classes: int, **_: Any) -> nn.Module:
+def build_static(context: BuildContext) -> nn.Module:
     """The same task encoder over a static embedding as wide as ELMo's features (2 * elmo_hidden_size)."""
-    width = 2 * model.elmo_hidden_size
-    return Seq2VecClassifier(_task_config(model, num_classes, vocab_size=vocab_size, width=width))
+    return Seq2VecClassifier(_task_config(context, width=2 * context.model.elmo_hidden_size))
 
 
-def build_elmo(
-    model: Any,
-    vocab_size: int,
-    num_classes: int,
-    *,
-    train_ids: Sequence[Sequence[int]],
-    valid_ids: Sequence[Sequence[int]],
-    pretrain: TrainConfig,
-    progress: bool,
-    log: Callable[[str], None],
-) -> nn.Module:
-    """Pre-train a biLM on ``train_ids`` (``pretrain_bilm``), then an ELMoClassifier that holds it, frozen."""
+def build_elmo(context: BuildContext) -> nn.Module:
+    """Pre-train a biLM on the training ids (``pretrain_bilm``), then an ELMoClassifier that holds it, frozen."""
+    model, vocab_size = context.model, context.vocab_size
     config = ELMoClassifierConfig(
         vocab_size=vocab_size,
-        num_classes=num_classes,
+        num_classes=context.num_classes,
         elmo_hidden_size=model.elmo_hidden_size,
         elmo_num_layers=model.elmo_num_layers,
         elmo_residual=model.elmo_residual,
@@ -79,12 +79,18 @@ def build_elmo(
             residual=model.elmo_residual,
         )
     )
-    pretrain_bilm(bilm, train_ids, valid_ids, pretrain, progress=progress, log=log)
+    pretrain_bilm(
+        bilm, context.train_ids, context.valid_ids, context.pretrain, progress=context.progress, log=context.log
+    )
     classifier.elmo.load_state_dict(bilm.state_dict())
     return classifier
 
 
-BUILDERS: dict[str, Builder] = {"bilstm": build_bilstm, "static": build_static, "elmo": build_elmo}
+BUILDERS: dict[str, Callable[[BuildContext], nn.Module]] = {
+    "bilstm": build_bilstm,
+    "static": build_static,
+    "elmo": build_elmo,
+}
 
 
 def pretrain_bilm(
@@ -139,14 +145,15 @@ def _keep_mask(lengths: torch.Tensor, T: int) -> torch.Tensor:
     return torch.arange(T) < lengths.unsqueeze(1)  # (B, T)
 
 
-def _task_config(model: Any, num_classes: int, *, vocab_size: int, width: int) -> Seq2VecClassifierConfig:
+def _task_config(context: BuildContext, *, width: int) -> Seq2VecClassifierConfig:
+    """The task encoder's config over token embeddings ``width`` wide."""
     return Seq2VecClassifierConfig(
-        num_classes=num_classes,
-        vocab_size=vocab_size,
+        num_classes=context.num_classes,
+        vocab_size=context.vocab_size,
         embedding_size=width,
-        hidden_size=model.hidden_size,
+        hidden_size=context.model.hidden_size,
         cell="lstm",
         bidirectional=True,
-        pooling=model.pooling,
-        dropout=model.dropout,
+        pooling=context.model.pooling,
+        dropout=context.model.dropout,
     )
