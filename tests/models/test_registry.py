@@ -22,6 +22,10 @@ from seqlab.models import (
     BertForPreTraining,
     BertForSequenceClassification,
     BertForTokenClassification,
+    ELMo,
+    ELMoClassifier,
+    ELMoClassifierConfig,
+    ELMoConfig,
     GPTConfig,
     RNNLanguageModel,
     RNNLanguageModelConfig,
@@ -39,6 +43,8 @@ from seqlab.models import (
 from seqlab.models.pretrained import LEGACY_MODEL_TYPES, PretrainedMixin
 
 TINY = {
+    "elmo": ELMoConfig(vocab_size=7, hidden_size=4, num_layers=2, tie_embeddings=True),
+    "elmo_classifier": ELMoClassifierConfig(vocab_size=7, num_classes=3, elmo_hidden_size=4, hidden_size=3),
     "gpt": GPTConfig(vocab_size=7, context_length=6, d_model=8, num_heads=2, num_layers=1),
     "rnn_seq2seq": RNNSeq2SeqConfig(7, 6, embedding_size=4, hidden_size=5, encoder_layers=1),
     "transformer_seq2seq": TransformerSeq2SeqConfig(7, 6, d_model=8, num_heads=2, d_ff=12, encoder_layers=1),
@@ -52,6 +58,8 @@ TINY = {
     "rnn_sequence_tagger": RNNSequenceTaggerConfig(7, 3, embedding_size=4, hidden_size=4),
 }
 CLASSES = {
+    "elmo": ELMo,
+    "elmo_classifier": ELMoClassifier,
     "gpt": GPT,
     "rnn_seq2seq": RNNSeq2Seq,
     "transformer_seq2seq": TransformerSeq2Seq,

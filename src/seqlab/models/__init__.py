@@ -12,6 +12,7 @@ from seqlab.models.bert import (
     BertForTokenClassification,
 )
 from seqlab.models.classifier import ClassifierOutput, Seq2VecClassifier, Seq2VecClassifierConfig
+from seqlab.models.elmo import ELMo, ELMoClassifier, ELMoClassifierConfig, ELMoConfig, ELMoRepresentations
 from seqlab.models.interfaces import (
     LanguageModelOutput,
     LanguageModelStepModel,
@@ -48,6 +49,11 @@ __all__ = [
     "BertForSequenceClassification",
     "BertForTokenClassification",
     "ClassifierOutput",
+    "ELMo",
+    "ELMoClassifier",
+    "ELMoClassifierConfig",
+    "ELMoConfig",
+    "ELMoRepresentations",
     "GPTConfig",
     "GPTState",
     "LanguageModelOutput",

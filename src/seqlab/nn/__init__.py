@@ -16,6 +16,7 @@ from seqlab.nn.multi_head_attention import MultiHeadAttention
 from seqlab.nn.pooling import AttentionPooling, LastPooling, MaxPooling, MeanPooling, PoolingOutput, make_pooling
 from seqlab.nn.positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding
 from seqlab.nn.recurrent import GRU, LSTM, RNN, RecurrentOutput
+from seqlab.nn.scalar_mix import ScalarMix
 from seqlab.nn.transformer import (
     DecoderLayerOutput,
     DecoderOutput,
@@ -62,6 +63,7 @@ __all__ = [
     "RNNCell",
     "RecurrentOutput",
     "RotaryEmbedding",
+    "ScalarMix",
     "SinusoidalPositionalEncoding",
     "TransformerDecoder",
     "TransformerDecoderLayer",

@@ -23,6 +23,7 @@ from torch import nn
 
 from seqlab.errors import CheckpointError
 from seqlab.files import atomic_write
+from seqlab.recipes.init_from import InitFromConfig, load_by_name
 from seqlab.recipes.run_directory import (
     RECIPE_FILE,
     RESULTS_FILE,
@@ -35,6 +36,7 @@ from seqlab.recipes.run_directory import (
 from seqlab.training.callbacks import MetricsLog, run_dir_callbacks
 from seqlab.training.checkpoint import STATE_FILE, load_training_state, save_training_state
 from seqlab.training.device import training_device
+from seqlab.training.optim import freeze_parameters
 from seqlab.training.seeding import seed_everything
 from seqlab.training.strategies import Strategy
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
@@ -130,7 +132,9 @@ def run_training(
     Checks ``out_dir`` and, for "resume" and "overwrite", locks it (``seqlab.recipes.run_directory``); reads
     the training checkpoint to resume from; seeds Python, NumPy and torch with ``config.train.seed``; calls
     ``prepare()`` (which reads the data, builds the model and checks everything that can fail, so an error
-    leaves no directory behind); creates and locks the run directory; writes ``recipe.json``; logs
+    leaves no directory behind); loads ``config.model.init_from`` by name if the model section has one
+    (``seqlab.recipes.init_from``) and freezes ``config.train.freeze``; creates and locks the run directory;
+    writes the run's files (``run.save``) and ``recipe.json``; logs
     ``checkpoint: DIR; SUMMARY; model: N parameters[, SUMMARY_MODEL]``; trains with a :class:`Trainer`, saving
     the run (``run.save`` and ``recipe.json``) each time validation improves and the training state
     (``training_state.safetensors``) at each checkpoint (the first one swaps an overwriting run in); saves the
@@ -149,6 +153,10 @@ def run_training(
         resume_from = load_training_state(out_dir / STATE_FILE) if mode == "resume" else None
         seed_everything(train_config.seed)
         run = prepare()
+        pretrained: list[str] = []
+        if isinstance(config.model, InitFromConfig) and config.model.init_from is not None:
+            pretrained = load_by_name(run.model, config.model.init_from, strict=config.model.init_strict, log=log)
+        freeze_parameters(run.model, train_config.freeze)
         path = directory.open()
         run.save(path)  # vocabularies and tokenizers first: a resumed run reads them instead of rebuilding them
         save_recipe_file(path, name, config)
@@ -184,6 +192,7 @@ def run_training(
             callbacks=logs,
             strategy=run.strategy,
             checkpoint=checkpoint,
+            pretrained=pretrained,
         )
         try:
             result = trainer.fit(resume_from=resume_from)

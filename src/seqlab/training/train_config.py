@@ -52,6 +52,10 @@ class TrainConfig:
     A run given a checkpoint writer (``seqlab train`` always is) saves its whole training state every
     ``checkpoint_every`` steps and after every validation, so ``seqlab train --resume`` loses at most that many
     steps (see ``seqlab.training.checkpoint``).
+    ``freeze`` names parameters by prefix (a module path: "rnn" covers "rnn.cells.0.weight_ih"); they get
+    ``requires_grad=False`` and stay out of the optimizer. ``body_lr_scale`` multiplies the learning rate of the
+    pretrained parameters a trainer is given (those a recipe's ``model.init_from`` loaded), so a pretrained body
+    can be fine-tuned more gently than a new head (e.g. 0.1).
 
     Raises:
         ConfigError: (a ValueError) for a value of the wrong type or out of range; the message shows it.
@@ -82,6 +86,8 @@ class TrainConfig:
     teacher_forcing_k: float | None = None  # k of Bengio et al. (2015): linear offset, exponential base, inv. sigmoid
     teacher_forcing_c: float | None = None  # c of Bengio et al.: the linear schedule's slope per step
     teacher_forcing_epsilon_min: float = 0.0  # epsilon of Bengio et al.: the linear schedule's floor
+    freeze: str = ""  # comma-separated parameter-name prefixes kept fixed (e.g. "embedding,rnn.cells.0")
+    body_lr_scale: float = 1.0  # lr multiplier of the pretrained body (the parameters model.init_from loaded)
 
     def __post_init__(self) -> None:
         check_real("lr", self.lr, greater_than=0)
@@ -107,6 +113,9 @@ class TrainConfig:
         check_choice("precision", self.precision, PRECISIONS)
         check_int("grad_accumulation_steps", self.grad_accumulation_steps)
         self.teacher_forcing_probability(0)  # builds, so validates, the schedule
+        check_real("body_lr_scale", self.body_lr_scale, greater_than=0)
+        if not isinstance(self.freeze, str):
+            raise ConfigError(f"freeze must be a string of comma-separated prefixes, got {self.freeze!r}")
         if self.batch_size % self.grad_accumulation_steps != 0:
             raise ConfigError(
                 f"batch_size ({self.batch_size}) must be divisible by grad_accumulation_steps "

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -137,6 +137,8 @@ class Trainer:
             and after every validation, e.g. ``lambda state: save_training_state(path, state)``
             (``seqlab.training.checkpoint``); the state holds the live tensors, so write it before returning;
             None = no checkpoints.
+        pretrained: names of the pretrained body's parameters, trained at ``lr * config.body_lr_scale``;
+            ``config.freeze`` is applied first (see ``seqlab.training.optim.build_optimizer``).
 
     Attributes:
         device: the ``torch.device`` that training runs on.
@@ -175,6 +177,7 @@ class Trainer:
         callbacks: Sequence[Callback] = (),
         run_dir: str | Path | None = None,
         checkpoint: Callable[[dict[str, Any]], None] | None = None,
+        pretrained: Collection[str] = (),
     ) -> None:
         if not monitor:
             raise ValueError("monitor must name a metric returned by validate, got an empty string")
@@ -189,7 +192,7 @@ class Trainer:
         self.log = log
         self.strategy: Strategy = FullSequence() if strategy is None else strategy
         self.micro_batch_size = config.batch_size // config.grad_accumulation_steps
-        self.optimizer = build_optimizer(model, config)
+        self.optimizer = build_optimizer(model, config, pretrained=pretrained)
         self._params = [p for group in self.optimizer.param_groups for p in group["params"]]
         multiplier = lr_multiplier(config.schedule, warmup_steps=config.warmup_steps, total_steps=config.max_steps)
         self.scheduler = lambda_lr(self.optimizer, multiplier)
