@@ -84,9 +84,10 @@ def beam_search(
         # EOS joins the pool only from among the K best extensions (as in Hugging Face): beam 1 is greedy.
         best, flat = total.view(B, K * V).topk(K, dim=1)  # (B, K)
         ends = (flat % V == eos_id) & ~done.unsqueeze(1)
-        finished = best.masked_fill(~ends, float("-inf"))
-        # Column t - 1 of each prefix still holds eos_id, which is the hypothesis' last token.
-        pool = _add_to_pool(pool, _take(history, flat // V), finished, t, length_penalty)
+        if ends.any():  # (a -inf hypothesis is never returned, so a step that ends none leaves the pool as it is)
+            finished = best.masked_fill(~ends, float("-inf"))
+            # Column t - 1 of each prefix still holds eos_id, which is the hypothesis' last token.
+            pool = _add_to_pool(pool, _take(history, flat // V), finished, t, length_penalty)
 
         total[:, :, eos_id] = float("-inf")
         live_log_probs, flat = total.view(B, K * V).topk(K, dim=1)  # (B, K)

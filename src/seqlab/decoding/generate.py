@@ -143,11 +143,14 @@ def generate(
         check_token_id("pad_id", pad_id, V)
     fill = pad_id if pad_id is not None else eos_id if eos_id is not None else 0
     prompts = _Prompts(input_ids, keep_mask, StepOutput(logits, state))
+    penalized = repetition_penalty != 1.0 or no_repeat_ngram_size > 0  # only the penalties read the tokens so far
+    # Greedy and beam search take no warpers (logits_processor refuses them), so without penalties the processors
+    # change nothing and are skipped.
+    process = process if penalized or do_sample else None
     if num_beams > 1:
         # One search length for the batch: the room left by the longest prompt.
         max_length = int(limits.min())
         return _beam(model, prompts, process, max_length, num_beams, length_penalty, eos_id, fill)
-    penalized = repetition_penalty != 1.0 or no_repeat_ngram_size > 0  # only the penalties read the tokens so far
     return _decode(model, prompts, process, penalized, limits, do_sample, eos_id, fill, stop, streamer, generator)
 
 
@@ -191,7 +194,7 @@ def _length_limits(prompt_lengths: Tensor, max_new_tokens: int, context_length: 
 def _decode(
     model: LanguageModelStepModel,
     prompts: _Prompts,
-    process: LogitsProcessor,
+    process: LogitsProcessor | None,
     penalized: bool,
     limits: Tensor,
     do_sample: bool,
@@ -214,7 +217,9 @@ def _decode(
     active = torch.arange(B, device=device)  # the original row of each row still in the batch
     rows: slice | Tensor = slice(None)  # indexes the rows still in the batch: all of them, or ``active``
     for i in range(N):
-        if penalized:
+        if process is None:
+            processed = logits
+        elif penalized:
             processed = process(logits, history[rows, : T + i], history_keep[rows, : T + i])
         else:  # the warpers read no tokens
             processed = process(logits, history[rows, :0], None)
@@ -271,15 +276,15 @@ class _PrefilledStepModel:
 def _beam(
     model: LanguageModelStepModel,
     prompts: _Prompts,
-    process: LogitsProcessor,
+    process: LogitsProcessor | None,
     max_length: int,
     num_beams: int,
     length_penalty: float,
     eos_id: int | None,
     fill: int,
 ) -> GenerateOutput:
-    """The best beam of each row, by ``beam_search`` from the prefilled state; the processors act on the
-    log-probabilities, as in transformers' beam search."""
+    """The best beam of each row, by ``beam_search`` from the prefilled state; the processors (None: none)
+    act on the log-probabilities, as in transformers' beam search."""
     input_ids, keep_mask, (logits, state) = prompts
     V = logits.shape[-1]
     prompt = input_ids.repeat_interleave(num_beams, dim=0)  # (B * K, T), row b's beams are rows b * K + k
@@ -298,7 +303,7 @@ def _beam(
         max_length=max_length,
         beam_size=num_beams,
         length_penalty=length_penalty,
-        logits_processor=process_beams,
+        logits_processor=None if process is None else process_beams,
     )
     tokens, lengths = out.tokens[:, 0], out.lengths[:, 0]  # (B, N), (B,)
     beyond = torch.arange(tokens.shape[1], device=tokens.device) >= lengths.unsqueeze(1)

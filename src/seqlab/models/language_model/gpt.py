@@ -215,8 +215,10 @@ class GPT(PretrainedMixin, nn.Module):
         return StepOutput(self._project(h[:, 0]), state)
 
     def reorder_state(self, state: GPTState, index: Tensor) -> GPTState:
-        """The state of rows ``index`` (B',), in that order."""
-        return select_rows(state, index)
+        """The state of rows ``index`` (B',), in that order; the caches keep their spare capacity
+        (``KVCache.select_rows``), so the next step still appends in place."""
+        caches = [cache.select_rows(index) for cache in state.caches]
+        return GPTState(caches, select_rows(state.next_position, index), select_rows(state.keep_mask, index))
 
     @classmethod
     def from_hf(cls, directory: str | Path) -> GPT:
