@@ -205,8 +205,10 @@ def _decode(
     generator: torch.Generator | None,
 ) -> GenerateOutput:
     """Greedy or sampled continuations, with the model's log-probs of the chosen tokens. Per step, only what the
-    settings need runs: the tokens so far are gathered for the penalties only, and rows are indexed only after one
-    has ended (before that, ``rows`` is a plain slice)."""
+    settings need runs: the tokens so far are gathered for the penalties only, rows are indexed only after one
+    has ended (before that, ``rows`` is a plain slice), and the end test runs only at steps where a row can end
+    (every step with eos_id or stop, else once the shortest length limit is reached). Lengths and log-prob sums
+    are written to a row's output slot when it ends."""
     input_ids, keep_mask, (logits, state) = prompts
     (B, T), device = input_ids.shape, input_ids.device
     N = int(limits.max())
@@ -214,8 +216,10 @@ def _decode(
     history_keep = torch.cat([keep_mask, torch.ones(B, N, dtype=torch.bool, device=device)], dim=1)
     lengths = torch.zeros(B, dtype=torch.long, device=device)
     log_probs = torch.zeros(B, dtype=torch.promote_types(logits.dtype, torch.float32), device=device)
-    active = torch.arange(B, device=device)  # the original row of each row still in the batch
+    # The rows still in the batch: their original row, their log-prob sums so far, their length limits.
+    active, running, row_limits = torch.arange(B, device=device), log_probs.clone(), limits
     rows: slice | Tensor = slice(None)  # indexes the rows still in the batch: all of them, or ``active``
+    shortest = int(limits.min())  # no row ends by its length limit before this many tokens
     for i in range(N):
         if process is None:
             processed = logits
@@ -229,23 +233,27 @@ def _decode(
         else:
             tokens = processed.argmax(dim=-1)
         model_log_probs = torch.log_softmax(logits, dim=-1, dtype=log_probs.dtype)
-        log_probs[rows] += model_log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
+        running += model_log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
         history[rows, T + i] = tokens
-        lengths[rows] += 1
         if streamer is not None:
             streamer(torch.full((B,), fill, device=device).index_put((active,), tokens))
-        done = limits[rows] <= i + 1  # every row in the batch has generated i + 1 tokens
-        if eos_id is not None:
-            done |= tokens == eos_id
-        if stop is not None:
-            done |= torch.tensor([stop(history[row, T : T + i + 1].tolist()) for row in active.tolist()], device=device)
-        ended = int(done.sum())
-        if ended == len(active):
-            break
-        if ended:
-            alive = (~done).nonzero().squeeze(1)
-            active, tokens, state = active[alive], tokens[alive], model.reorder_state(state, alive)
-            rows = active
+        if eos_id is not None or stop is not None or i + 1 >= shortest:
+            done = row_limits <= i + 1  # every row in the batch has generated i + 1 tokens
+            if eos_id is not None:
+                done |= tokens == eos_id
+            if stop is not None:
+                ends = [stop(history[row, T : T + i + 1].tolist()) for row in active.tolist()]
+                done |= torch.tensor(ends, device=device)
+            ended = int(done.sum())
+            if ended:
+                lengths[active[done]] = i + 1
+                log_probs[active[done]] = running[done]
+                if ended == len(active):
+                    break
+                alive = (~done).nonzero().squeeze(1)
+                active, running, row_limits = active[alive], running[alive], row_limits[alive]
+                tokens, state = tokens[alive], model.reorder_state(state, alive)
+                rows, shortest = active, int(row_limits.min())
         logits, state = model.step(tokens, state)
     return GenerateOutput(history[:, : T + int(lengths.max())], lengths, log_probs)
 
