@@ -139,14 +139,18 @@ class KVCache(NamedTuple):
         return selected.cache()
 
     def _owns(self, buffer: KVBuffer | None) -> bool:
-        """Whether this cache may write in place into ``buffer``: its keys are the buffer's first S steps and no
-        other cache has written past them (and, for a buffer made under ``torch.inference_mode``, that mode is still
-        on: torch allows no in-place write to its tensors outside it)."""
+        """Whether this cache may write in place into ``buffer``: its keys and values are the buffer's first S steps
+        (with S = 0 there is nothing to compare: torch gives empty tensors no address) and no other cache has
+        written past them; for a buffer made under ``torch.inference_mode``, that mode must still be on (torch
+        allows no in-place write to its tensors outside it)."""
+        keys, values = self.keys, self.values
         return (
             buffer is not None
+            and buffer.written == keys.shape[2]
+            and keys.shape[0] == buffer.keys.shape[0]
+            and (
+                keys.shape[2] == 0
+                or (keys.data_ptr() == buffer.keys.data_ptr() and values.data_ptr() == buffer.values.data_ptr())
+            )
             and (torch.is_inference_mode_enabled() or not buffer.keys.is_inference())
-            and buffer.written == self.keys.shape[2]
-            and self.keys.data_ptr() == buffer.keys.data_ptr()
-            and self.values.data_ptr() == buffer.values.data_ptr()
-            and self.keys.shape[0] == buffer.keys.shape[0]
         )
