@@ -10,8 +10,9 @@ How ``append`` stores the steps:
 - While autograd records (a key or value requires grad), with ``torch.cat`` into a new tensor of exactly S + t
   steps, so the graph reaches every appended step.
 - Otherwise (``torch.no_grad`` / ``torch.inference_mode``, i.e. decoding) into a ``KVBuffer`` with spare steps:
-  the new steps are written in place after the S held ones, and the buffer doubles when full, so a sequence of
-  n steps copies O(n) key/value steps in all instead of the O(n^2) of one ``torch.cat`` per step. The buffer
+  the new steps are written in place after the S held ones, and the buffer doubles when full (a dynamic array,
+  Cormen et al., "Introduction to Algorithms", sec. 17.4), so a sequence of n steps copies O(n) key/value steps
+  in all instead of the O(n^2) of one ``torch.cat`` per step. The buffer
   records how many steps were written; only the cache that holds all of them may write in place, so appending
   to an older cache value (a second branch) copies into a new buffer and the first branch stays intact.
 """

@@ -59,6 +59,8 @@ class MultiHeadAttention(nn.Module):
     ``attention_kind`` picks the attention inside the heads: "full" is ``scaled_dot_product_attention`` (the fused SDPA
     path unless ``need_weights``, the reference path with weights otherwise); "local" (sliding window of
     ``window`` keys) and "linear" (Katharopoulos et al., 2020) call ``seqlab.nn.functional.attention``.
+    Without autograd (``torch.no_grad``, ``torch.inference_mode``: evaluation and decoding) self-attention projects
+    q, k and v with one matmul by a stacked copy of W^Q, W^K, W^V, so hooks on q_proj, k_proj, v_proj do not run.
 
     Args:
         d_model: D, features of the queries and of the output.
