@@ -13,7 +13,6 @@ import warnings
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqlab.nn.functional.attention import (
@@ -59,8 +58,6 @@ class MultiHeadAttention(nn.Module):
     ``attention_kind`` picks the attention inside the heads: "full" is ``scaled_dot_product_attention`` (the fused SDPA
     path unless ``need_weights``, the reference path with weights otherwise); "local" (sliding window of
     ``window`` keys) and "linear" (Katharopoulos et al., 2020) call ``seqlab.nn.functional.attention``.
-    Without autograd (``torch.no_grad``, ``torch.inference_mode``: evaluation and decoding) self-attention projects
-    q, k and v with one matmul by a stacked copy of W^Q, W^K, W^V, so hooks on q_proj, k_proj, v_proj do not run.
 
     Args:
         d_model: D, features of the queries and of the output.
@@ -136,7 +133,6 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(self.kdim, d_model, bias=bias)  # W^K
         self.v_proj = nn.Linear(self.vdim, d_model, bias=bias)  # W^V
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
-        self._packed: tuple[tuple[tuple[int, int], ...], Tensor, Tensor | None] | None = None  # see _packed_qkv
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -149,22 +145,6 @@ class MultiHeadAttention(nn.Module):
     def _split_heads(self, x: Tensor) -> Tensor:
         B, L, _ = x.shape
         return x.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, N, L, Dh)
-
-    def _packed_qkv(self) -> tuple[Tensor, Tensor | None]:
-        """W^Q, W^K, W^V stacked as one (3D, D) weight and their biases as one (3D,) bias (None without biases), so
-        self-attention without autograd projects with one matmul instead of three, as GPT-2's c_attn and
-        torch.nn.MultiheadAttention's in_proj_weight do. The stacked copy is kept between calls (it is no parameter
-        and not in the state_dict) and rebuilt whenever one of the six tensors changes: its storage (``.to``,
-        ``load_state_dict`` into new tensors) or its in-place version counter (an optimizer step, ``copy_``)."""
-        linears = (self.q_proj, self.k_proj, self.v_proj)
-        tensors = [p for linear in linears for p in (linear.weight, linear.bias) if p is not None]
-        # Tensors made under torch.inference_mode keep no version counter; torch changes them only inside it.
-        key = tuple((t.data_ptr(), 0 if t.is_inference() else t._version) for t in tensors)
-        if self._packed is None or self._packed[0] != key:
-            weight = torch.cat([linear.weight for linear in linears])  # (3D, D)
-            bias = None if self.q_proj.bias is None else torch.cat([linear.bias for linear in linears])  # (3D,)
-            self._packed = (key, weight, bias)
-        return self._packed[1], self._packed[2]
 
     def project_key_value(self, key: Tensor, value: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Project keys (B, S, kdim) and values (B, S, vdim; ``key`` if None) to per-head k, v (B, N, S, Dh).
@@ -209,20 +189,15 @@ class MultiHeadAttention(nn.Module):
         if precomputed_kv is not None and (key is not None or value is not None):
             raise ValueError("pass either key/value or precomputed_kv, not both")
 
-        if self_attention and not torch.is_grad_enabled() and self.kdim == self.vdim == self.d_model:
-            # Nothing to differentiate: q, k, v from one stacked matmul (see _packed_qkv).
-            qkv = F.linear(query, *self._packed_qkv()).view(B, T, 3, self.num_heads, self.head_dim)
-            q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (B, N, T, Dh) each
+        q = self._split_heads(self.q_proj(query))  # (B, N, T, Dh)
+        if precomputed_kv is not None:
+            k, v = precomputed_kv
+        elif self_attention:
+            k, v = self.project_key_value(query)  # (B, N, T, Dh) each
         else:
-            q = self._split_heads(self.q_proj(query))  # (B, N, T, Dh)
-            if precomputed_kv is not None:
-                k, v = precomputed_kv
-            elif self_attention:
-                k, v = self.project_key_value(query)  # (B, N, T, Dh) each
-            else:
-                if key is None:
-                    raise ValueError("value was given without key")
-                k, v = self.project_key_value(key, value)  # (B, N, S, Dh) each
+            if key is None:
+                raise ValueError("value was given without key")
+            k, v = self.project_key_value(key, value)  # (B, N, S, Dh) each
         if self.rotary is not None:
             if offset is None:
                 offset = cache.length if cache is not None else 0
