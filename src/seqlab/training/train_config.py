@@ -19,6 +19,9 @@ DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 DEVICES: tuple[DeviceName, ...] = ("auto", "cpu", "cuda", "mps")
 PrecisionName = Literal["fp32", "bf16", "fp16"]
 PRECISIONS: tuple[PrecisionName, ...] = ("fp32", "bf16", "fp16")
+# Adam divides lr by its bias correction (>= 0.1 at the first step); above this the step size would not fit in a
+# float32 and torch raises instead of producing the non-finite loss that the trainer skips and counts.
+MAX_LR = 1e37
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,9 @@ class TrainConfig:
     ``batch_size // k`` sequences; each micro-batch's mean loss is weighted by its share of the step's
     tokens, so the step's gradient is that of the token mean over all k micro-batches (equal to one batch of
     ``batch_size`` when the loss is a token mean).
+
+    A step whose loss or gradient norm is NaN or infinite is skipped and counted; ``max_nonfinite_steps`` of them
+    in a row stop the run with a ``DivergenceError`` (the best checkpoint so far is kept).
 
     Gradient clipping happens in this order: first by global norm (``clip_norm``), then by value
     (``clip_value``) on the norm-clipped gradient; the logged ``grad_norm`` is the norm before both.
@@ -67,9 +73,12 @@ class TrainConfig:
     device: DeviceName = "auto"  # auto = cuda if available, else mps if available, else cpu
     precision: PrecisionName = "fp32"  # autocast dtype of forward and loss: fp32 (off), bf16, fp16 (scaled)
     grad_accumulation_steps: int = 1  # micro-batches per optimizer step; must divide batch_size
+    max_nonfinite_steps: int = 20  # stop (exit 3) after this many steps in a row with a non-finite loss or grad
 
     def __post_init__(self) -> None:
         check_real("lr", self.lr, greater_than=0)
+        if self.lr > MAX_LR:
+            raise ConfigError(f"lr ({self.lr!r}) must be <= {MAX_LR:g}, the largest whose Adam step fits a float32")
         check_int("batch_size", self.batch_size)
         check_int("max_epochs", self.max_epochs)
         for name in ("max_steps", "patience", "validate_every"):
@@ -91,6 +100,7 @@ class TrainConfig:
         check_choice("device", self.device, DEVICES)
         check_choice("precision", self.precision, PRECISIONS)
         check_int("grad_accumulation_steps", self.grad_accumulation_steps)
+        check_int("max_nonfinite_steps", self.max_nonfinite_steps)
         if self.batch_size % self.grad_accumulation_steps != 0:
             raise ConfigError(
                 f"batch_size ({self.batch_size}) must be divisible by grad_accumulation_steps "
