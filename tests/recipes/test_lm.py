@@ -221,7 +221,7 @@ def test_train_refuses_bad_input_and_writes_nothing(corpus, tmp_path):
     small.write_text("a\nb\nc\nd\ne\nf\ng\nh\ni\nj\nk\nl\nm\nn\no\np\nq\nr\ns\nt\n")
     cases = {
         f"data.train_path={empty}": f"{empty}: is empty",
-        f"data.train_path={latin1}": f"{latin1}: not UTF-8 text (bad byte at offset 3)",
+        f"data.train_path={latin1}": f"{latin1}:1: not UTF-8 text (invalid byte 0xe9 at byte offset 3)",
         f"data.train_path={small}": (
             f"{small}: the train split has 36 tokens, too few for one block of model.context_length 64 "
             "(a block needs 65)"
