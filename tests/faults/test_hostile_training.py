@@ -35,7 +35,14 @@ def validate(model):
 def fit(model, *, loss_fn=mse, validate=validate, on_best=None, **config):
     config = TrainConfig(**{"batch_size": 4, "max_epochs": 2, "patience": None, "lr": 0.01, **config})
     trainer = Trainer(
-        model, config, loss_fn=loss_fn, train_batches=batches, validate=validate, on_best=on_best, progress=False, log=None
+        model,
+        config,
+        loss_fn=loss_fn,
+        train_batches=batches,
+        validate=validate,
+        on_best=on_best,
+        progress=False,
+        log=None,
     )
     return trainer.fit()
 

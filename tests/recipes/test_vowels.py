@@ -368,7 +368,7 @@ def test_a_missing_or_garbage_ts_file_is_one_line(tmp_path, toy, which):
     [
         ("model.pooling=foo", "--set model.pooling: 'foo' is not one of last, mean, max, attention"),
         ("model.cell=transformer", "--set model.cell: 'transformer' is not one of rnn, gru, lstm"),
-        ("model.hidden_size=0", "--set: [model] hidden_size (0) must be an integer >= 1"),
+        ("model.hidden_size=0", "--set: [model] hidden_size (0) must be an integer >= 1 and <= 65536"),
         ("model.dropout=1", "--set: [model] dropout (1.0) must be in [0, 1)"),
         ("data.valid_fraction=0.5", "--set: [data] valid_fraction (0.5) must be a finite number > 0.0 and < 0.5"),
         (
@@ -380,7 +380,9 @@ def test_a_missing_or_garbage_ts_file_is_one_line(tmp_path, toy, which):
 )
 def test_a_bad_set_is_one_line_before_anything_is_created(tmp_path, toy, assignment, message):
     out = tmp_path / "out"
-    assert_error(train_into(out, *data_args(*toy), assignment), message)
+    tiny = [setting for setting in TINY if setting.split("=")[0] != assignment.split("=")[0]]  # each key once
+    args = ["train", "vowels", "--out", out, "--no-progress", "--set", *tiny, *data_args(*toy), assignment]
+    assert_error(run_cli(*args), message)
     assert not out.exists()
 
 
@@ -425,7 +427,7 @@ def test_evaluate_on_a_file_without_labels_is_one_line(tmp_path, checkpoint, toy
 def test_training_with_an_unlabelled_test_file_is_one_line_before_anything_is_created(tmp_path, toy):
     path = unlabelled_copy(toy.test, tmp_path / "unlabelled.ts")
     out = tmp_path / "out"
-    result = train_into(out, *data_args(toy.train, path), "train.max_epochs=1")
+    result = train_into(out, *data_args(toy.train, path))
     assert result.code == 2 and result.out == ""
     assert result.err.startswith(f"seqlab: error: {path}: ")
     assert result.err.count("\n") == 1

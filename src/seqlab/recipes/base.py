@@ -190,6 +190,36 @@ def load_recipe_config(directory: Path, config_class: type[ConfigT]) -> ConfigT:
         raise CheckpointError(f"{path}: bad recipe config ({e!s})") from None
 
 
+def check_model_config(directory: Path, from_recipe: Any, from_weights: Any) -> None:
+    """Refuse a run directory whose ``recipe.json`` describes another model than its ``config.json``.
+
+    Args:
+        directory: the run directory, for the message.
+        from_recipe: the model config that the recipe's saved config (and data files) imply.
+        from_weights: the model config that ``config.json`` holds (the weights were loaded with it).
+    Raises:
+        CheckpointError: naming the first field on which the two disagree, with both values.
+    """
+    for f in dataclasses.fields(from_recipe):
+        wanted, found = getattr(from_recipe, f.name), getattr(from_weights, f.name)
+        if wanted != found:
+            raise CheckpointError(
+                f"{directory}: {RECIPE_FILE} and config.json disagree on {f.name} ({wanted!r} vs {found!r})"
+            )
+
+
+def check_vocabulary_size(path: Path, size: int, model_size: int) -> None:
+    """Refuse a vocabulary file (or labels, tokenizer) whose ``size`` is not the ``model_size`` of the weights.
+
+    Raises:
+        CheckpointError: naming ``path`` and both sizes.
+    """
+    if size != model_size:
+        raise CheckpointError(
+            f"{path}: {size} symbols, but the model's weights have {model_size}; not this model's file"
+        )
+
+
 def recipe_name_of(directory: Path) -> str:
     """The name of the recipe that wrote run directory ``directory``, from its ``recipe.json``.
 

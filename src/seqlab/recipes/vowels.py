@@ -37,7 +37,15 @@ from seqlab.recipes.base import (
     run_training,
 )
 from seqlab.training.trainer import LossOutput, TrainConfig
-from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
+from seqlab.validation import (
+    MAX_DEPTH,
+    MAX_WIDTH,
+    check_bool,
+    check_choice,
+    check_int,
+    check_probability,
+    check_real,
+)
 
 NAME = "vowels"
 DESCRIPTION = "Japanese Vowels speaker classification (aeon's .ts files): bidirectional RNN + pooling, accuracy (%)"
@@ -71,9 +79,9 @@ class VowelsModelConfig:
     dropout: float = 0.2  # before the output layer (and between layers)
 
     def __post_init__(self) -> None:
-        check_int("hidden_size", self.hidden_size)
+        check_int("hidden_size", self.hidden_size, maximum=MAX_WIDTH)
         check_choice("cell", self.cell, RECURRENT_LAYERS)
-        check_int("num_layers", self.num_layers)
+        check_int("num_layers", self.num_layers, maximum=MAX_DEPTH)
         check_bool("bidirectional", self.bidirectional)
         check_choice("pooling", self.pooling, POOLING_NAMES)
         check_probability("dropout", self.dropout)
