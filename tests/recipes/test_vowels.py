@@ -207,6 +207,8 @@ def test_train_saves_the_config_labels_and_training_statistics(checkpoint, toy):
         "test_path": str(toy.test),
         "valid_fraction": 0.15,
         "split_seed": 0,
+        "max_line_chars": 1_000_000,
+        "max_series_length": 10_000,
     }
     assert recipe["config"]["model"]["hidden_size"] == HIDDEN
     assert recipe["config"]["train"]["max_epochs"] == 30
@@ -374,7 +376,7 @@ def test_a_missing_or_garbage_ts_file_is_one_line(tmp_path, toy, which):
         (
             "data.shuffle=true",
             "--set data.shuffle: unknown key in [data]; valid keys are "
-            "train_path, test_path, valid_fraction, split_seed",
+            "train_path, test_path, valid_fraction, split_seed, max_line_chars, max_series_length",
         ),
     ],
 )
