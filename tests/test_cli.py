@@ -692,7 +692,7 @@ def test_generate_refuses_a_recipe_without_generation_in_one_line(checkpoint):
     [
         (["--top-p", "1.5"], "--top-p (1.5) must be in (0, 1]"),
         (["--top-k", "0"], "--top-k (0) must be >= 1"),
-        (["--temperature", "-1"], "--temperature (-1.0) must be > 0"),
+        (["--temperature", "-1"], "--temperature (-1.0) must be a finite number > 0"),
         (["--max-new-tokens", "0"], "--max-new-tokens (0) must be >= 1"),
         (["--num-beams", "0"], "--num-beams (0) must be >= 1"),
         (["--top-k", "two"], "seqlab generate: argument --top-k: invalid int value: 'two'"),

@@ -188,7 +188,7 @@ def test_generate_refuses_bad_options_and_prompts(checkpoints):
         ("--top-p", 1.5): "--top-p (1.5) must be in (0, 1]",
         ("--top-p", 0): "--top-p (0.0) must be in (0, 1]",
         ("--top-k", 0): "--top-k (0) must be >= 1",
-        ("--temperature", 0): "--temperature (0.0) must be > 0",
+        ("--temperature", 0): "--temperature (0.0) must be a finite number > 0",
         ("--num-samples", 0): "--num-samples (0) must be >= 1",
     }
     for option, message in cases.items():
