@@ -1,6 +1,8 @@
 """Typed configuration: TOML files, ``section.key=value`` overrides, type conversion and validation messages."""
 
 import dataclasses
+import os
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -212,8 +214,22 @@ def test_config_error_is_a_value_error():
 
 
 def test_parse_assignments_splits_at_the_first_equals_sign_and_strips():
-    parsed = parse_assignments(["net.size=3", " net.name = a b ", "net.path=x=y", "net.steps=", "net.size=4"])
-    assert parsed == {"net.size": "4", "net.name": "a b", "net.path": "x=y", "net.steps": ""}
+    parsed = parse_assignments(["net.size=3", " net.name = a b ", "net.path=x=y", "net.steps="])
+    assert parsed == {"net.size": "3", "net.name": "a b", "net.path": "x=y", "net.steps": ""}
+
+
+def test_parse_assignments_refuses_a_key_given_twice():
+    with pytest.raises(ConfigError, match=r"^--set net.size: given twice \('3' and '4'\); give it once$"):
+        parse_assignments(["net.size=3", "net.name=a", " net.size = 4"])
+
+
+@pytest.mark.parametrize("path", ["fifo", "/dev/zero", "/proc/self/mem"])
+def test_load_toml_refuses_non_regular_and_unreadable_files_in_one_line(tmp_path, path):
+    if path == "fifo":
+        path = tmp_path / "fifo"
+        os.mkfifo(path)  # opening it would block forever
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(path))}: (is not a regular file|cannot read)"):
+        load_toml(path)
 
 
 def test_parse_assignments_of_nothing_is_empty():

@@ -10,6 +10,7 @@ field's declared type and lets the section's ``__post_init__`` validate it. Ever
 from __future__ import annotations
 
 import dataclasses
+import stat
 import sys
 import types
 import typing
@@ -35,32 +36,42 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a TOML configuration file into nested dicts.
 
     Raises:
-        ConfigError: the file is missing or is not valid TOML (message names the file and TOML's reason).
+        ConfigError: the file is missing, not a regular file, unreadable, or not valid TOML (message names the
+            file and the reason).
     """
     path = Path(path)
     try:
+        mode = path.stat().st_mode
+        if stat.S_ISDIR(mode):
+            raise ConfigError(f"{path}: is a directory, not a config file")
+        if not stat.S_ISREG(mode):  # a FIFO would block forever, a device never end
+            raise ConfigError(f"{path}: is not a regular file (a FIFO, socket or device), not a config file")
         with path.open("rb") as f:
             return tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, not a config file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: not valid TOML ({e})") from None
+        raise ConfigError(f"{path}: not valid TOML ({' '.join(str(e).split())})") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the config file ({e.strerror})") from None
 
 
 def parse_assignments(assignments: list[str]) -> dict[str, str]:
     """Turn ``["train.lr=0.001", ...]`` into ``{"train.lr": "0.001", ...}``.
 
     Raises:
-        ConfigError: an item has no ``=`` or an empty key.
+        ConfigError: an item has no ``=`` or an empty key, or the same key is given twice (which one was meant
+            is not for seqlab to guess).
     """
     parsed: dict[str, str] = {}
     for item in assignments:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        key = key.strip()
+        if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected section.key=value")
-        parsed[key.strip()] = value.strip()
+        if key in parsed:
+            raise ConfigError(f"--set {key}: given twice ({parsed[key]!r} and {value.strip()!r}); give it once")
+        parsed[key] = value.strip()
     return parsed
 
 

@@ -1,4 +1,4 @@
-"""Exceptions that the command line turns into one clear line and exit code 2.
+"""Exceptions that the command line turns into one clear line and their ``exit_code`` (2, or 3 for a diverged run).
 
 Every message names what is wrong and where (file and line, argument, or directory), so the CLI can print
 ``seqlab: error: <message>`` and nothing else.
@@ -7,6 +7,8 @@ Every message names what is wrong and where (file and line, argument, or directo
 
 class SeqlabError(Exception):
     """Base class: a problem with the user's input, reported as one line without a traceback."""
+
+    exit_code = 2  # what ``seqlab`` exits with after printing the message
 
 
 class DataError(SeqlabError, ValueError):
@@ -30,3 +32,10 @@ class UnknownSymbolError(SeqlabError, KeyError):
 
 class StorageError(SeqlabError, OSError):
     """A file could not be written (a full disk, no permission); the message names the file and the reason."""
+
+
+class DivergenceError(SeqlabError, FloatingPointError):
+    """Training diverged: too many optimizer steps in a row had a non-finite loss or gradient norm, or no
+    validation ever had a finite loss. The run directory keeps its last good checkpoint; ``seqlab`` exits 3."""
+
+    exit_code = 3

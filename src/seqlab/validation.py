@@ -13,6 +13,12 @@ from collections.abc import Collection
 
 from seqlab.errors import ConfigError
 
+# The largest width (hidden_size, d_model, embedding_size, d_ff, context_length) and depth (layers, heads) that a
+# recipe config accepts: a 65,536-wide square weight matrix is already 16 GiB of float32, so anything larger is a
+# typo that would otherwise end in an allocation failure.
+MAX_WIDTH = 65_536
+MAX_DEPTH = 1_024
+
 
 def is_int(value: object) -> bool:
     """True for an integer that is not a bool."""

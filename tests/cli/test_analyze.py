@@ -8,10 +8,11 @@ import pytest
 from cli_helpers import assert_error, run_cli
 
 from seqlab.analysis.exposure import exposure_bias
+from seqlab.config import apply_overrides, parse_assignments
 from seqlab.data.batching import batch_iterator
 from seqlab.data.cmudict import read_cmudict
 from seqlab.data.tokenizers import CharTokenizer
-from seqlab.models import GPT, GPTConfig
+from seqlab.models import GPT
 from seqlab.recipes import g2p, lm
 from seqlab.recipes.base import save_recipe_file
 from seqlab.training import MetricsLog
@@ -30,9 +31,11 @@ def assert_png(path: Path) -> None:
 def gpt_checkpoint(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("gpt")
     tokenizer = CharTokenizer(list("abcdefgh "))
-    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, context_length=16, d_model=8, num_heads=2, num_layers=2))
-    lm.LanguageModelSystem(model, tokenizer, lm.Config()).save(directory)
-    save_recipe_file(directory, "lm", lm.Config())
+    sizes = ["model.context_length=16", "model.d_model=8", "model.num_heads=2", "model.num_layers=2"]
+    config = apply_overrides(lm.Config(), parse_assignments(sizes))
+    model = GPT(config.model.model_config(vocab_size=tokenizer.vocab_size))
+    lm.LanguageModelSystem(model, tokenizer, config).save(directory)
+    save_recipe_file(directory, "lm", config)
     return directory
 
 

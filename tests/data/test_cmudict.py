@@ -1,3 +1,4 @@
+import os
 import random
 import re
 
@@ -130,14 +131,44 @@ def test_crlf_and_byte_order_mark(tmp_path):
     ]
 
 
-def test_latin1_classic_file(tmp_path):
-    # cmudict-0.7b spells DÉJÀ in Latin-1, which is not valid UTF-8.
+def test_latin1_is_refused_naming_the_line_and_byte(tmp_path):
+    # cmudict-0.7b spells DÉJÀ in Latin-1, which is not valid UTF-8: an error, never a silent Latin-1 reading.
     path = tmp_path / "d.txt"
     path.write_bytes(b"DEJA  D EY0 ZH AA1\nD\xc9J\xc0  D EY0 ZH AA1\n")
-    assert read_cmudict(path) == [
-        Pronunciation("deja", ("D", "EY", "ZH", "AA")),
-        Pronunciation("déjà", ("D", "EY", "ZH", "AA")),
+    message = f"{path}:2: not UTF-8 text (invalid byte 0xc9 at byte offset 20)"
+    with pytest.raises(DataError, match=f"^{re.escape(message)}$"):
+        read_cmudict(path)
+
+
+def test_mixed_case_phonemes_are_upper_cased(tmp_path):
+    assert read_cmudict(write(tmp_path, "bow  b Ow1\nBOW(2)  B AW1\n")) == [
+        Pronunciation("bow", ("B", "OW")),
+        Pronunciation("bow", ("B", "AW")),
     ]
+
+
+def test_long_lines_words_and_pronunciations_are_refused(tmp_path):
+    path = write(tmp_path, "a  AH\n" + "b" * 2000 + "  B\n")
+    with pytest.raises(DataError, match=f"^{re.escape(f'{path}:2: longer than max_line_chars (1024) characters')}$"):
+        read_cmudict(path)
+    path = write(tmp_path, "a  AH\n" + "b" * 65 + "  B\n")
+    with pytest.raises(DataError, match=re.escape(f"{path}:2: word of 65 letters, longer than max_word_length (64)")):
+        read_cmudict(path)
+    assert read_cmudict(path, max_word_length=65)[1].word == "b" * 65
+    path = write(tmp_path, "a  " + "AH " * 5 + "\n")
+    with pytest.raises(DataError, match=re.escape(f"{path}:1: 5 phonemes, more than max_phonemes (4)")):
+        read_cmudict(path, max_phonemes=4)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_fifo_or_device_is_refused_without_reading(tmp_path, kind):
+    path = tmp_path / "fifo"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    with pytest.raises(DataError, match="is not a regular file"):
+        read_cmudict(path)
 
 
 def test_missing_file(tmp_path):
@@ -169,7 +200,7 @@ def test_no_entries(tmp_path, text):
 def test_binary_file(tmp_path, data):
     path = tmp_path / "d.bin"
     path.write_bytes(data)
-    with pytest.raises(DataError, match=f"^{re.escape(str(path))}: not a UTF-8 text file$"):
+    with pytest.raises(DataError, match=f"^{re.escape(str(path))}:1: not (a text file|UTF-8 text) "):
         read_cmudict(path)
 
 

@@ -4,6 +4,7 @@ Small ``.ts`` files are written here with known numbers; the bundled Japanese Vo
 (independently of aeon) and compared with what seqlab reads.
 """
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -101,8 +102,29 @@ def test_a_missing_file_or_a_directory_is_a_data_error(tmp_path):
     missing = tmp_path / "missing.ts"
     with pytest.raises(DataError, match=rf"^{re.escape(str(missing))}: no such file$"):
         read_ts_file(missing)
-    with pytest.raises(DataError, match=rf"^{re.escape(str(tmp_path))}: no such file$"):
+    with pytest.raises(DataError, match=rf"^{re.escape(str(tmp_path))}: is a directory, expected a \.ts file$"):
         read_ts_file(tmp_path)
+
+
+def test_a_fifo_a_device_a_stray_byte_and_a_long_series_are_one_line_each(tmp_path):
+    fifo = tmp_path / "fifo.ts"
+    os.mkfifo(fifo)  # aeon would block on it forever
+    zero = tmp_path / "zero.ts"
+    zero.symlink_to("/dev/zero")  # aeon would read it until memory runs out
+    for path in (fifo, zero):
+        with pytest.raises(DataError, match=f"^{re.escape(str(path))}: is not a regular file"):
+            read_ts_file(path)
+    latin1 = tmp_path / "latin1.ts"
+    latin1.write_bytes(b"@problemName caf\xe9\n@data\n1,2:a\n")
+    with pytest.raises(DataError, match=re.escape(f"{latin1}:1: not UTF-8 text (invalid byte 0xe9 at byte offset 16)")):
+        read_ts_file(latin1)
+    long = tmp_path / "long.ts"
+    header = "@problemName t\n@timeStamps false\n@missing false\n@univariate true\n@equalLength false\n"
+    long.write_text(header + "@classLabel true a\n@data\n" + ",".join(["1.0"] * 6) + ":a\n")
+    with pytest.raises(DataError, match=re.escape(f"{long}: series 1 has 6 steps, more than max_series_length (5)")):
+        read_ts_file(long, max_series_length=5)
+    with pytest.raises(DataError, match=re.escape(f"{long}:8: longer than max_line_chars (20) characters")):
+        read_ts_file(long, max_line_chars=20)
 
 
 def test_a_value_that_is_not_a_number_is_a_data_error_naming_the_file(tmp_path):
@@ -115,7 +137,8 @@ def test_a_value_that_is_not_a_number_is_a_data_error_naming_the_file(tmp_path):
 def test_a_binary_file_is_a_data_error_naming_the_file(tmp_path):
     path = tmp_path / "binary.ts"
     path.write_bytes(b"\x00\xff\xfe\x01binary")
-    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: not a valid \.ts classification file \("):
+    message = f"{path}:1: not a text file (control byte 0x00 at byte offset 0)"
+    with pytest.raises(DataError, match=rf"^{re.escape(message)}$"):
         read_ts_file(path)
 
 

@@ -96,9 +96,11 @@ TINY_G2P = [
 
 
 def g2p_args(dictionary: Path, *settings: str) -> list[str]:
-    """``--set`` arguments of a tiny g2p run on ``dictionary`` (train, valid and test alike)."""
+    """``--set`` arguments of a tiny g2p run on ``dictionary`` (train, valid and test alike); ``settings`` replace
+    the tiny run's values of the same keys (``--set`` refuses a key given twice)."""
     files = [f"data.{split}_path={dictionary}" for split in ("train", "valid", "test")]
-    return ["--set", *files, *TINY_G2P, *settings]
+    merged = {item.split("=", 1)[0]: item for item in (*TINY_G2P, *settings)}
+    return ["--set", *files, *merged.values()]
 
 
 def seqlab_command(*argv: object) -> list[str]:

@@ -5,6 +5,7 @@ import torch
 from torch.testing import assert_close
 
 from seqlab.nn.attention import AdditiveAttention, AttentionOutput, BilinearAttention, DotProductAttention
+from seqlab.nn.multi_head_attention import MultiHeadAttention
 
 B, T, S, HQ, HK, HV, A = 2, 3, 5, 4, 6, 7, 8
 
@@ -153,7 +154,19 @@ def test_errors():
         additive(query, keys, values, keep_mask=torch.ones(B, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"keep_mask must be a bool tensor \(True = real position\), got torch.int64"):
         additive(query, keys, values, keep_mask=torch.ones(B, S, dtype=torch.long))
-    mask = torch.ones(B, S, dtype=torch.bool)
-    mask[1] = False
-    with pytest.raises(ValueError, match=r"keep_mask row 1 has no real position"):
-        additive(query, keys, values, keep_mask=mask)
+
+
+@pytest.mark.parametrize("make", [lambda: AdditiveAttention(4, 4, 3), lambda: DotProductAttention(scaled=True)])
+def test_a_row_without_real_positions_gets_zero_weights_and_context_as_in_multi_head_attention(make):
+    torch.manual_seed(0)
+    query, keys = torch.randn(2, 3, 4, requires_grad=True), torch.randn(2, 5, 4)
+    mask = torch.tensor([[True, True, False, False, False], [False] * 5])
+    attention = make()
+    out = attention(query, keys, keep_mask=mask)
+    assert torch.equal(out.output[1], torch.zeros(3, 4)) and torch.equal(out.weights[1], torch.zeros(3, 5))
+    reference = attention(query[:1], keys[:1], keep_mask=mask[:1])
+    torch.testing.assert_close(out.output[:1], reference.output)
+    out.output.sum().backward()
+    assert torch.isfinite(query.grad).all()
+    mha = MultiHeadAttention(4, 2)  # the same rule: a query that sees no real key gives a zero row
+    assert torch.equal(mha(keys, keep_mask=mask).output[1], torch.zeros(5, 4))

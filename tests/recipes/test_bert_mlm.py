@@ -116,7 +116,8 @@ def test_a_text_too_short_for_one_sequence_is_one_line(tmp_path):
 def test_a_resumed_run_reads_its_own_wordpiece_vocabulary(corpus, tmp_path, monkeypatch):
     """WordPiece training is not deterministic (ties between pieces), so resume must not train a second one: the
     killed run's tokenizer.json is what the resumed run trains and tests with."""
-    settings = [f"data.train_path={corpus}", *TINY, *STEPS, "train.max_steps=6", "train.checkpoint_every=2"]
+    steps = [s for s in STEPS if not s.startswith("train.max_steps=")] + ["train.max_steps=6"]
+    settings = [f"data.train_path={corpus}", *TINY, *steps, "train.checkpoint_every=2"]
     config = apply_overrides(bert_mlm.Config(), parse_assignments(settings))
     out = tmp_path / "run"
     with monkeypatch.context() as patch:

@@ -195,8 +195,8 @@ def test_a_test_word_with_an_unseen_letter_stops_training_before_anything_is_wri
             r"test_fraction \(-0.1\) must be a finite number >= 0.0 and < 0.5",
         ),
         (g2p.G2PModelConfig, {"label_smoothing": 1.0}, r"label_smoothing \(1.0\) must be in \[0, 1\)"),
-        (g2p.G2PDecodeConfig, {"beam_size": 0}, r"beam_size \(0\) must be an integer >= 1"),
-        (g2p.G2PDecodeConfig, {"max_length": 0}, r"max_length \(0\) must be an integer >= 1"),
+        (g2p.G2PDecodeConfig, {"beam_size": 0}, r"beam_size \(0\) must be an integer >= 1 and <= 1000"),
+        (g2p.G2PDecodeConfig, {"max_length": 0}, r"max_length \(0\) must be an integer >= 1 and <= 10000"),
     ],
 )
 def test_sections_validate_their_values(section, changes, message):

@@ -188,7 +188,7 @@ def test_generate_refuses_bad_options_and_prompts(checkpoints):
         ("--top-p", 1.5): "--top-p (1.5) must be in (0, 1]",
         ("--top-p", 0): "--top-p (0.0) must be in (0, 1]",
         ("--top-k", 0): "--top-k (0) must be >= 1",
-        ("--temperature", 0): "--temperature (0.0) must be > 0",
+        ("--temperature", 0): "--temperature (0.0) must be a finite number > 0",
         ("--num-samples", 0): "--num-samples (0) must be >= 1",
     }
     for option, message in cases.items():
@@ -221,7 +221,7 @@ def test_train_refuses_bad_input_and_writes_nothing(corpus, tmp_path):
     small.write_text("a\nb\nc\nd\ne\nf\ng\nh\ni\nj\nk\nl\nm\nn\no\np\nq\nr\ns\nt\n")
     cases = {
         f"data.train_path={empty}": f"{empty}: is empty",
-        f"data.train_path={latin1}": f"{latin1}: not UTF-8 text (bad byte at offset 3)",
+        f"data.train_path={latin1}": f"{latin1}:1: not UTF-8 text (invalid byte 0xe9 at byte offset 3)",
         f"data.train_path={small}": (
             f"{small}: the train split has 36 tokens, too few for one block of model.context_length 64 "
             "(a block needs 65)"

@@ -208,6 +208,8 @@ def test_train_saves_the_config_labels_and_training_statistics(checkpoint, toy):
         "test_path": str(toy.test),
         "valid_fraction": 0.15,
         "split_seed": 0,
+        "max_line_chars": 1_000_000,
+        "max_series_length": 10_000,
     }
     assert recipe["config"]["model"]["hidden_size"] == HIDDEN
     assert recipe["config"]["train"]["max_epochs"] == 30
@@ -369,19 +371,21 @@ def test_a_missing_or_garbage_ts_file_is_one_line(tmp_path, toy, which):
     [
         ("model.pooling=foo", "--set model.pooling: 'foo' is not one of last, mean, max, attention"),
         ("model.cell=transformer", "--set model.cell: 'transformer' is not one of rnn, gru, lstm"),
-        ("model.hidden_size=0", "--set: [model] hidden_size (0) must be an integer >= 1"),
+        ("model.hidden_size=0", "--set: [model] hidden_size (0) must be an integer >= 1 and <= 65536"),
         ("model.dropout=1", "--set: [model] dropout (1.0) must be in [0, 1)"),
         ("data.valid_fraction=0.5", "--set: [data] valid_fraction (0.5) must be a finite number > 0.0 and < 0.5"),
         (
             "data.shuffle=true",
             "--set data.shuffle: unknown key in [data]; valid keys are "
-            "train_path, test_path, valid_fraction, split_seed",
+            "train_path, test_path, valid_fraction, split_seed, max_line_chars, max_series_length",
         ),
     ],
 )
 def test_a_bad_set_is_one_line_before_anything_is_created(tmp_path, toy, assignment, message):
     out = tmp_path / "out"
-    assert_error(train_into(out, *data_args(*toy), assignment), message)
+    tiny = [setting for setting in TINY if setting.split("=")[0] != assignment.split("=")[0]]  # each key once
+    args = ["train", "vowels", "--out", out, "--no-progress", "--set", *tiny, *data_args(*toy), assignment]
+    assert_error(run_cli(*args), message)
     assert not out.exists()
 
 
@@ -426,7 +430,7 @@ def test_evaluate_on_a_file_without_labels_is_one_line(tmp_path, checkpoint, toy
 def test_training_with_an_unlabelled_test_file_is_one_line_before_anything_is_created(tmp_path, toy):
     path = unlabelled_copy(toy.test, tmp_path / "unlabelled.ts")
     out = tmp_path / "out"
-    result = train_into(out, *data_args(toy.train, path), "train.max_epochs=1")
+    result = train_into(out, *data_args(toy.train, path))
     assert result.code == 2 and result.out == ""
     assert result.err.startswith(f"seqlab: error: {path}: ")
     assert result.err.count("\n") == 1

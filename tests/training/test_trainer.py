@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from seqlab.config import apply_overrides
-from seqlab.errors import ConfigError
+from seqlab.errors import ConfigError, DivergenceError
 from seqlab.training.seeding import seed_everything
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
 
@@ -359,7 +359,7 @@ def test_model_back_in_train_mode_when_validate_raises():
 # ---------------------------------------------------------------- errors
 
 
-def test_nan_loss_raises_naming_the_step_and_leaves_parameters_unchanged():
+def test_a_nan_loss_stops_at_max_nonfinite_steps_naming_the_step_and_leaves_parameters_unchanged():
     before_bad_step = {}
     calls = []
 
@@ -372,20 +372,21 @@ def test_nan_loss_raises_naming_the_step_and_leaves_parameters_unchanged():
         return output
 
     model = mlp()
-    with pytest.raises(FloatingPointError, match=r"^non-finite loss \(nan\) at step 3 \(epoch 1\)"):
-        make_trainer(model, train_config(), loss_fn=loss_fn).fit()
+    message = r"^training diverged: 1 steps in a row .* the latest step 3 \(epoch 1\) with loss nan"
+    with pytest.raises(DivergenceError, match=message):
+        make_trainer(model, train_config(max_nonfinite_steps=1), loss_fn=loss_fn).fit()
     assert_same_params(params_of(model), before_bad_step)
 
 
-def test_non_finite_gradient_raises():
+def test_a_non_finite_gradient_stops_at_max_nonfinite_steps():
     model = nn.Linear(3, 1)
     nn.init.zeros_(model.weight)
 
     def loss_fn(model, batch):  # sqrt'(0) is infinite, so the loss is finite and the gradient is not
         return LossOutput(model.weight.abs().sqrt().sum() + 0 * model.bias.sum(), 1)
 
-    with pytest.raises(FloatingPointError, match=r"^non-finite gradient norm \(nan\) at step 1 \(epoch 1\)"):
-        make_trainer(model, train_config(), loss_fn=loss_fn).fit()
+    with pytest.raises(DivergenceError, match=r"the latest step 1 \(epoch 1\) with loss 0.0 and grad_norm nan"):
+        make_trainer(model, train_config(max_nonfinite_steps=1), loss_fn=loss_fn).fit()
     assert torch.equal(model.weight.detach(), torch.zeros(1, 3))
 
 

@@ -1,19 +1,26 @@
 """The ``seqlab`` command: one module per group of subcommands, each adding its parsers in ``register``.
 
 Every problem with the user's input ends with one line ``seqlab: error: ...`` naming the file, line or argument,
-and exit code 2; no traceback, and no existing output directory is touched without ``--overwrite``.
+and exit code 2; no traceback, and no existing output directory is touched without ``--overwrite``. Exit codes:
+
+- 0: success; 2: bad input (data, configuration, checkpoint); 3: training diverged (``DivergenceError``: too many
+  non-finite steps in a row, the last good checkpoint kept); 130: interrupted;
+- 1: an unexpected error (a bug): one line ``seqlab: internal error: TYPE: MESSAGE``; the traceback is printed
+  only with ``seqlab --debug ...`` or the environment variable ``SEQLAB_DEBUG=1``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from seqlab.cli import analyze, core, embed
 from seqlab.errors import ConfigError, SeqlabError
 
-EXIT_USAGE = 2
+EXIT_INTERNAL = 1
 # Modules whose ``register(commands)`` adds subcommands, in the order ``seqlab --help`` lists them.
 COMMAND_MODULES = (core, embed, analyze)
 
@@ -28,19 +35,29 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``seqlab`` console script; returns the exit code."""
     parser = _build_parser()
+    debug = os.environ.get("SEQLAB_DEBUG", "") not in ("", "0")
     try:
         args = parser.parse_args(argv)
+        debug = debug or args.debug
         return args.handler(args)
     except SeqlabError as e:
         print(f"seqlab: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return e.exit_code
     except KeyboardInterrupt:
         print("seqlab: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug: one line, the traceback on request
+        if debug:
+            traceback.print_exc()
+        message = " ".join(str(e).split())  # one line, however many the exception's message has
+        hint = "" if debug else " (run with --debug or SEQLAB_DEBUG=1 for the traceback)"
+        print(f"seqlab: internal error: {type(e).__name__}: {message}{hint}", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="seqlab", description="Sequence models from the equations: train, evaluate, predict.")
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an internal error")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for module in COMMAND_MODULES:
         module.register(commands)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,9 @@ from seqlab.recipes.run_directory import RunMode
 
 # The options a recipe's predict may declare in PREDICT_OPTIONS, and their flags.
 PREDICT_FLAGS = {"beam_size": "--beam-size", "nbest": "--nbest"}
+# The largest value of each integer option: beyond it a command would only run out of memory or time.
+MAX_BEAMS = 1_000
+MAX_NEW_TOKENS = 1_000_000
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -135,8 +139,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace) -> int:
     given = {name: getattr(args, name) for name in PREDICT_FLAGS if getattr(args, name) is not None}
     for name, value in given.items():
-        if value < 1:
-            raise ConfigError(f"{PREDICT_FLAGS[name]} ({value}) must be >= 1")
+        _check_option(PREDICT_FLAGS[name], value, MAX_BEAMS)
     recipe = recipe_of_checkpoint(args.checkpoint)
     refused = [PREDICT_FLAGS[name] for name in given if name not in recipe.PREDICT_OPTIONS]
     if refused:
@@ -147,16 +150,16 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    for flag, value in (
-        ("--max-new-tokens", args.max_new_tokens),
-        ("--top-k", args.top_k),
-        ("--num-beams", args.num_beams),
-        ("--num-samples", args.num_samples),
+    for flag, value, maximum in (
+        ("--max-new-tokens", args.max_new_tokens, MAX_NEW_TOKENS),
+        ("--top-k", args.top_k, MAX_NEW_TOKENS),
+        ("--num-beams", args.num_beams, MAX_BEAMS),
+        ("--num-samples", args.num_samples, MAX_BEAMS),
     ):
-        if value is not None and value < 1:
-            raise ConfigError(f"{flag} ({value}) must be >= 1")
-    if args.temperature is not None and not args.temperature > 0:
-        raise ConfigError(f"--temperature ({args.temperature}) must be > 0")
+        if value is not None:
+            _check_option(flag, value, maximum)
+    if args.temperature is not None and not 0 < args.temperature < math.inf:
+        raise ConfigError(f"--temperature ({args.temperature}) must be a finite number > 0")
     if args.top_p is not None and not 0 < args.top_p <= 1:
         raise ConfigError(f"--top-p ({args.top_p}) must be in (0, 1]")
     if args.seed is not None and not 0 <= args.seed < 2**63:
@@ -173,6 +176,13 @@ def _generate(args: argparse.Namespace) -> int:
     options = ("max_new_tokens", "temperature", "top_k", "top_p", "num_beams", "seed", "num_samples", "stop")
     generate(args.checkpoint, args.prompt, **{name: getattr(args, name) for name in options}, on_text=write)
     return 0
+
+
+def _check_option(flag: str, value: int, maximum: int) -> None:
+    if value < 1:
+        raise ConfigError(f"{flag} ({value}) must be >= 1")
+    if value > maximum:
+        raise ConfigError(f"{flag} ({value}) must be <= {maximum:,}")
 
 
 def _recipes(args: argparse.Namespace) -> int:

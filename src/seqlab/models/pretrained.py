@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 from torch import nn
@@ -23,6 +24,7 @@ from seqlab.files import atomic_path, atomic_write
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+_FLOAT_DTYPES = {"F16", "BF16", "F32", "F64"}  # safetensors' names of the floating-point dtypes
 # seqlab 0.1.0 wrote the class name as model_type; its checkpoints keep loading under these aliases.
 LEGACY_MODEL_TYPES = {
     "RNNSeq2Seq": "rnn_seq2seq",
@@ -102,6 +104,7 @@ class PretrainedMixin:
         assert isinstance(model, nn.Module)
         _check_weight_shapes(model, weights_path)
         load_model(model, str(weights_path))
+        _check_finite(model, weights_path)
         model.eval()
         return model
 
@@ -142,12 +145,14 @@ def _model_type(payload: Any) -> Any:
 
 
 def _check_weight_shapes(model: nn.Module, weights_path: Path) -> None:
-    """Raise CheckpointError (one line) unless the file holds exactly the model's tensors, with its shapes."""
+    """Raise CheckpointError (one line) unless the file holds exactly the model's tensors, with its shapes, and
+    floating-point tensors where the model has them (integer weights would be converted without a word)."""
     state = model.state_dict()
     expected = {name: tuple(t.shape) for name, t in state.items()}
     try:
         with safe_open(str(weights_path), framework="pt") as f:
             stored = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118
+            dtypes = {name: f.get_slice(name).get_dtype() for name in f.keys()}  # noqa: SIM118
     except (SafetensorError, OSError) as e:
         raise CheckpointError(f"{weights_path}: cannot load weights ({e})") from None
     # save_model keeps one name of tensors that share memory (tied weights): the others are not missing.
@@ -164,3 +169,12 @@ def _check_weight_shapes(model: nn.Module, weights_path: Path) -> None:
                 f"{weights_path}: weights do not match the config ({name} is {list(shape)}, "
                 f"the config needs {list(expected[name])})"
             )
+        if state[name].is_floating_point() and dtypes[name] not in _FLOAT_DTYPES:
+            raise CheckpointError(f"{weights_path}: {name} holds {dtypes[name]} values, expected floating point")
+
+
+def _check_finite(model: nn.Module, weights_path: Path) -> None:
+    """Raise CheckpointError (one line) if a loaded tensor holds a NaN or an infinity (a diverged model)."""
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(f"{weights_path}: {name} holds NaN or infinite values (a diverged model?)")

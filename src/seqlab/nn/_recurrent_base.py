@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from seqlab.nn.cells import RECURRENT_INITS, LSTMState
+from seqlab.nn.cells import RECURRENT_INITS, LSTMState, check_input_dtype
 from seqlab.nn.functional.fused_rnn import fused_kernels_available, fused_rnn, fused_rnn_packed
 from seqlab.validation import check_bool, check_choice, check_int, check_probability
 
@@ -332,15 +332,23 @@ class RecurrentBase(nn.Module):
     def _torch_options(self) -> dict[str, object]:
         return {}
 
-    def forward(self, x: Tensor, lengths: Tensor | None = None, state: State | None = None) -> RecurrentOutput:
-        """Run all layers over x (B, T, E) or (T, B, E); lengths (B,); state shaped as the output's."""
+    def forward(
+        self, x: Tensor, lengths: Tensor | Sequence[int] | None = None, state: State | None = None
+    ) -> RecurrentOutput:
+        """Run all layers over x (B, T, E) or (T, B, E), floating point with the weights' dtype, T >= 1; lengths
+        (B,), an integer tensor or a sequence of ints (converted with ``torch.as_tensor``); state shaped as the
+        output's. Raises TypeError for an integer x or another float dtype, ValueError for the rest."""
         layout = "(B, T, E)" if self.batch_first else "(T, B, E)"
         if x.dim() != 3:
             raise ValueError(f"expected x of shape {layout}, got shape {tuple(x.shape)}")
         if x.shape[-1] != self.input_size:
             raise ValueError(f"expected x with {self.input_size} features (input_size), got {x.shape[-1]}")
+        check_input_dtype(x, self.cells[0].weight_ih)
         B, T = (x.shape[0], x.shape[1]) if self.batch_first else (x.shape[1], x.shape[0])
+        if T == 0:
+            raise ValueError(f"x has no time steps (T = 0, shape {tuple(x.shape)}); a recurrent layer needs T >= 1")
         if lengths is not None:
+            lengths = lengths if isinstance(lengths, Tensor) else torch.as_tensor(lengths)
             self._check_lengths(lengths, B, T)
         state = self._initial_state(x, B) if state is None else self._check_state(state, B)
         options = {"batch_first": self.batch_first, "dropout": self.dropout, "training": self.training}

@@ -4,6 +4,9 @@ The variants differ only in the score e_{ts} = score(q_t, k_s); ``Attention.forw
 weights and a context vector once for all of them:
 
     alpha_{ts} = softmax_s(e_{ts})  over the real source positions,      context_t = sum_s alpha_{ts} v_s
+
+A row with no real source position gets zero weights and a zero context, the rule of every seqlab attention
+module (``MultiHeadAttention`` and ``seqlab.nn.functional.attention`` too), so padded rows need no special case.
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ class Attention(nn.Module, ABC):
         values: (B, S, Hv), defaults to ``keys``.
         keep_mask: (B, S) bool, True where a source position is real; None means every position is real.
     Outputs: ``AttentionOutput(output, weights)``: output the context vectors (B, T, Hv), weights (B, T, S), rows
-        summing to 1; without the T dimension for a 2-D query.
+        summing to 1 (all zeros, and a zero context, for a batch row whose mask has no real position); without
+        the T dimension for a 2-D query.
     Raises: ValueError (message shows the numbers) if a tensor has the wrong rank, batch sizes differ,
-        values do not match keys in (B, S), feature sizes do not fit the score, mask is not a bool (B, S)
-        tensor, or a mask row has no real position.
+        values do not match keys in (B, S), feature sizes do not fit the score, or mask is not a bool (B, S)
+        tensor.
     """
 
     @abstractmethod
@@ -65,8 +69,12 @@ class Attention(nn.Module, ABC):
             query = query.unsqueeze(1)  # (B, 1, Hq)
         scores = self.score(query, keys)  # (B, T, S)
         if keep_mask is not None:
-            scores = scores.masked_fill(~keep_mask.unsqueeze(1), float("-inf"))
+            seen = keep_mask.any(dim=1)[:, None, None]  # (B, 1, 1): the row has a real position
+            # An all-masked row is left unmasked, then zeroed: softmax(-inf, ..., -inf) would be NaN.
+            scores = scores.masked_fill(~keep_mask.unsqueeze(1) & seen, float("-inf"))
         weights = torch.softmax(scores, dim=-1)  # (B, T, S)
+        if keep_mask is not None:
+            weights = weights * seen
         context = weights @ values  # (B, T, Hv)
         if single_step:
             return AttentionOutput(context.squeeze(1), weights.squeeze(1))
@@ -78,10 +86,6 @@ def _check_keep_mask(keep_mask: Tensor, B: int, S: int) -> None:
         raise ValueError(f"keep_mask must be a bool tensor (True = real position), got {keep_mask.dtype}")
     if keep_mask.shape != (B, S):
         raise ValueError(f"keep_mask shape {tuple(keep_mask.shape)} != (B, S) = ({B}, {S})")
-    # An all-masked row would give softmax(-inf, ..., -inf) = NaN weights.
-    empty = (~keep_mask.any(dim=1)).nonzero()
-    if len(empty):
-        raise ValueError(f"keep_mask row {int(empty[0])} has no real position")
 
 
 class AdditiveAttention(Attention):

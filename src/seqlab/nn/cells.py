@@ -51,6 +51,20 @@ _PLAIN_GATE_PARAMETERS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 _LAYER_NORM_GATE_PARAMETERS = ("gain_ih", "gain_hh", "bias_ih", "bias_hh")
 
 
+def check_input_dtype(x: Tensor, weight: Tensor) -> None:
+    """A recurrent input must be floating point with the dtype of the layer's weights (under autocast, any float).
+
+    Raises: TypeError naming both dtypes: integer inputs (token ids need an embedding first) or, outside
+        autocast, a float dtype other than the weights' (convert the input or the layer with ``.to(dtype)``).
+    """
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor (token ids need an embedding first), got {x.dtype}")
+    if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+        raise TypeError(
+            f"x has dtype {x.dtype} but the layer's weights are {weight.dtype}; convert one with .to(dtype)"
+        )
+
+
 class _CellParameters(nn.Module):
     """Creates the torch.nn-layout parameters shared by every cell (plain and layer-normalised), checks inputs
     and states, and computes the input projection. ``__init__`` only creates the parameters; each concrete
@@ -122,6 +136,7 @@ class _CellParameters(nn.Module):
             raise ValueError(f"expected x of shape (B, E), got shape {tuple(x.shape)}")
         if x.shape[-1] != self.input_size:
             raise ValueError(f"expected x with {self.input_size} features (input_size), got {x.shape[-1]}")
+        check_input_dtype(x, self.weight_ih)
 
     def _zeros(self, x: Tensor, size: int) -> Tensor:
         return x.new_zeros(x.shape[0], size)

@@ -57,17 +57,18 @@ class RNN(RecurrentBase):
             reference loop.
         device, dtype: where and how the parameters are created.
 
-    Inputs: x (B, T, E) or (T, B, E); lengths (B,) integers in [1, T] or None for all T; state h_0 (L*C, B, H)
-        or None for zeros.
+    Inputs: x (B, T, E) or (T, B, E), T >= 1, floating point with the weights' dtype; lengths (B,) integers in
+        [1, T] (a tensor or a sequence of ints) or None for all T; state h_0 (L*C, B, H) or None for zeros.
     Outputs: RecurrentOutput(outputs (B, T, C*H) or (T, B, C*H), H instead of C*H unless merge_mode is
         "concat", state h_n (L*C, B, H)).
     Raises:
         ValueError: bad nonlinearity, merge_mode or recurrent_init; merge_mode other than "concat" without
             bidirectional; num_layers < 1; residual with num_layers < 2; dropout or recurrent_dropout outside
-            [0, 1); x not 3-D or
-            x.shape[-1] != input_size; lengths not of shape (B,), not integers, or outside [1, T]; state not
+            [0, 1); x not 3-D or x.shape[-1] != input_size or T = 0; lengths not of shape (B,), not integers, or
+            outside [1, T]; state not
             (L*C, B, H); ``to_torch`` with recurrent_dropout or merge_mode other than "concat". Messages show
             the numbers.
+        TypeError: x of an integer dtype, or (outside autocast) of a float dtype other than the weights'.
     """
 
     torch_class = nn.RNN

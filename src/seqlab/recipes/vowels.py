@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from seqlab.data.timeseries import (
+    MAX_LINE_CHARS,
+    MAX_SERIES_LENGTH,
     SeriesDataset,
     channel_statistics,
     japanese_vowels_paths,
@@ -33,13 +35,23 @@ from seqlab.nn.pooling import POOLING_NAMES, PoolingName
 from seqlab.recipes.base import (
     Report,
     TrainingRun,
+    check_model_config,
+    check_vocabulary_size,
     load_recipe_config,
     model_device,
     run_training,
 )
 from seqlab.recipes.run_directory import RunMode
 from seqlab.training.trainer import LossOutput, TrainConfig
-from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
+from seqlab.validation import (
+    MAX_DEPTH,
+    MAX_WIDTH,
+    check_bool,
+    check_choice,
+    check_int,
+    check_probability,
+    check_real,
+)
 
 NAME = "vowels"
 DESCRIPTION = "Japanese Vowels speaker classification (aeon's .ts files): bidirectional RNN + pooling, accuracy (%)"
@@ -55,8 +67,12 @@ class VowelsDataConfig:
     test_path: str | None = None  # .ts file; None = aeon's bundled JapaneseVowels_TEST.ts
     valid_fraction: float = 0.15  # share of each class's training series held out for validation
     split_seed: int = 0  # seed of the stratified validation split
+    max_line_chars: int = MAX_LINE_CHARS  # longest line (one series) of a .ts file, in characters
+    max_series_length: int = MAX_SERIES_LENGTH  # most time steps of one series
 
     def __post_init__(self) -> None:
+        check_int("max_line_chars", self.max_line_chars, maximum=100_000_000)
+        check_int("max_series_length", self.max_series_length, maximum=10_000_000)
         check_real("valid_fraction", self.valid_fraction, greater_than=0.0, below=0.5)
         check_int("split_seed", self.split_seed, minimum=None)
 
@@ -73,9 +89,9 @@ class VowelsModelConfig:
     dropout: float = 0.2  # before the output layer (and between layers)
 
     def __post_init__(self) -> None:
-        check_int("hidden_size", self.hidden_size)
+        check_int("hidden_size", self.hidden_size, maximum=MAX_WIDTH)
         check_choice("cell", self.cell, RECURRENT_LAYERS)
-        check_int("num_layers", self.num_layers)
+        check_int("num_layers", self.num_layers, maximum=MAX_DEPTH)
         check_bool("bidirectional", self.bidirectional)
         check_choice("pooling", self.pooling, POOLING_NAMES)
         check_probability("dropout", self.dropout)
@@ -122,7 +138,16 @@ class VowelsSystem:
             raise CheckpointError(f"{e.filename}: missing") from None
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             raise CheckpointError(f"{directory}: bad recipe files ({e!s})") from None
-        return cls(Seq2VecClassifier.from_pretrained(directory), labels, mean, std, config)
+        model = Seq2VecClassifier.from_pretrained(directory)
+        check_vocabulary_size(directory / LABELS_FILE, len(labels), model.config.num_classes)
+        if mean.shape != (model.config.input_size,) or std.shape != mean.shape:
+            raise CheckpointError(
+                f"{directory / LABELS_FILE}: channel statistics of shapes {mean.shape} and {std.shape}, "
+                f"but the model reads {model.config.input_size} channels"
+            )
+        expected = config.model.model_config(input_size=model.config.input_size, num_classes=len(labels))
+        check_model_config(directory, expected, model.config)
+        return cls(model, labels, mean, std, config)
 
     def prepare(
         self, data: SeriesDataset, *, source: str, with_labels: bool = True
@@ -194,7 +219,7 @@ def train(
             train_source, test_source = map(str, japanese_vowels_paths())
         else:
             train_source, test_source = config.data.train_path, config.data.test_path
-        full, test = read_ts_file(train_source), read_ts_file(test_source)
+        full, test = read_ts(train_source, config.data), read_ts(test_source, config.data)
         train_rows, valid_rows = stratified_split(
             full.labels, fraction=config.data.valid_fraction, seed=config.data.split_seed
         )
@@ -255,10 +280,17 @@ def train(
     return run_training(NAME, config, out_dir, prepare, progress=progress, log=log, mode=mode)
 
 
+def read_ts(path: str | Path, data: VowelsDataConfig, *, labelled: bool = True) -> SeriesDataset:
+    """``read_ts_file`` with the data section's limits."""
+    return read_ts_file(
+        path, labelled=labelled, max_line_chars=data.max_line_chars, max_series_length=data.max_series_length
+    )
+
+
 def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:
     """Accuracy (%) of a checkpoint on a labelled ``.ts`` file."""
     system = VowelsSystem.load(checkpoint)
-    data = read_ts_file(data_path)
+    data = read_ts(data_path, system.config.data)
     return {"accuracy": system.accuracy(data, source=data_path), "series": float(len(data.series))}
 
 
@@ -267,6 +299,6 @@ def predict(checkpoint: Path, inputs: Sequence[str]) -> list[str]:
     system = VowelsSystem.load(checkpoint)
     lines = []
     for path in inputs:
-        series, _ = system.prepare(read_ts_file(path, labelled=False), source=path, with_labels=False)
+        series, _ = system.prepare(read_ts(path, system.config.data, labelled=False), source=path, with_labels=False)
         lines += [f"{path}:{i + 1}  {system.labels[p]}" for i, p in enumerate(system.classify(series))]
     return lines

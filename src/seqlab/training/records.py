@@ -7,7 +7,7 @@ from typing import Literal, NamedTuple
 StopReason = Literal["max_epochs", "max_steps", "time_budget", "early_stopping"]
 
 # Keys of a validation record that the trainer fills; validation metrics must not reuse them.
-RECORD_KEYS = frozenset({"epoch", "step", "train_loss", "grad_norm", "lr", "tokens_per_s", "seconds"})
+RECORD_KEYS = frozenset({"epoch", "step", "train_loss", "grad_norm", "lr", "tokens_per_s", "skipped_steps", "seconds"})
 
 
 class StepRecord(NamedTuple):
@@ -48,7 +48,8 @@ class TrainResult(NamedTuple):
         history: one record per validation: epoch, step, train_loss (token-weighted mean since the previous
             record), grad_norm (mean pre-clip global norm of the updates applied since the previous record),
             lr (the learning rate of the record's step), tokens_per_s (training throughput, validation
-            excluded), the validation metrics, and seconds since fit() started.
+            excluded), skipped_steps (steps since the previous record skipped for a non-finite loss or
+            gradient norm), the validation metrics, and seconds since fit() started.
     """
 
     steps: int
@@ -68,5 +69,7 @@ def summary_line(record: dict[str, float], *, improved: bool) -> str:
     return (
         f"epoch {record['epoch']} step {record['step']} | train_loss {record['train_loss']:.4g} "
         f"grad_norm {record['grad_norm']:.4g} lr {record['lr']:.4g} | {metrics} | {record['tokens_per_s']:.0f} tok/s "
-        f"{record['seconds']:.1f} s" + (" *" if improved else "")
+        f"{record['seconds']:.1f} s"
+        + (f" | {record['skipped_steps']:.0f} non-finite steps skipped" if record.get("skipped_steps") else "")
+        + (" *" if improved else "")
     )

@@ -20,6 +20,9 @@ DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 DEVICES: tuple[DeviceName, ...] = ("auto", "cpu", "cuda", "mps")
 PrecisionName = Literal["fp32", "bf16", "fp16"]
 PRECISIONS: tuple[PrecisionName, ...] = ("fp32", "bf16", "fp16")
+# Adam divides lr by its bias correction (>= 0.1 at the first step); above this the step size would not fit in a
+# float32 and torch raises instead of producing the non-finite loss that the trainer skips and counts.
+MAX_LR = 1e37
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,9 @@ class TrainConfig:
     ``batch_size // k`` sequences; each micro-batch's mean loss is weighted by its share of the step's
     tokens, so the step's gradient is that of the token mean over all k micro-batches (equal to one batch of
     ``batch_size`` when the loss is a token mean).
+
+    A step whose loss or gradient norm is NaN or infinite is skipped and counted; ``max_nonfinite_steps`` of them
+    in a row stop the run with a ``DivergenceError`` (the best checkpoint so far is kept).
 
     Gradient clipping happens in this order: first by global norm (``clip_norm``), then by value
     (``clip_value``) on the norm-clipped gradient; the logged ``grad_norm`` is the norm before both.
@@ -88,9 +94,12 @@ class TrainConfig:
     teacher_forcing_epsilon_min: float = 0.0  # epsilon of Bengio et al.: the linear schedule's floor
     freeze: str = ""  # comma-separated parameter-name prefixes kept fixed (e.g. "embedding,rnn.cells.0")
     body_lr_scale: float = 1.0  # lr multiplier of the pretrained body (the parameters model.init_from loaded)
+    max_nonfinite_steps: int = 20  # stop (exit 3) after this many steps in a row with a non-finite loss or grad
 
     def __post_init__(self) -> None:
         check_real("lr", self.lr, greater_than=0)
+        if self.lr > MAX_LR:
+            raise ConfigError(f"lr ({self.lr!r}) must be <= {MAX_LR:g}, the largest whose Adam step fits a float32")
         check_int("batch_size", self.batch_size)
         check_int("max_epochs", self.max_epochs)
         for name in ("max_steps", "patience", "validate_every", "checkpoint_every"):
@@ -116,6 +125,7 @@ class TrainConfig:
         check_real("body_lr_scale", self.body_lr_scale, greater_than=0)
         if not isinstance(self.freeze, str):
             raise ConfigError(f"freeze must be a string of comma-separated prefixes, got {self.freeze!r}")
+        check_int("max_nonfinite_steps", self.max_nonfinite_steps)
         if self.batch_size % self.grad_accumulation_steps != 0:
             raise ConfigError(
                 f"batch_size ({self.batch_size}) must be divisible by grad_accumulation_steps "

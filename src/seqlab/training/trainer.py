@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from seqlab.errors import CheckpointError
+from seqlab.errors import CheckpointError, DivergenceError
 from seqlab.training.callbacks import Callback, OnBest, run_dir_callbacks
 from seqlab.training.checkpoint import restore_training_state, set_rng_state, training_state
 from seqlab.training.clipping import clip_grad_norm, clip_grad_value
@@ -47,9 +47,9 @@ def _write_to_stderr(line: str) -> None:
     tqdm.write(line, file=sys.stderr)
 
 
-def _rank(value: float) -> float:
-    """Order for the monitored metric: NaN ranks worst, so a NaN validation never counts as an improvement."""
-    return math.inf if math.isnan(value) else value
+def _all_finite(model: nn.Module) -> bool:
+    """True if no parameter or buffer of ``model`` holds a NaN or an infinity."""
+    return all(bool(torch.isfinite(t).all()) for t in model.state_dict().values() if t.is_floating_point())
 
 
 @dataclass
@@ -68,6 +68,8 @@ class _Run:
     tokens: int = 0
     grad_norm_sum: float = 0.0
     applied_steps: int = 0  # steps whose update was applied (fp16 may skip some)
+    skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient norm
+    nonfinite_in_row: int = 0  # the latest steps that were skipped so, in a row
     lr: float = 0.0  # learning rate of the latest step
     segment_start: float = 0.0  # when training resumed after the latest validation
     step_start: float = 0.0  # when the latest step ended, or training resumed
@@ -153,8 +155,12 @@ class Trainer:
             ``fit()``: if an epoch yields no batches, a loss is not a scalar, num_tokens < 1, or ``validate``
             returns no ``monitor`` key or a key the trainer reserves for its records.
         ConfigError: at construction, if ``config.device`` is not available, or for fp16 on the CPU.
-        FloatingPointError: from ``fit()``, if the loss or (except under fp16) the gradient norm is NaN or
-            infinite; the message names the step, and that step's update is not applied.
+        DivergenceError: (a FloatingPointError) from ``fit()``, once ``config.max_nonfinite_steps`` steps in
+            a row had a NaN or infinite loss or (except under fp16, whose scaler skips those) gradient norm,
+            or if no validation had a finite monitored metric and finite parameters; the message names the
+            latest step. Such a step is skipped (its update is not applied) and counted in the validation
+            record's ``skipped_steps``; a validation with a non-finite metric, or after which a parameter is
+            non-finite, never counts as the best, so ``on_best`` never saves a diverged model.
 
     Note:
         ``fit()`` re-seeds Python, NumPy and torch with ``config.seed`` (see ``seed_everything``), so two fits
@@ -231,7 +237,11 @@ class Trainer:
         while stopped_by is None and epoch < self.config.max_epochs:
             epoch += 1
             stopped_by = self._run_epoch(epoch, generator, run)
-        assert run.best is not None and run.best_state is not None  # every epoch ends with a validation
+        if run.best is None or run.best_state is None:
+            raise DivergenceError(
+                f"training diverged: no validation had a finite {self.monitor} and finite parameters "
+                f"({len(run.history)} validations); lower train.lr or check the data"
+            )
         self.model.load_state_dict(run.best_state)
         result = TrainResult(
             steps=run.step,
@@ -323,26 +333,20 @@ class Trainer:
         if self.config.clip_value is not None:
             clip_grad_value(self._params, self.config.clip_value)
         loss = step.loss_sum / step.tokens
-        # Checked before the optimizer step so that a NaN never reaches the parameters.
-        if not math.isfinite(loss):
-            raise FloatingPointError(
-                f"non-finite loss ({loss}) at step {run.step} (epoch {epoch}); "
-                "lower lr or check the batch; this step was not applied"
-            )
-        if not math.isfinite(grad_norm) and not self.scaler.is_enabled():
-            raise FloatingPointError(
-                f"non-finite gradient norm ({grad_norm}) at step {run.step} (epoch {epoch}); "
-                "lower lr or check the batch; this step was not applied"
-            )
         lr = self.optimizer.param_groups[0]["lr"]
-        self.scaler.step(self.optimizer)  # under fp16, skipped if the gradient overflowed
-        self.scaler.update()
-        if math.isfinite(grad_norm):
-            self.scheduler.step()
-            run.grad_norm_sum += grad_norm
-            run.applied_steps += 1
-        run.loss_sum += step.loss_sum
-        run.tokens += step.tokens
+        # Checked before the optimizer step so that a NaN never reaches the parameters.
+        if math.isfinite(loss) and (math.isfinite(grad_norm) or self.scaler.is_enabled()):
+            self.scaler.step(self.optimizer)  # under fp16, skipped if the gradient overflowed
+            self.scaler.update()
+            if math.isfinite(grad_norm):
+                self.scheduler.step()
+                run.grad_norm_sum += grad_norm
+                run.applied_steps += 1
+            run.loss_sum += step.loss_sum
+            run.tokens += step.tokens
+            run.nonfinite_in_row = 0
+        else:
+            self._skip_step(loss, grad_norm, epoch, run)
         run.lr = lr
         now = time.perf_counter()
         record = StepRecord(
@@ -360,7 +364,7 @@ class Trainer:
             callback.on_step_end(self.model, record)
         if not bar.disable:
             postfix = {
-                "loss": f"{run.loss_sum / run.tokens:.4f}",
+                "loss": f"{run.loss_sum / max(run.tokens, 1):.4f}",
                 "grad_norm": f"{grad_norm:.3g}",
                 "tok/s": f"{run.tokens_per_s():.0f}",
             }
@@ -380,6 +384,19 @@ class Trainer:
         if self.checkpoint is not None:
             self.checkpoint(training_state(self, run, epoch=epoch, stopped_by=stop))
 
+    def _skip_step(self, loss: float, grad_norm: float, epoch: int, run: _Run) -> None:
+        """Drop the gradient of a step with a non-finite loss or gradient norm; stop once too many in a row."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.update()  # closes the step that unscale_ opened (a no-op unless fp16)
+        run.skipped_steps += 1
+        run.nonfinite_in_row += 1
+        if run.nonfinite_in_row >= self.config.max_nonfinite_steps:
+            raise DivergenceError(
+                f"training diverged: {run.nonfinite_in_row} steps in a row had a non-finite loss or gradient norm "
+                f"(train.max_nonfinite_steps={self.config.max_nonfinite_steps}), the latest step {run.step} "
+                f"(epoch {epoch}) with loss {loss} and grad_norm {grad_norm}; lower train.lr or check the data"
+            )
+
     def _limit_reached(self, run: _Run) -> StopReason | None:
         if self.config.max_steps is not None and run.step >= self.config.max_steps:
             return "max_steps"
@@ -396,10 +413,11 @@ class Trainer:
         record: dict[str, float] = {
             "epoch": epoch,
             "step": run.step,
-            "train_loss": run.loss_sum / run.tokens,
+            "train_loss": run.loss_sum / run.tokens if run.tokens else math.nan,
             "grad_norm": run.grad_norm_sum / run.applied_steps if run.applied_steps else math.nan,
             "lr": run.lr,
             "tokens_per_s": run.tokens_per_s(),
+            "skipped_steps": run.skipped_steps,
         }
         self.model.eval()
         try:
@@ -416,9 +434,12 @@ class Trainer:
         record["seconds"] = time.perf_counter() - run.start
         run.history.append(record)
         run.validated_at = run.step
-        run.loss_sum, run.tokens, run.grad_norm_sum, run.applied_steps = 0.0, 0, 0.0, 0
+        run.loss_sum, run.tokens, run.grad_norm_sum, run.applied_steps, run.skipped_steps = 0.0, 0, 0.0, 0, 0
 
-        improved = run.best is None or _rank(record[self.monitor]) < _rank(run.best[self.monitor])
+        value = record[self.monitor]
+        improved = (
+            math.isfinite(value) and (run.best is None or value < run.best[self.monitor]) and _all_finite(self.model)
+        )
         if improved:
             run.best, run.stale = record, 0
             run.best_state = {name: t.detach().clone() for name, t in self.model.state_dict().items()}
