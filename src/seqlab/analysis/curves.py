@@ -1,7 +1,8 @@
 """Training curves from a run directory's ``metrics.jsonl`` (written by ``seqlab.training.MetricsLog``).
 
 Each line is a JSON object with ``event`` "step" (step, epoch, loss, lr, grad_norm, tokens, tokens_per_s, seconds)
-or "validation" (epoch, step, train_loss, grad_norm, lr, tokens_per_s, seconds and the recipe's own metrics).
+or "validation" (epoch, step, train_loss, grad_norm, lr, tokens_per_s, seconds, skipped_steps and the recipe's own
+metrics).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from seqlab.errors import DataError
 METRICS_FILE = "metrics.jsonl"
 # The keys the trainer itself puts in a validation record (seqlab.training.records.RECORD_KEYS; a test holds the two
 # equal): everything else in a validation record is a metric of the recipe's validate.
-TRAINER_KEYS = frozenset({"epoch", "step", "train_loss", "grad_norm", "lr", "tokens_per_s", "seconds"})
+TRAINER_KEYS = frozenset({"epoch", "step", "train_loss", "grad_norm", "lr", "tokens_per_s", "seconds", "skipped_steps"})
 
 
 class TrainingCurves(NamedTuple):
