@@ -97,3 +97,53 @@ def test_unknown_task_and_existing_output(tmp_path):
     result = run_cli("compare", "--task", "adding", *TINY, "--out", tmp_path / "full")
     assert_error(result, f"--out {tmp_path / 'full'}: already exists and is not empty; pass --overwrite to replace it")
     assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
+
+
+def test_recipe_is_trained_once_per_arch(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the lord said unto moses and aaron in the land of egypt\n" * 40)
+    tiny = [
+        f"data.train_path={corpus}",
+        "data.batches_per_epoch=3",
+        "data.valid_tokens=128",
+        "train.batch_size=4",
+        "model.num_layers=1",
+        "model.d_model=16",
+        "model.num_heads=2",
+        "model.context_length=16",
+        "model.hidden_size=16",
+        "model.embedding_size=16",
+        "model.rnn_layers=1",
+        "data.bptt_len=8",
+    ]
+    out = tmp_path / "lm"
+    settings = [item for setting in tiny for item in ("--set", setting)]
+    result = run_cli("compare", "--recipe", "lm", "--archs", "gpt,lstm", "--max-steps", 4, *settings, "--out", out)
+    assert result.code == 0, result.err
+    assert [line.split()[0] for line in result.out.splitlines()[2:4]] == ["gpt", "lstm"]
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert set(runs) == {"gpt", "lstm"}
+    for arch in ("gpt", "lstm"):
+        assert (out / arch / "metrics.jsonl").is_file()
+        assert runs[arch]["parameters"] > 0 and "test_perplexity" in runs[arch]["results"]
+    assert (out / "curves.png").read_bytes()[:8] == PNG
+    assert 'src="data:image/png;base64,' in (out / "report.html").read_text()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--recipe", "lm", "--archs", "gpt,cnn"), "--archs 'gpt,cnn': choose from gpt, lstm, gru, rnn"),
+        (("--recipe", "lm", "--lags", "10"), "--lags applies to --task runs; a recipe brings its own data"),
+        (("--recipe", "vowels"), "--recipe vowels: its config has no model.arch choice to compare"),
+        (
+            ("--task", "copy", "--set", "model.arch=gpt"),
+            "--set applies to --recipe runs; a --task run takes its sizes from the options",
+        ),
+        (("--task", "copy", "--recipe", "lm"), "seqlab compare: argument --recipe: not allowed with argument --task"),
+    ],
+)
+def test_bad_recipe_arguments(tmp_path, argv, message):
+    out = tmp_path / "never"
+    assert_error(run_cli("compare", *argv, "--out", out), message)
+    assert not out.exists()

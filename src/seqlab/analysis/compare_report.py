@@ -1,6 +1,6 @@
-"""The report of ``seqlab compare``: a table, learning curves per lag and the final metric against the lag, written
-as report.md with PNGs beside it, report.html (one self-contained page: the PNGs embedded as base64 data URIs)
-and results.json (every number, the curves included).
+"""The report of ``seqlab compare``: a table, learning curves per lag and the final metric against the lag (or, for
+a recipe, its training curves per arch), written as report.md with PNGs beside it, report.html (one self-contained
+page: the PNGs embedded as base64 data URIs) and results.json (every number, the curves included).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from seqlab.analysis.compare import ARCHITECTURES, RunSummary
+from seqlab.analysis.curves import TrainingCurves
 
 
 def headers(task_name: str) -> list[str]:
@@ -135,16 +136,15 @@ def write_report(
     out_dir: Path,
     *,
     title: str,
-    task_name: str,
     notes: Sequence[str],
-    runs: Sequence[RunSummary],
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
     images: Sequence[str],
-    settings: dict[str, object],
+    results: dict[str, object],
 ) -> None:
-    """Write report.md (table, notes, the PNGs in ``images`` by name), report.html (the same, self-contained) and
-    results.json (settings and every run with its curves) into ``out_dir``, where the PNGs already are."""
-    rows = table_rows(runs)
-    md = [f"# {title}", "", *notes, "", markdown_table(headers(task_name), rows), ""]
+    """Write report.md (notes, the table, the PNGs in ``images`` by name), report.html (the same, self-contained)
+    and results.json (``results``) into ``out_dir``, where the PNGs already are."""
+    md = [f"# {title}", "", *notes, "", markdown_table(headers, rows), ""]
     md += [f"![{name}]({name})\n" for name in images]
     (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
     figures = []
@@ -155,10 +155,27 @@ def write_report(
         f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
         f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
         + "".join(f"<p>{html.escape(note)}</p>" for note in notes)
-        + _html_table(headers(task_name), rows)
+        + _html_table(headers, rows)
         + "".join(figures)
         + "</body></html>\n"
     )
     (out_dir / "report.html").write_text(page, encoding="utf-8")
-    results = {"settings": settings, "runs": [run._asdict() for run in runs]}
     (out_dir / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+
+
+def plot_recipe_curves(curves: dict[str, TrainingCurves], path: Path, *, title: str) -> None:
+    """Training loss per step (left) and validation loss (right) of one recipe trained with each arch; a PNG."""
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    train_ax, valid_ax = fig.subplots(1, 2)
+    for i, (arch, run) in enumerate(curves.items()):
+        steps, losses = [s[0] for s in run.steps], [s[1] for s in run.steps]
+        train_ax.plot(steps, losses, color=f"C{i}", lw=0.8, alpha=0.8, label=arch)
+        points = [(step, m["valid_loss"]) for step, m in run.validations if "valid_loss" in m]
+        if points:
+            valid_ax.plot(*zip(*points, strict=True), color=f"C{i}", marker="o", label=arch)
+    train_ax.set(xlabel="optimizer step", ylabel="training loss (nats/token)", title="training loss")
+    valid_ax.set(xlabel="optimizer step", ylabel="validation loss (nats/token)", title="validation")
+    train_ax.legend(fontsize=8)
+    valid_ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.savefig(path, dpi=100)
