@@ -134,7 +134,8 @@ def test_recipe_is_trained_once_per_arch(tmp_path):
     ("argv", "message"),
     [
         (("--recipe", "lm", "--archs", "gpt,cnn"), "--archs 'gpt,cnn': choose from gpt, lstm, gru, rnn"),
-        (("--recipe", "lm", "--lags", "10"), "--lags applies to --task runs; a recipe brings its own data"),
+        (("--recipe", "lm", "--lags", "10"), "--lags applies to --task runs; give a recipe's sizes with --set"),
+        (("--recipe", "lm", "--params", 9), "--params applies to --task runs; give a recipe's sizes with --set"),
         (("--recipe", "vowels"), "--recipe vowels: its config has no model.arch choice to compare"),
         (
             ("--task", "copy", "--set", "model.arch=gpt"),

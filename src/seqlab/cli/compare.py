@@ -6,8 +6,13 @@ trainer's seeded ``torch.Generator`` at every step (so the same ``--seed`` gives
 validation every ``--eval-every`` steps on a fixed held-out set drawn from a generator seeded with seed + 1, and
 no early stopping: every run gets the same ``--max-steps`` (and ``--time-budget``, if given, per run).
 
-Default cost: lags 10 and 50, four archs of ~20k parameters, 400 steps of 32 sequences; about three to five
-minutes on 2 CPU cores (the report prints each run's wall time). Lags 100 and 200 are opt-in with ``--lags``.
+Default cost: lags 10 and 50, four archs of ~20k parameters, 400 steps of 32 sequences, one torch thread: the copy
+task took 308 s of runs (plus start-up) on a 2-core machine shared with other jobs; the report prints each run's
+wall time and their total. Lags 100 and 200 are opt-in with ``--lags``.
+
+``--recipe NAME`` instead trains a recipe whose config has a ``model.arch`` choice (lm: gpt, lstm, gru, rnn; g2p:
+rnn, transformer) once per arch for ``--max-steps`` steps, with ``--set`` applied to every run, into
+``--out/ARCH``, and reports the recipe's own test metrics; the sizes are the recipe's, not matched.
 """
 
 from __future__ import annotations
@@ -37,6 +42,16 @@ from seqlab.recipes import Recipe, get_recipe
 from seqlab.training import Callback, LossOutput, StepRecord, TrainConfig, Trainer
 
 _EVAL_CHUNK = 64  # held-out sequences per forward pass
+# Options of --task runs only (a recipe takes its sizes from its config and --set), and their defaults.
+TASK_DEFAULTS: dict[str, Any] = {
+    "lags": "10,50",
+    "params": 20_000,
+    "batch_size": 32,
+    "lr": 3e-3,
+    "eval_every": 20,
+    "test_size": 256,
+    "symbols": 10,
+}
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -55,14 +70,18 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="SECTION.KEY=VALUE",
         help="--recipe: override a config value of every run",
     )
-    parser.add_argument("--params", type=int, default=20_000, help="target parameter count (default: 20000)")
+    parser.add_argument("--params", type=int, help=f"target parameter count (default: {TASK_DEFAULTS['params']})")
     parser.add_argument("--max-steps", type=int, default=400, help="optimizer steps per run (default: 400)")
     parser.add_argument("--time-budget", type=float, help="wall-clock seconds per run (default: none)")
-    parser.add_argument("--batch-size", type=int, default=32, help="sequences per step (default: 32)")
-    parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (default: 0.003)")
-    parser.add_argument("--eval-every", type=int, default=20, help="steps between validations (default: 20)")
-    parser.add_argument("--test-size", type=int, default=256, help="held-out sequences (default: 256)")
-    parser.add_argument("--symbols", type=int, default=10, help="copy task: symbols to recall, S (default: 10)")
+    parser.add_argument("--batch-size", type=int, help=f"sequences per step (default: {TASK_DEFAULTS['batch_size']})")
+    parser.add_argument("--lr", type=float, help=f"Adam learning rate (default: {TASK_DEFAULTS['lr']})")
+    parser.add_argument(
+        "--eval-every", type=int, help=f"steps between validations (default: {TASK_DEFAULTS['eval_every']})"
+    )
+    parser.add_argument("--test-size", type=int, help=f"held-out sequences (default: {TASK_DEFAULTS['test_size']})")
+    parser.add_argument(
+        "--symbols", type=int, help=f"copy task: symbols to recall, S (default: {TASK_DEFAULTS['symbols']})"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads while training (default: 1)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the weights, the batches and the held-out set")
     parser.add_argument("--out", type=Path, help="output directory (default: the first free analysis/compare-TASK[-N])")
@@ -94,6 +113,9 @@ def _check_arguments(args: argparse.Namespace) -> tuple[list[LongRangeTask], lis
     _check_common(args)
     if args.assignments:
         raise ConfigError("--set applies to --recipe runs; a --task run takes its sizes from the options")
+    for flag, default in TASK_DEFAULTS.items():
+        if getattr(args, flag) is None:
+            setattr(args, flag, default)
     for flag in ("params", "batch_size", "eval_every", "test_size", "symbols"):
         value = getattr(args, flag)
         if value < 1:
@@ -101,7 +123,7 @@ def _check_arguments(args: argparse.Namespace) -> tuple[list[LongRangeTask], lis
     if not (math.isfinite(args.lr) and args.lr > 0):
         raise ConfigError(f"--lr ({args.lr}) must be > 0")
     minimum = 2 if args.task == "adding" else 1
-    lags = _int_list("--lags", args.lags or "10,50")
+    lags = _int_list("--lags", args.lags)
     for lag in lags:
         if lag < minimum:
             raise ConfigError(f"--lags: lag ({lag}) must be >= {minimum} for the {args.task} task")
@@ -325,8 +347,9 @@ class _RecipePlan(NamedTuple):
 def _check_recipe_arguments(args: argparse.Namespace) -> _RecipePlan:
     """Every arch's config (the recipe's defaults, then --set, then arch, steps, budget and seed), checked before
     anything is trained; the options of --task runs are refused rather than ignored."""
-    if args.lags is not None:
-        raise ConfigError("--lags applies to --task runs; a recipe brings its own data")
+    for flag in TASK_DEFAULTS:
+        if getattr(args, flag) is not None:
+            raise ConfigError(f"--{flag.replace('_', '-')} applies to --task runs; give a recipe's sizes with --set")
     recipe = get_recipe(args.recipe)
     base = recipe.Config()
     model = getattr(base, "model", None)
