@@ -43,8 +43,9 @@ def metric_label(task_name: str) -> str:
     return "accuracy on the recalled symbols (%)" if task_name == "copy" else "MSE (held-out)"
 
 
-def table_rows(runs: Sequence[RunSummary]) -> list[list[str]]:
-    """One row of strings per run, in the order of ``headers``."""
+def table_rows(runs: Sequence[RunSummary], task_name: str) -> list[list[str]]:
+    """One row of strings per run, in the order of ``headers``: accuracy (%) to 0.1, MSE to 4 decimals."""
+    metric_format = "{:.1f}" if task_name == "copy" else "{:.4f}"
     return [
         [
             run.arch,
@@ -53,7 +54,7 @@ def table_rows(runs: Sequence[RunSummary]) -> list[list[str]]:
             str(run.width),
             f"{run.tokens_per_s:,.0f}",
             f"{run.peak_bytes / 2**20:.2f}",
-            f"{run.final_metric:.4f}" if run.final_metric < 1 else f"{run.final_metric:.1f}",
+            metric_format.format(run.final_metric),
             "-" if run.solved_at is None else str(run.solved_at),
             str(run.steps),
             f"{run.seconds:.1f}",
@@ -144,7 +145,9 @@ def write_report(
 ) -> None:
     """Write report.md (notes, the table, the PNGs in ``images`` by name), report.html (the same, self-contained)
     and results.json (``results``) into ``out_dir``, where the PNGs already are."""
-    md = [f"# {title}", "", *notes, "", markdown_table(headers, rows), ""]
+    md = [f"# {title}", ""]
+    md += [line for note in notes for line in (note, "")]  # one paragraph each
+    md += [markdown_table(headers, rows), ""]
     md += [f"![{name}]({name})\n" for name in images]
     (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
     figures = []

@@ -249,7 +249,7 @@ def _handler(args: argparse.Namespace) -> int:
         torch.set_num_threads(threads)
     first = tasks[0]
     notes = _notes(first, args, runs)
-    headers, rows = compare_report.headers(first.name), compare_report.table_rows(runs)
+    headers, rows = compare_report.headers(first.name), compare_report.table_rows(runs, first.name)
     compare_report.write_report(
         out_dir,
         title=f"seqlab compare: the {first.name} task",
@@ -327,7 +327,7 @@ def _notes(task: LongRangeTask, args: argparse.Namespace, runs: list[compare.Run
         f"Total wall time of the runs: {total:.0f} s.",
         "Steps to solve: the step of the first validation where the task counts as solved ('-': never). Peak "
         "memory: tensor bytes of one training step (forward + backward). Tokens/s: input steps trained per "
-        "second, validation excluded.",
+        "second, validation excluded (wall-clock: it depends on what else the machine runs).",
     ]
 
 
