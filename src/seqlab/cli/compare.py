@@ -308,13 +308,13 @@ def _notes(task: LongRangeTask, args: argparse.Namespace, runs: list[compare.Run
     if task.name == "copy":
         what = (
             f"Copy task (Hochreiter & Schmidhuber 1997; form of Arjovsky et al. 2016): remember {args.symbols} "
-            "symbols of 8, wait `lag` steps, reproduce them after the delimiter. Metric: accuracy on the recalled "
+            "symbols of 8, wait lag steps, reproduce them after the delimiter. Metric: accuracy on the recalled "
             "symbols on the held-out set; a memoryless model scores 12.5%; solved at >= 99%."
         )
     else:
         what = (
             "Adding problem (Hochreiter & Schmidhuber 1997; form of Le et al. 2015 / Arjovsky et al. 2016): sum "
-            "the two marked values of a sequence of `lag` steps. Metric: MSE on the held-out set; predicting 1 "
+            "the two marked values of a sequence of lag steps. Metric: MSE on the held-out set; predicting 1 "
             "scores 0.167; solved at MSE <= 0.01."
         )
     budget = "" if args.time_budget is None else f" or {args.time_budget:g} s, whichever comes first"
