@@ -6,9 +6,21 @@ positional: the sinusoidal encoding's shift-by-rotation and distance-only dot pr
 complexity: one layer's time and peak memory against T, with fitted exponents beside the asymptotic cost table
 (memory: the CPU and CUDA counters it uses). curves: training curves from a run's ``metrics.jsonl``.
 exposure: a seq2seq model's teacher-forced against free-running loss and accuracy (exposure bias).
+compare: RNN, GRU, LSTM and Transformer models of matched parameter counts for the long-range tasks of
+``seqlab.data.synthetic``; compare_report: the report of ``seqlab compare`` (markdown, self-contained HTML, PNGs).
 """
 
 from seqlab.analysis.attention import AttentionMap, attention_maps, plot_attention
+from seqlab.analysis.compare import (
+    MatchedModel,
+    RunSummary,
+    SequenceModel,
+    matched_model,
+    matched_width,
+    parameter_count,
+    training_step_peak,
+)
+from seqlab.analysis.compare_report import plot_learning_curves, plot_metric_vs_lag, write_report
 from seqlab.analysis.complexity import COST_TABLE, Measurement, fit_exponent, measure_costs, plot_costs
 from seqlab.analysis.curves import TrainingCurves, plot_training_curves, read_metrics
 from seqlab.analysis.exposure import ExposureBias, exposure_bias, plot_exposure
@@ -22,24 +34,34 @@ __all__ = [
     "CallCost",
     "ExposureBias",
     "GradientFlow",
+    "MatchedModel",
     "Measurement",
     "PeakTensorMemory",
     "PositionalAnalysis",
+    "RunSummary",
+    "SequenceModel",
     "TrainingCurves",
     "attention_maps",
     "decay_rate",
     "exposure_bias",
     "fit_exponent",
     "gradient_flow",
+    "matched_model",
+    "matched_width",
     "measure_call",
     "measure_costs",
+    "parameter_count",
     "plot_attention",
     "plot_costs",
     "plot_exposure",
     "plot_gradient_flow",
+    "plot_learning_curves",
+    "plot_metric_vs_lag",
     "plot_positional",
     "plot_training_curves",
     "positional_analysis",
     "read_metrics",
     "recurrent_cell",
+    "training_step_peak",
+    "write_report",
 ]
