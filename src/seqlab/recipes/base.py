@@ -35,6 +35,7 @@ from seqlab.recipes.run_directory import (
 from seqlab.training.callbacks import MetricsLog, run_dir_callbacks
 from seqlab.training.checkpoint import STATE_FILE, load_training_state, save_training_state
 from seqlab.training.device import training_device
+from seqlab.training.distributed import is_writer
 from seqlab.training.seeding import seed_everything
 from seqlab.training.strategies import Strategy
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
@@ -136,12 +137,18 @@ def run_training(
     (``training_state.safetensors``) at each checkpoint (the first one swaps an overwriting run in); saves the
     best model; tests it; writes ``results.json``. Every file is written atomically (``seqlab.files``).
 
+    In data-parallel training (``seqlab.training.distributed``) rank 0 does all of this; the other ranks
+    only read the data and the checkpoint, build the model and train with rank 0, and write nothing.
+
     Returns: Report(results, examples): the test scores, then the best ``valid_metric``, steps, epochs,
-        train_seconds and total_seconds (wall-clock seconds); ``results.json`` adds ``stopped_by``.
+        train_seconds and total_seconds (wall-clock seconds); ``results.json`` adds ``stopped_by``. Ranks
+        other than 0 return an empty report.
     """
     started = time.perf_counter()
     train_config: TrainConfig = config.train
     training_device(train_config.device, train_config.precision)  # refuse an unusable device before writing
+    if not is_writer():
+        return _train_beside_rank0(train_config, out_dir / STATE_FILE if mode == "resume" else None, prepare)
     directory = RunDirectory(out_dir, mode)
     directory.lock_target()
     failed = True
@@ -204,6 +211,26 @@ def run_training(
     finally:
         directory.close(failed=failed)
     return Report(row, tested.examples)
+
+
+def _train_beside_rank0(config: TrainConfig, state_file: Path | None, prepare: Callable[[], TrainingRun]) -> Report:
+    """A data-parallel rank other than 0: the same data, model and steps as rank 0 (resumed from
+    ``state_file`` if given), and no files, logs or tests."""
+    resume_from = None if state_file is None else load_training_state(state_file)
+    seed_everything(config.seed)
+    run = prepare()
+    trainer = Trainer(
+        run.model,
+        config,
+        loss_fn=run.loss_fn,
+        train_batches=run.train_batches,
+        validate=run.validate,
+        strategy=run.strategy,
+        progress=False,
+        log=None,
+    )
+    trainer.fit(resume_from=resume_from)
+    return Report({}, [])
 
 
 def model_device(model: nn.Module) -> torch.device:
