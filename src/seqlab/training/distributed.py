@@ -16,8 +16,9 @@ How a run is split over W processes (ranks 0 .. W-1, one per CPU process or GPU)
   average over ranks is then sum_r n_r grad l_r / c, the single-process gradient of the token mean up to
   floating-point rounding. A rank whose share is empty (a last batch with fewer than W sequences)
   backpropagates the batch's first sequence with weight 0, so that DDP's all-reduce still runs everywhere.
-- **Validation** runs on rank 0 only; the others wait for its metrics (a broadcast), so every rank takes
-  the same best-model and early-stopping decisions. A ``time_budget`` stop is rank 0's clock's decision,
+- **Validation** runs on rank 0 only; the others wait for its metrics (``broadcast_object_list``, which
+  pickles in memory between the run's own processes; nothing read from a file is unpickled), so every rank
+  takes the same best-model and early-stopping decisions. A ``time_budget`` stop is rank 0's clock's decision,
   broadcast the same way.
 - **Files**: only rank 0 logs, shows a progress bar, calls callbacks and writes checkpoints, the run
   directory and results; the other ranks write nothing.
@@ -28,6 +29,10 @@ How a run is split over W processes (ranks 0 .. W-1, one per CPU process or GPU)
   mask on every rank); a run with dropout is not equal to a single process, only statistically alike.
 
 ``TruncatedBPTT`` carries a recurrent state per stream, which would live on one rank each; it is refused.
+
+Source: Li et al. (2020), "PyTorch Distributed: Experiences on Accelerating Data Parallel Training", VLDB
+13(12), sec. 3 (DDP's gradient all-reduce); the weighting makes the step's gradient the token mean of
+``Trainer``'s docstring over the whole global batch.
 """
 
 from __future__ import annotations

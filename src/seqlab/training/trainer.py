@@ -157,7 +157,8 @@ class Trainer:
         ValueError: if the model has no trainable parameters or monitor is empty (at construction); from
             ``fit()``: if an epoch yields no batches, a loss is not a scalar, num_tokens < 1, or ``validate``
             returns no ``monitor`` key or a key the trainer reserves for its records.
-        ConfigError: at construction, if ``config.device`` is not available, or for fp16 on the CPU.
+        ConfigError: at construction, if ``config.device`` is not available, for fp16 on the CPU, or for
+            ``TruncatedBPTT`` in a process group.
         FloatingPointError: from ``fit()``, if the loss or (except under fp16) the gradient norm is NaN or
             infinite; the message names the step, and that step's update is not applied.
 
