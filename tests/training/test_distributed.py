@@ -11,9 +11,11 @@ from cli_helpers import assert_error, run_cli
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from seqlab.data.batching import batch_iterator
+from seqlab.models.seq2seq.rnn import RNNSeq2Seq, RNNSeq2SeqConfig
 from seqlab.training.checkpoint import load_training_state, save_training_state
 from seqlab.training.distributed import process_group, shard_batch
-from seqlab.training.objectives import LossOutput
+from seqlab.training.objectives import LossOutput, teacher_forcing_loss
 from seqlab.training.trainer import TrainConfig, Trainer
 
 VOCAB, SEQUENCES, LENGTH = 7, 13, 5
@@ -83,6 +85,28 @@ def _trainer(out: Path, tag: str, **kwargs) -> Trainer:
     )
 
 
+def _seq2seq_trainer() -> Trainer:
+    """seqlab's attention RNN seq2seq on padded batches of pairs of 1-6 tokens: a share keeps the global padding."""
+    g = torch.Generator().manual_seed(2)
+    pairs = [
+        tuple(torch.randint(3, 9, (int(torch.randint(1, 7, (1,), generator=g)),), generator=g).tolist() for _ in "st")
+        for _ in range(15)
+    ]
+    torch.manual_seed(0)
+    config = RNNSeq2SeqConfig(src_vocab_size=9, tgt_vocab_size=9, embedding_size=4, hidden_size=6, dropout=0.0)
+    return Trainer(
+        RNNSeq2Seq(config).double(),
+        TrainConfig(lr=0.01, batch_size=6, grad_accumulation_steps=2, max_epochs=1, device="cpu"),
+        loss_fn=teacher_forcing_loss,
+        train_batches=lambda epoch, generator, size: batch_iterator(
+            pairs, batch_size=size, shuffle=True, generator=generator
+        ),
+        validate=lambda model: {"valid_loss": 0.0},
+        progress=False,
+        log=None,
+    )
+
+
 def _worker(rank: int, out: Path, port: int) -> None:
     """One rank: a fit with a checkpoint after step 3, then a fit resumed from it; each rank saves its weights."""
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1")
@@ -103,6 +127,9 @@ def _worker(rank: int, out: Path, port: int) -> None:
         resumed = _trainer(out, f"resumed-{rank}")
         resumed.fit(resume_from=load_training_state(saved))
         save_file(resumed.model.state_dict(), out / f"resumed-{rank}.safetensors")
+        seq2seq = _seq2seq_trainer()
+        seq2seq.fit()
+        save_file(seq2seq.model.state_dict(), out / f"seq2seq-{rank}.safetensors")
 
 
 def _free_port() -> int:
@@ -129,6 +156,17 @@ def test_two_processes_give_the_weights_of_one_process(two_ranks, tmp_path):
             assert weights[name].dtype == torch.float64
             assert (weights[name] - value).abs().max().item() <= 1e-12, name
             assert not torch.equal(value, TokenModel().double().state_dict()[name])  # training moved it
+
+
+def test_two_processes_train_a_seq2seq_model_on_padded_batches_as_one_process(two_ranks):
+    single = _seq2seq_trainer()
+    single.fit()
+    for rank in (0, 1):
+        weights = load_file(two_ranks / f"seq2seq-{rank}.safetensors")
+        assert (
+            max((weights[name] - value).abs().max().item() for name, value in single.model.state_dict().items())
+            <= 1e-12
+        )
 
 
 def test_a_resumed_two_process_run_ends_with_the_uninterrupted_weights(two_ranks):
