@@ -36,6 +36,10 @@ SMOKE = {
             "same beam K=2 tokens: yes",
         ],
     ),
+    "bert.py": (
+        flags({"--batch": 2, "--length": 8, "--repeats": 1, "--threads": 1}),
+        ["seqlab Bert", "transformers BertModel", "sentences/s IQR", "of the sentence embeddings"],
+    ),
     "attention.py": (
         flags(
             {"--max-T": 8, "--batch": 1, "--heads": 1, "--head-dim": 2, "--window": 2, "--decode-batch": 2}
@@ -61,6 +65,8 @@ def test_benchmark_runs_and_prints_its_table(script):
     assert result.returncode == 0, result.stderr
     for text in expected:
         assert text in result.stdout, f"{text!r} missing from:\n{result.stdout}"
+    if script == "bert.py":  # the same weights give the same embeddings
+        assert float(result.stdout.rsplit(": ", 1)[1]) <= 1e-5
     if script == "recurrent.py":
         rows = [line for line in result.stdout.splitlines() if line.startswith(("2,3,2,4,1 ", "2,2,2,4,2 "))]
         # 2 shapes x 3 cases x (4 families x 3 rows + 2 reference-only variants)

@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 import seqlab
-from seqlab.recipes import g2p, lm, lm_config
+from seqlab.recipes import RECIPES, g2p, lm_config
 from seqlab.recipes.base import load_recipe_config
 from seqlab.training.checkpoint import STATE_FILE, load_training_state
 from seqlab.training.trainer import TrainConfig, Trainer
@@ -42,7 +42,7 @@ def lm_recipe_config(corpus: Path, arch: str, **train_changes) -> lm_config.Conf
     return lm_config.Config(data=data, model=model, train=train_config(**train_changes))
 
 
-RECIPE_MODULES = {"g2p": g2p, "lm": lm}
+RECIPE_MODULES = RECIPES
 
 
 def train(recipe: str, config, out: Path, *, mode: str = "new"):

@@ -2,7 +2,8 @@
 
 The kill is simulated in-process (``Killed`` raised when a given micro-batch starts, mid-step, so the state
 after the last checkpoint is lost as with SIGKILL); the resumed run reads only what the killed one left on disk.
-Covered: g2p (attention RNN seq2seq, FullSequence, shuffled batches, dropout, gradient accumulation), lm with a
+Covered: g2p (attention RNN seq2seq, FullSequence, shuffled batches, dropout, gradient accumulation, scheduled
+sampling's coins and step), lm with a
 GPT (FullSequence, random blocks drawn from the data generator) and lm with an LSTM (TruncatedBPTT with its
 carried state and context, document resets). Each kill point falls at a different place relative to the
 checkpoints (every 3 steps), the validations (every 5 steps) and the epoch ends.
@@ -29,6 +30,10 @@ def setups(dictionary, corpus):
     return {
         "g2p": ("g2p", g2p_config(dictionary)),
         "g2p-accumulation": ("g2p", g2p_config(dictionary, grad_accumulation_steps=2)),
+        "g2p-scheduled-sampling": (
+            "g2p",
+            g2p_config(dictionary, teacher_forcing_schedule="inverse_sigmoid", teacher_forcing_k=4.0),
+        ),
         "lm-gpt": ("lm", lm_recipe_config(corpus, "gpt")),
         "lm-lstm-tbptt": ("lm", lm_recipe_config(corpus, "lstm")),
     }
@@ -50,6 +55,7 @@ def uninterrupted(setups, tmp_path_factory):
         ("g2p", 5),  # after the first checkpoint (step 3), before the first validation
         ("g2p", 13),  # after a validation's checkpoint, in the third epoch
         ("g2p-accumulation", 18),  # between the two micro-batches of a step
+        ("g2p-scheduled-sampling", 8),  # the coins and the schedule's step continue
         ("lm-gpt", 7),
         ("lm-gpt", 12),  # right after a checkpoint at an epoch end
         ("lm-lstm-tbptt", 6),

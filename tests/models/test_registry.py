@@ -15,13 +15,27 @@ from seqlab.errors import CheckpointError
 from seqlab.models import (
     GPT,
     MODEL_TYPES,
+    T5,
+    Bert,
+    BertConfig,
+    BertForMaskedLM,
+    BertForPreTraining,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    ELMo,
+    ELMoClassifier,
+    ELMoClassifierConfig,
+    ELMoConfig,
     GPTConfig,
     RNNLanguageModel,
     RNNLanguageModelConfig,
     RNNSeq2Seq,
     RNNSeq2SeqConfig,
+    RNNSequenceTagger,
+    RNNSequenceTaggerConfig,
     Seq2VecClassifier,
     Seq2VecClassifierConfig,
+    T5Config,
     TransformerSeq2Seq,
     TransformerSeq2SeqConfig,
     load_pretrained,
@@ -29,18 +43,35 @@ from seqlab.models import (
 from seqlab.models.pretrained import LEGACY_MODEL_TYPES, PretrainedMixin
 
 TINY = {
+    "elmo": ELMoConfig(vocab_size=7, hidden_size=4, num_layers=2, tie_embeddings=True),
+    "elmo_classifier": ELMoClassifierConfig(vocab_size=7, num_classes=3, elmo_hidden_size=4, hidden_size=3),
     "gpt": GPTConfig(vocab_size=7, context_length=6, d_model=8, num_heads=2, num_layers=1),
     "rnn_seq2seq": RNNSeq2SeqConfig(7, 6, embedding_size=4, hidden_size=5, encoder_layers=1),
     "transformer_seq2seq": TransformerSeq2SeqConfig(7, 6, d_model=8, num_heads=2, d_ff=12, encoder_layers=1),
     "seq2vec_classifier": Seq2VecClassifierConfig(num_classes=3, input_size=2, hidden_size=4),
     "rnn_language_model": RNNLanguageModelConfig(7, embedding_size=4, hidden_size=4, tie_embeddings=True),
+    **dict.fromkeys(
+        ("bert", "bert_mlm", "bert_pretraining", "bert_sequence_classification", "bert_token_classification"),
+        BertConfig(vocab_size=7, d_model=8, num_heads=2, num_layers=1, d_ff=12, max_positions=6, num_labels=3),
+    ),
+    "t5": T5Config(vocab_size=7, d_model=8, d_kv=4, d_ff=12, num_layers=1, num_decoder_layers=1, num_heads=2),
+    "rnn_sequence_tagger": RNNSequenceTaggerConfig(7, 3, embedding_size=4, hidden_size=4),
 }
 CLASSES = {
+    "elmo": ELMo,
+    "elmo_classifier": ELMoClassifier,
     "gpt": GPT,
     "rnn_seq2seq": RNNSeq2Seq,
     "transformer_seq2seq": TransformerSeq2Seq,
     "seq2vec_classifier": Seq2VecClassifier,
     "rnn_language_model": RNNLanguageModel,
+    "bert": Bert,
+    "bert_mlm": BertForMaskedLM,
+    "bert_pretraining": BertForPreTraining,
+    "bert_sequence_classification": BertForSequenceClassification,
+    "bert_token_classification": BertForTokenClassification,
+    "t5": T5,
+    "rnn_sequence_tagger": RNNSequenceTagger,
 }
 
 
@@ -82,9 +113,9 @@ def test_from_pretrained_of_another_class_is_refused_in_one_line(tmp_path, model
 def test_unknown_model_type_is_one_line(tmp_path):
     _, directory = save(tmp_path, "rnn_seq2seq")
     config_path = directory / "config.json"
-    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "model_type": "bert"}))
-    known = "gpt, rnn_language_model, rnn_seq2seq, seq2vec_classifier, transformer_seq2seq"
-    message = f"{config_path}: unknown model_type 'bert'; known: {known}"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "model_type": "no_such_model"}))
+    known = ", ".join(sorted(CLASSES))
+    message = f"{config_path}: unknown model_type 'no_such_model'; known: {known}"
     with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
         load_pretrained(directory)
 

@@ -1,11 +1,11 @@
-"""RNNCell, LSTMCell and GRUCell against torch.nn cells and a transcription of the textbook GRU equations."""
+"""RNNCell, LSTMCell and GRUCell against torch.nn cells and a transcription of the seeds' textbook GRU equations."""
 
 import pytest
 import torch
 from torch import nn
 from torch.testing import assert_close
 
-from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState, RNNCell
+from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState, RNNCell, flip_update_gate
 
 E, H, B = 3, 4, 5
 EXACT = {"atol": 1e-10, "rtol": 0.0}
@@ -115,15 +115,15 @@ def test_parameter_layout_is_torch_layout():
 
 
 def textbook_gru_transcription(x, h, cell):
-    """Cho et al. (2014) GRU written out gate by gate, with torch.nn's z convention."""
-    W_ir, W_iz, W_in = cell.weight_ih.chunk(3)
-    W_hr, W_hz, W_hn = cell.weight_hh.chunk(3)
+    """The seeds' GRU written out gate by gate: reset before the matmul, z_t weighting the candidate."""
+    W_r, W_z, W = cell.weight_ih.chunk(3)
+    U_r, U_z, U = cell.weight_hh.chunk(3)
     b_ir, b_iz, b_in = cell.bias_ih.chunk(3)
     b_hr, b_hz, b_hn = cell.bias_hh.chunk(3)
-    r = torch.sigmoid(x @ W_ir.T + b_ir + h @ W_hr.T + b_hr)
-    z = torch.sigmoid(x @ W_iz.T + b_iz + h @ W_hz.T + b_hz)
-    n = torch.tanh(x @ W_in.T + b_in + (r * h) @ W_hn.T + b_hn)
-    return (1 - z) * n + z * h
+    r = torch.sigmoid(x @ W_r.T + h @ U_r.T + (b_ir + b_hr))
+    z = torch.sigmoid(x @ W_z.T + h @ U_z.T + (b_iz + b_hz))
+    h_tilde = torch.tanh(x @ W.T + (r * h) @ U.T + (b_in + b_hn))
+    return (1 - z) * h + z * h_tilde
 
 
 def test_textbook_gru_matches_equation_transcription():
@@ -133,10 +133,61 @@ def test_textbook_gru_matches_equation_transcription():
     assert_close(cell(x), textbook_gru_transcription(x, torch.zeros(B, H), cell), **EXACT)
 
 
-def test_textbook_and_reset_after_differ_only_in_where_r_applies():
+def test_textbook_gru_loop_over_steps_matches_hand_written_seeds_loop():
+    cell = GRUCell(E, H, variant="textbook")
+    xs = torch.randn(6, B, E)
+    h_cell, h_loop = torch.zeros(B, H), torch.zeros(B, H)
+    for x_t in xs:
+        h_cell, h_loop = cell(x_t, h_cell), textbook_gru_transcription(x_t, h_loop, cell)
+        assert_close(h_cell, h_loop, **EXACT)
+
+
+def test_textbook_gru_step_by_hand():
+    """One step with every weight 0 except scalars: H = E = 1, numbers worked out on paper."""
+    cell = GRUCell(1, 1, variant="textbook")
+    with torch.no_grad():
+        cell.weight_ih.copy_(torch.tensor([[1.0], [2.0], [3.0]]))  # W_r, W_z, W
+        cell.weight_hh.copy_(torch.tensor([[0.5], [-1.0], [2.0]]))  # U_r, U_z, U
+        cell.bias_ih.zero_()
+        cell.bias_hh.zero_()
+    x, h = torch.tensor([[1.0]]), torch.tensor([[2.0]])
+    r = 1 / (1 + torch.exp(torch.tensor(-2.0)))  # sigma(1 + 0.5 * 2)
+    z = 1 / (1 + torch.exp(torch.tensor(-0.0)))  # sigma(2 - 2) = 0.5
+    h_tilde = torch.tanh(3.0 + 2.0 * (r * 2.0))
+    assert_close(cell(x, h), ((1 - z) * 2.0 + z * h_tilde).view(1, 1), **EXACT)
+
+
+def test_flip_update_gate_maps_torch_z_onto_the_seeds_z():
+    """Textbook cell with flipped weights == torch.nn.GRUCell when r_t has nothing to act on (W_hn = b_hn = 0)."""
+    reference = nn.GRUCell(E, H)
+    with torch.no_grad():
+        reference.weight_hh[2 * H :] = 0.0
+        reference.bias_hh[2 * H :] = 0.0
     textbook = GRUCell(E, H, variant="textbook")
+    textbook.load_state_dict(flip_update_gate(reference.state_dict(), H))
+    x, h = torch.randn(B, E), torch.randn(B, H)
+    assert_close(textbook(x, h), reference(x, h), **EXACT)
+    unflipped = GRUCell(E, H, variant="textbook")
+    unflipped.load_state_dict(reference.state_dict())
+    assert (unflipped(x, h) - reference(x, h)).abs().max() > 1e-3
+
+
+def test_flip_update_gate_is_an_involution_touching_only_z_rows():
+    state = GRUCell(E, H).state_dict()
+    flipped = flip_update_gate(state, H)
+    for name, tensor in state.items():
+        assert_close(flipped[name][H : 2 * H], -tensor[H : 2 * H], atol=0.0, rtol=0.0)
+        assert_close(flipped[name][:H], tensor[:H], atol=0.0, rtol=0.0)
+        assert_close(flipped[name][2 * H :], tensor[2 * H :], atol=0.0, rtol=0.0)
+        assert_close(flip_update_gate(flipped, H)[name], tensor, atol=0.0, rtol=0.0)
+    with pytest.raises(ValueError, match=r"^weight_ih has 12 rows, expected 3 \* hidden_size = 9$"):
+        flip_update_gate(state, 3)
+
+
+def test_textbook_and_reset_after_differ_only_in_where_r_applies():
     reset_after = GRUCell(E, H, variant="reset_after")
-    reset_after.load_state_dict(textbook.state_dict())
+    textbook = GRUCell(E, H, variant="textbook")
+    textbook.load_state_dict(flip_update_gate(reset_after.state_dict(), H))
     x, h = torch.randn(B, E), torch.randn(B, H)
     assert (textbook(x, h) - reset_after(x, h)).abs().max() > 1e-3
     # With W_hn = 0 and b_hn = 0 the recurrent term of n_t vanishes and r_t has nothing to act on.
@@ -328,9 +379,9 @@ def gru_with_dropped_h(x, h, h_in, cell):
     r = torch.sigmoid(x @ W_ir.T + b_ir + h_in @ W_hr.T + b_hr)
     z = torch.sigmoid(x @ W_iz.T + b_iz + h_in @ W_hz.T + b_hz)
     if cell.variant == "textbook":
-        n = torch.tanh(x @ W_in.T + b_in + (r * h_in) @ W_hn.T + b_hn)
-    else:
-        n = torch.tanh(x @ W_in.T + b_in + r * (h_in @ W_hn.T + b_hn))
+        h_tilde = torch.tanh(x @ W_in.T + b_in + (r * h_in) @ W_hn.T + b_hn)
+        return (1 - z) * h + z * h_tilde
+    n = torch.tanh(x @ W_in.T + b_in + r * (h_in @ W_hn.T + b_hn))
     return (1 - z) * n + z * h
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState
+from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState, flip_update_gate
 from seqlab.nn.layer_norm_cells import LayerNormGRUCell, LayerNormLSTMCell
 
 E, H, B, T = 3, 4, 5, 3
@@ -88,11 +88,10 @@ def gru_transcription(x, h, cell, h_mask=1.0):
     gates = torch.sigmoid(input_rz + ln(h_in @ W_h[rz].T, g_h[rz], b_h[rz], eps))
     r, z = gates[:, :H], gates[:, H:]
     if cell.variant == "reset_after":
-        recurrent_n = r * ln(h_in @ W_h[n].T, g_h[n], b_h[n], eps)
-    else:
-        recurrent_n = ln((r * h_in) @ W_h[n].T, g_h[n], b_h[n], eps)
-    candidate = torch.tanh(ln(x @ W_i[n].T, g_i[n], b_i[n], eps) + recurrent_n)
-    return (1 - z) * candidate + z * h
+        candidate = torch.tanh(ln(x @ W_i[n].T, g_i[n], b_i[n], eps) + r * ln(h_in @ W_h[n].T, g_h[n], b_h[n], eps))
+        return (1 - z) * candidate + z * h
+    candidate = torch.tanh(ln(x @ W_i[n].T, g_i[n], b_i[n], eps) + ln((r * h_in) @ W_h[n].T, g_h[n], b_h[n], eps))
+    return (1 - z) * h + z * candidate  # the seeds' z weights the candidate
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -136,9 +135,9 @@ def test_recurrence_applies_variational_mask_to_recurrent_matmuls_only(kind):
 
 
 def test_gru_variants_differ_only_in_where_r_applies():
-    textbook = randomise(make_cell("gru_textbook"))
-    reset_after = make_cell("gru_reset_after")
-    reset_after.load_state_dict(textbook.state_dict())
+    reset_after = randomise(make_cell("gru_reset_after"))
+    textbook = make_cell("gru_textbook")
+    textbook.load_state_dict(flip_update_gate(reset_after.state_dict(), H))
     x, h = torch.randn(B, E), torch.randn(B, H)
     assert (textbook(x, h) - reset_after(x, h)).abs().max() > 1e-3
     # With gain_hn = 0 the recurrent n term is the constant bias_hn; zero that too and r_t acts on nothing.

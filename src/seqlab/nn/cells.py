@@ -34,7 +34,21 @@ _NONLINEARITIES = ("tanh", "relu")
 GRU_VARIANTS = ("reset_after", "textbook")
 RECURRENT_INITS = ("uniform", "orthogonal")
 
-__all__ = ["GRU_VARIANTS", "RECURRENT_INITS", "GRUCell", "LSTMCell", "LSTMState", "RNNCell", "orthogonal_gate_blocks_"]
+__all__ = [
+    "GRU_VARIANTS",
+    "RECURRENT_INITS",
+    "GRUCell",
+    "LSTMCell",
+    "LSTMState",
+    "RNNCell",
+    "flip_update_gate",
+    "orthogonal_gate_blocks_",
+]
+
+# Parameters whose z rows flip_update_gate negates: a plain GRU's matmul weights and biases; a layer-norm GRU's
+# LN gains and shifts (its bias_ih / bias_hh), never its weights, which LN_rz normalises together with r's.
+_PLAIN_GATE_PARAMETERS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+_LAYER_NORM_GATE_PARAMETERS = ("gain_ih", "gain_hh", "bias_ih", "bias_hh")
 
 
 class _CellParameters(nn.Module):
@@ -338,19 +352,28 @@ class LSTMCell(_CellParameters):
 
 
 class GRUCell(_CellParameters):
-    """Gated recurrent unit (Cho et al., 2014), in torch.nn's reset-after form or the paper's textbook form.
+    """Gated recurrent unit (Cho et al., 2014), in torch.nn's reset-after form or the seeds' textbook form.
 
-    r_t = sigmoid(W_ir x_t + b_ir + W_hr h_{t-1} + b_hr)
-    z_t = sigmoid(W_iz x_t + b_iz + W_hz h_{t-1} + b_hz)
-    reset_after: n_t = tanh(W_in x_t + b_in + r_t * (W_hn h_{t-1} + b_hn))       (torch.nn.GRU, cuDNN)
-    textbook:    n_t = tanh(W_in x_t + b_in + W_hn (r_t * h_{t-1}) + b_hn)       (Cho et al., 2014, eq. 8)
-    h_t = (1 - z_t) * n_t + z_t * h_{t-1}
+    reset_after (torch.nn.GRU, cuDNN; fused kernel available):
+        r_t = sigmoid(W_ir x_t + b_ir + W_hr h_{t-1} + b_hr)
+        z_t = sigmoid(W_iz x_t + b_iz + W_hz h_{t-1} + b_hz)
+        n_t = tanh(W_in x_t + b_in + r_t * (W_hn h_{t-1} + b_hn))
+        h_t = (1 - z_t) * n_t + z_t * h_{t-1}                    z_t weights the old state
+    textbook (the seeds, as Chung et al., 2014 write it):
+        r_t = sigmoid(W_r x_t + U_r h_{t-1} + b_r)
+        z_t = sigmoid(W_z x_t + U_z h_{t-1} + b_z)
+        h~_t = tanh(W x_t + U (r_t * h_{t-1}) + b)              reset before the matmul (Cho et al., eq. 8)
+        h_t = (1 - z_t) * h_{t-1} + z_t * h~_t                   z_t weights the candidate
 
-    The variants differ only in where r_t is applied. Cho et al. and torch.nn use the same interpolation, in
-    which z_t weights the old state (Cho et al.'s eq. 7: h_t = z * h_{t-1} + (1 - z) * h~_t); Chung et al.
-    (2014) and several textbooks swap z and 1 - z, h_t = (1 - z_t) * h_{t-1} + z_t * h~_t: a relabelling of
-    the same gate, not a different model. In the textbook form b_hn sits outside r_t, so it
-    only adds to b_in; it is kept for torch's parameter layout.
+    The forms differ in two places. Where r_t applies is a different model. Which way z_t points is a
+    relabelling of the same gate: since sigmoid(-a) = 1 - sigmoid(a), a gate z' = 1 - z is computed by
+    the same equation with the z rows of W_ih, W_hh, b_ih and b_hh negated, and ``flip_update_gate``
+    does exactly that to a state dict (it is its own inverse). Weights from torch's convention, flipped,
+    give the seeds' textbook cell the interpolation of torch's; with W_hn = 0 and b_hn = 0, where r_t has
+    nothing to act on, such a cell equals torch.nn.GRUCell. In the textbook form b_hn sits outside r_t,
+    so it only adds to b_in (the seeds' b); it is kept for torch's parameter layout. Parameters use
+    torch's names and gate order r, z, n in both forms: W_r, W_z, W are the row blocks of weight_ih and
+    U_r, U_z, U those of weight_hh.
 
     Args:
         input_size: E, features per step.
@@ -439,3 +462,34 @@ class GRUCell(_CellParameters):
                 f"torch.nn.GRUCell implements only variant='reset_after'; this cell is variant={self.variant!r}"
             )
         return self._to_torch_module()
+
+
+def flip_update_gate(state_dict: dict[str, Tensor], hidden_size: int) -> dict[str, Tensor]:
+    """A copy of a GRU state dict with its update gate pointing the other way, z' = 1 - z.
+
+    sigmoid(-a) = 1 - sigmoid(a), so negating the z row block (rows H:2H, torch's order r, z, n) of every
+    parameter that enters z_t's pre-activation linearly turns torch's z (weighting h_{t-1}) into the seeds'
+    z (weighting h~_t) and back: ``GRUCell(variant="textbook")`` loaded with ``flip_update_gate(sd, H)`` of a
+    textbook state dict ``sd`` trained in torch's z convention computes what that cell computed. Works on a
+    cell's or a whole layer's (``GRU``) state dict, plain or layer-normalised (detected by ``gain_ih``: there
+    the z blocks of the LN gains and shifts are negated, see ``LayerNormGRUCell``).
+
+    Args:
+        state_dict: parameter name -> tensor, names ending in torch's weight_ih, weight_hh, bias_ih, bias_hh
+            (and gain_ih, gain_hh for layer norm), first dimension 3H.
+        hidden_size: H.
+    Returns: a new dict; tensors not flipped are shared with the input.
+    Raises:
+        ValueError: a flipped tensor's first dimension is not 3 * hidden_size (message shows both).
+    """
+    layer_norm = any(name.rsplit(".", 1)[-1] == "gain_ih" for name in state_dict)
+    targets = _LAYER_NORM_GATE_PARAMETERS if layer_norm else _PLAIN_GATE_PARAMETERS
+    flipped = dict(state_dict)
+    for name, tensor in state_dict.items():
+        if name.rsplit(".", 1)[-1] not in targets:
+            continue
+        if tensor.shape[0] != 3 * hidden_size:
+            raise ValueError(f"{name} has {tensor.shape[0]} rows, expected 3 * hidden_size = {3 * hidden_size}")
+        r, z, n = tensor.split(hidden_size)
+        flipped[name] = torch.cat([r, -z, n])
+    return flipped

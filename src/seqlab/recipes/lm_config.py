@@ -17,6 +17,7 @@ from seqlab.models.language_model import (
     zaremba_medium,
     zaremba_small,
 )
+from seqlab.recipes.init_from import InitFromConfig
 from seqlab.training.trainer import TrainConfig
 from seqlab.validation import check_bool, check_choice, check_int, check_real
 
@@ -52,9 +53,10 @@ class LMDataConfig:
 
 
 @dataclass(frozen=True)
-class LMModelConfig:
+class LMModelConfig(InitFromConfig):
     """The architecture: arch "gpt" (seqlab.models.GPT, nanoGPT's CPU shakespeare_char size by default) or a
-    recurrent "lstm" | "gru" | "rnn" (seqlab.models.RNNLanguageModel). Dropout applies to both."""
+    recurrent "lstm" | "gru" | "rnn" (seqlab.models.RNNLanguageModel). Dropout applies to both. ``init_from``
+    starts from another run's parameters (``seqlab.recipes.init_from``)."""
 
     arch: Literal["gpt", "lstm", "gru", "rnn"] = "gpt"  # decoder-only Transformer or a recurrent cell
     preset: str | None = None  # zaremba_small | zaremba_medium | zaremba_large (module docstring)
@@ -73,6 +75,7 @@ class LMModelConfig:
     init_range: float | None = None  # rnn: every weight ~ U(-r, r); None = the layers' defaults
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_choice("arch", self.arch, ARCHS)
         check_choice("preset", self.preset, (None, *PRESETS))
         check_int("context_length", self.context_length, minimum=2)  # a window scores tokens after its first

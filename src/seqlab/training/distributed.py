@@ -44,6 +44,7 @@ import os
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -55,6 +56,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from torch.nn.parallel import DistributedDataParallel
 
 from seqlab.errors import ConfigError
+from seqlab.training.objectives import LossOutput
 from seqlab.training.strategies import Strategy
 from seqlab.training.tbptt import TruncatedBPTT
 
@@ -71,6 +73,7 @@ __all__ = [
 ]
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+_ALL_PARAMETERS_USED = "find_unused_parameters=True was specified"  # DDP's warning when none was unused
 ERROR_FILE_VARIABLE = "TORCHELASTIC_ERROR_FILE"  # where the elastic agent reads a worker's error
 
 
@@ -252,16 +255,37 @@ class MicroBatchTotals(NamedTuple):
     loss_sum: float
 
 
+class _StrategyLoss(nn.Module):
+    """``strategy.loss(model, batch, loss_fn)`` as a module's forward, so that DDP sees the whole loss
+    computation, whichever of the model's methods ``loss_fn`` calls (``forward`` or another, e.g. ELMo's
+    ``language_model_loss``)."""
+
+    def __init__(self, model: nn.Module, strategy: Strategy, loss_fn: Callable[..., LossOutput]) -> None:
+        super().__init__()
+        self.model = model
+        self.strategy = strategy
+        self.loss_fn = loss_fn
+
+    def forward(self, batch: Any) -> LossOutput:
+        return self.strategy.loss(self.model, batch, self.loss_fn)
+
+
 class DataParallel:
     """The trainer's side of one rank in an active process group (module docstring).
 
+    DDP runs with ``find_unused_parameters=True``, so a model some of whose parameters a loss does not use
+    (a pooler beside a masked-LM head) trains too; its warning when every parameter was used is silenced.
+
     Attributes:
-        module: the ``DistributedDataParallel`` wrapper of the model: what the forward pass calls.
+        module: the ``DistributedDataParallel`` wrapper of ``strategy.loss(model, batch, loss_fn)``: calling
+            it with a batch returns the ``LossOutput``, with DDP's gradient all-reduce hooked into backward.
         rank: this process's rank.  world_size: W, the number of processes.
         writer: True on rank 0, the only rank that writes files.
     """
 
-    def __init__(self, model: nn.Module, device: torch.device) -> None:
+    def __init__(
+        self, model: nn.Module, device: torch.device, strategy: Strategy, loss_fn: Callable[..., LossOutput]
+    ) -> None:
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         self.writer = self.rank == 0
@@ -269,7 +293,9 @@ class DataParallel:
         device_ids = None
         if device.type == "cuda":
             device_ids = [device.index if device.index is not None else torch.cuda.current_device()]
-        self.module = DistributedDataParallel(model, device_ids=device_ids)
+        warnings.filterwarnings("ignore", message=_ALL_PARAMETERS_USED, category=UserWarning)
+        loss = _StrategyLoss(model, strategy, loss_fn)
+        self.module = DistributedDataParallel(loss, device_ids=device_ids, find_unused_parameters=True)
 
     def shard(self, batch: Any) -> Share:
         """This rank's share of a global micro-batch (``shard_batch``)."""
@@ -298,8 +324,11 @@ class DataParallel:
         return self.device if self.device.type == "cuda" else torch.device("cpu")
 
 
-def data_parallel(model: nn.Module, device: torch.device, strategy: Strategy) -> DataParallel | None:
-    """A ``DataParallel`` for ``model`` (already on ``device``) when a process group is active, else None.
+def data_parallel(
+    model: nn.Module, device: torch.device, strategy: Strategy, loss_fn: Callable[..., LossOutput]
+) -> DataParallel | None:
+    """A ``DataParallel`` for ``model`` (already on ``device``), trained with ``strategy.loss(model, batch,
+    loss_fn)``, when a process group is active, else None.
 
     Raises:
         ConfigError: the strategy is ``TruncatedBPTT``, whose per-stream state cannot be split over ranks.
@@ -311,4 +340,4 @@ def data_parallel(model: nn.Module, device: torch.device, strategy: Strategy) ->
             "data-parallel training supports whole-sequence batches only; truncated BPTT carries a state per "
             "stream (train the RNN language model in one process)"
         )
-    return DataParallel(model, device)
+    return DataParallel(model, device, strategy, loss_fn)

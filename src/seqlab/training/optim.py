@@ -10,11 +10,13 @@ shared by an embedding and another layer (tied input and output embeddings) coun
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import torch
 from torch import nn
 
+from seqlab.errors import ConfigError
 from seqlab.nn.positional import LearnedPositionalEncoding
 from seqlab.training.train_config import TrainConfig
 
@@ -50,8 +52,38 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, An
     return [group for group in groups if group["params"]]
 
 
-def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+def freeze_parameters(model: nn.Module, freeze: str) -> list[str]:
+    """Set ``requires_grad=False`` on the parameters named by ``freeze`` and return their names.
+
+    Args:
+        model: any module.
+        freeze: comma-separated prefixes, each a module path ("rnn" covers "rnn.cells.0.weight_ih", not
+            "rnn2.weight"); "" freezes nothing.
+    Raises:
+        ConfigError: a prefix names no parameter (the message lists the model's top-level modules).
+    """
+    prefixes = [p.strip().rstrip(".") for p in freeze.split(",") if p.strip()]
+    frozen = []
+    for prefix in prefixes:
+        names = [n for n, _ in model.named_parameters() if n == prefix or n.startswith(prefix + ".")]
+        if not names:
+            tops = sorted({n.partition(".")[0] for n, _ in model.named_parameters()})
+            raise ConfigError(f"train.freeze: {prefix!r} names no parameter; the model's modules are {', '.join(tops)}")
+        frozen += names
+    for name, parameter in model.named_parameters():
+        if name in frozen:
+            parameter.requires_grad_(False)
+    return frozen
+
+
+def build_optimizer(
+    model: nn.Module, config: TrainConfig, *, pretrained: Collection[str] = ()
+) -> torch.optim.Optimizer:
     """The optimizer named by ``config.optimizer`` over ``parameter_groups(model, config.weight_decay)``.
+
+    First the parameters named by ``config.freeze`` are frozen (``freeze_parameters``). The parameters named in
+    ``pretrained`` (a pretrained body) go into groups of their own, after the others, with learning rate
+    ``config.lr * config.body_lr_scale``; schedules scale every group's rate alike.
 
     "adam": ``torch.optim.Adam`` (Kingma & Ba, 2015), weight decay as L2 added to the gradient; "adamw":
     ``torch.optim.AdamW`` (Loshchilov & Hutter, 2019), decay decoupled from the adaptive step; "sgd":
@@ -59,15 +91,26 @@ def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimi
 
     Args:
         model: the module whose trainable parameters to optimize.
-        config: supplies optimizer, lr, weight_decay, momentum and nesterov.
+        config: supplies optimizer, lr, weight_decay, momentum, nesterov, freeze and body_lr_scale.
+        pretrained: names (as in ``model.named_parameters()``) of the pretrained body's parameters.
     Returns:
-        The optimizer, with learning rate ``config.lr`` in every group.
+        The optimizer, with learning rate ``config.lr`` in every group but the pretrained ones.
     Raises:
         ValueError: if the model has no trainable parameters.
+        ConfigError: a ``config.freeze`` prefix names no parameter.
     """
+    freeze_parameters(model, config.freeze)
     groups = parameter_groups(model, config.weight_decay)
     if not groups:
         raise ValueError("model has no trainable parameters (all have requires_grad=False)")
+    if pretrained:
+        body = {id(p) for n, p in model.named_parameters() if n in set(pretrained)}
+        new = [{**g, "params": [p for p in g["params"] if id(p) not in body]} for g in groups]
+        old = [
+            {**g, "params": [p for p in g["params"] if id(p) in body], "lr": config.lr * config.body_lr_scale}
+            for g in groups
+        ]
+        groups = [g for g in new + old if g["params"]]
     if config.optimizer == "adam":
         return torch.optim.Adam(groups, lr=config.lr)
     if config.optimizer == "adamw":

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from seqlab.errors import ConfigError
+from seqlab.training.scheduled_sampling import TeacherForcingSchedule, TeacherForcingScheduleName
 from seqlab.training.schedules import SCHEDULES, ScheduleName
 from seqlab.validation import check_bool, check_choice, check_int, check_real
 
@@ -40,6 +41,10 @@ class TrainConfig:
     ``seqlab.training.schedules``): a linear warmup over ``warmup_steps`` steps, then constant, inverse-sqrt
     ("Noam") or cosine decay to 0 at ``max_steps``.
 
+    ``teacher_forcing`` and the ``teacher_forcing_*`` fields set scheduled sampling for seq2seq recipes (Bengio et
+    al. 2015; ``seqlab.training.scheduled_sampling``): the probability eps_i of feeding the gold previous token at
+    optimizer step i, constant (1.0 = teacher forcing) or decaying.
+
     ``weight_decay`` applies to the weight matrices only (parameters with two or more dimensions that are not
     embeddings; see ``seqlab.training.optim``): as an L2 term added to the gradient for "adam" and "sgd"
     (as ``torch.optim.Adam``/``SGD`` do), decoupled from the gradient for "adamw" (Loshchilov & Hutter, 2019).
@@ -47,6 +52,10 @@ class TrainConfig:
     A run given a checkpoint writer (``seqlab train`` always is) saves its whole training state every
     ``checkpoint_every`` steps and after every validation, so ``seqlab train --resume`` loses at most that many
     steps (see ``seqlab.training.checkpoint``).
+    ``freeze`` names parameters by prefix (a module path: "rnn" covers "rnn.cells.0.weight_ih"); they get
+    ``requires_grad=False`` and stay out of the optimizer. ``body_lr_scale`` multiplies the learning rate of the
+    pretrained parameters a trainer is given (those a recipe's ``model.init_from`` loaded), so a pretrained body
+    can be fine-tuned more gently than a new head (e.g. 0.1).
 
     Raises:
         ConfigError: (a ValueError) for a value of the wrong type or out of range; the message shows it.
@@ -72,6 +81,13 @@ class TrainConfig:
     precision: PrecisionName = "fp32"  # autocast dtype of forward and loss: fp32 (off), bf16, fp16 (scaled)
     grad_accumulation_steps: int = 1  # micro-batches per optimizer step; must divide batch_size
     checkpoint_every: int | None = 100  # training checkpoint every this many steps, and at each validation
+    teacher_forcing: float = 1.0  # seq2seq: probability of feeding the gold previous token (schedule constant)
+    teacher_forcing_schedule: TeacherForcingScheduleName = "constant"  # or linear, exponential, inverse_sigmoid
+    teacher_forcing_k: float | None = None  # k of Bengio et al. (2015): linear offset, exponential base, inv. sigmoid
+    teacher_forcing_c: float | None = None  # c of Bengio et al.: the linear schedule's slope per step
+    teacher_forcing_epsilon_min: float = 0.0  # epsilon of Bengio et al.: the linear schedule's floor
+    freeze: str = ""  # comma-separated parameter-name prefixes kept fixed (e.g. "embedding,rnn.cells.0")
+    body_lr_scale: float = 1.0  # lr multiplier of the pretrained body (the parameters model.init_from loaded)
 
     def __post_init__(self) -> None:
         check_real("lr", self.lr, greater_than=0)
@@ -96,6 +112,10 @@ class TrainConfig:
         check_choice("device", self.device, DEVICES)
         check_choice("precision", self.precision, PRECISIONS)
         check_int("grad_accumulation_steps", self.grad_accumulation_steps)
+        self.teacher_forcing_probability(0)  # builds, so validates, the schedule
+        check_real("body_lr_scale", self.body_lr_scale, greater_than=0)
+        if not isinstance(self.freeze, str):
+            raise ConfigError(f"freeze must be a string of comma-separated prefixes, got {self.freeze!r}")
         if self.batch_size % self.grad_accumulation_steps != 0:
             raise ConfigError(
                 f"batch_size ({self.batch_size}) must be divisible by grad_accumulation_steps "
@@ -111,3 +131,13 @@ class TrainConfig:
             raise ConfigError(f"{name} ({value!r}) is used by optimizer 'sgd' only, not {self.optimizer!r}")
         if self.nesterov and self.momentum == 0:
             raise ConfigError(f"nesterov (True) needs momentum > 0, got momentum ({self.momentum!r})")
+
+    def teacher_forcing_probability(self, step: int) -> float:
+        """eps_i of scheduled sampling at optimizer step ``step`` (from 0); see ``TeacherForcingSchedule``."""
+        return TeacherForcingSchedule(
+            self.teacher_forcing_schedule,
+            self.teacher_forcing,
+            k=self.teacher_forcing_k,
+            c=self.teacher_forcing_c,
+            epsilon_min=self.teacher_forcing_epsilon_min,
+        ).probability(step)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -138,6 +138,8 @@ class Trainer:
             and after every validation, e.g. ``lambda state: save_training_state(path, state)``
             (``seqlab.training.checkpoint``); the state holds the live tensors, so write it before returning;
             None = no checkpoints.
+        pretrained: names of the pretrained body's parameters, trained at ``lr * config.body_lr_scale``;
+            ``config.freeze`` is applied first (see ``seqlab.training.optim.build_optimizer``).
 
     In an active ``torch.distributed`` process group the model is wrapped in ``DistributedDataParallel``,
     each rank trains on its share of every global micro-batch, validation runs on rank 0, and only rank 0
@@ -183,6 +185,7 @@ class Trainer:
         callbacks: Sequence[Callback] = (),
         run_dir: str | Path | None = None,
         checkpoint: Callable[[dict[str, Any]], None] | None = None,
+        pretrained: Collection[str] = (),
     ) -> None:
         if not monitor:
             raise ValueError("monitor must name a metric returned by validate, got an empty string")
@@ -196,13 +199,12 @@ class Trainer:
         self.progress = progress
         self.log = log
         self.strategy: Strategy = FullSequence() if strategy is None else strategy
-        self.parallel = data_parallel(self.model, self.device, self.strategy)
-        self._forward_model = self.model if self.parallel is None else self.parallel.module
+        self.parallel = data_parallel(self.model, self.device, self.strategy, loss_fn)
         if self.parallel is not None and not self.parallel.writer:  # only rank 0 writes
             progress, log, on_best, callbacks, run_dir, checkpoint = False, None, None, (), None, None
             self.progress, self.log = progress, log
         self.micro_batch_size = config.batch_size // config.grad_accumulation_steps
-        self.optimizer = build_optimizer(model, config)
+        self.optimizer = build_optimizer(model, config, pretrained=pretrained)
         self._params = [p for group in self.optimizer.param_groups for p in group["params"]]
         multiplier = lr_multiplier(config.schedule, warmup_steps=config.warmup_steps, total_steps=config.max_steps)
         self.scheduler = lambda_lr(self.optimizer, multiplier)
@@ -306,10 +308,11 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
         batch = move_to_device(batch, self.device)
         share = None if self.parallel is None else self.parallel.shard(batch)
-        if share is not None:
-            batch = share.batch
         with autocast(self.config.precision, self.device):
-            loss, num_tokens = self.strategy.loss(self._forward_model, batch, self.loss_fn)
+            if share is None:
+                loss, num_tokens = self.strategy.loss(self.model, batch, self.loss_fn)
+            else:  # this rank's rows, through DDP
+                loss, num_tokens = self.parallel.module(share.batch)
         if loss.dim() != 0:
             raise ValueError(f"loss_fn must return a scalar loss, got shape {tuple(loss.shape)} at step {run.step}")
         num_tokens = int(num_tokens)

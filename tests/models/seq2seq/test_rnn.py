@@ -363,3 +363,99 @@ def test_config_rejects_special_ids_outside_the_vocabularies(name):
     """Without this check pad_id=99 fails in nn.Embedding with an AssertionError and eos_id=9 only at decoding."""
     with pytest.raises(ValueError, match=rf"^{name} \(9\)"):
         RNNSeq2SeqConfig(V_SRC, V_TGT, **{name: V_TGT})
+
+
+PLACEMENTS = ["luong_input_feeding", "bahdanau"]
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("attention", ["additive", "dot"])
+def test_placements_follow_their_equations_by_hand(placement, attention):
+    """luong_input_feeding: s_t = LSTM(s_{t-1}, [e(y_{t-1}); h~_{t-1}]), h~_0 = 0, attention with s_t;
+    bahdanau: alpha_t = softmax_j score(s_{t-1}, m_j) with the top layer's previous h, s_t = LSTM(s_{t-1},
+    [e(y_{t-1}); context_t]); both h~_t = tanh(W_c [s_t; context_t]), logits = W_y h~_t + b_y. One row and one
+    step at a time, two decoder layers."""
+    model = make_model("lstm", attention, decoder_layers=2, attention_placement=placement)
+    src, lengths, tgt_in = make_batch()
+    memory, final = torch_encoder(model, src, lengths)
+    dec = model.decoder
+    B, T = tgt_in.shape
+    logits = torch.empty(B, T, V_TGT, dtype=torch.float64)
+    alphas = torch.zeros(B, T, src.shape[1], dtype=torch.float64)
+
+    def attend(b, n, query):
+        e = torch.stack([_score(model, query, m) for m in memory[b, :n]])
+        alpha = torch.exp(e) / torch.exp(e).sum()
+        return (alpha.unsqueeze(1) * memory[b, :n]).sum(dim=0), alpha
+
+    with torch.no_grad():
+        for b in range(B):
+            n = int(lengths[b])
+            s_0 = torch.tanh(dec.bridge.weight @ final[b] + dec.bridge.bias)
+            h = [s_0[:H], s_0[H:]]
+            c = [torch.zeros(H, dtype=torch.float64) for _ in range(2)]
+            h_tilde = torch.zeros(H, dtype=torch.float64)
+            for t in range(T):
+                e_t = dec.embedding.weight[tgt_in[b, t]]
+                if placement == "bahdanau":
+                    context, alpha = attend(b, n, h[1])  # s_{t-1}: the top layer's previous state
+                    x = torch.cat([e_t, context])
+                else:
+                    x = torch.cat([e_t, h_tilde])
+                for layer in range(2):
+                    h[layer], c[layer] = _lstm_step(dec.rnn.cells[layer], x, h[layer], c[layer])
+                    x = h[layer]
+                if placement == "luong_input_feeding":
+                    context, alpha = attend(b, n, x)
+                alphas[b, t, :n] = alpha
+                h_tilde = torch.tanh(dec.combine.weight @ torch.cat([x, context]))
+                logits[b, t] = dec.output.weight @ h_tilde + dec.output.bias
+        out = model(src, lengths, tgt_in)
+    assert_close(out.logits, logits)
+    assert_close(out.attention, alphas)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("cell", CELLS)
+def test_placements_step_equals_forward_and_padding_changes_nothing(cell, placement):
+    model = make_model(cell, "additive", attention_placement=placement)
+    src, lengths, tgt_in = make_batch()
+    with torch.no_grad():
+        batch = model(src, lengths, tgt_in)
+        state, steps = model.encode(src, lengths), []
+        for t in range(tgt_in.shape[1]):
+            logits, state = model.step(tgt_in[:, t], state)
+            steps.append(logits)
+        assert_close(torch.stack(steps, dim=1), batch.logits)
+        for b, n in enumerate(lengths.tolist()):
+            alone = model(src[b : b + 1, :n], lengths[b : b + 1], tgt_in[b : b + 1])
+            assert_close(batch.logits[b], alone.logits[0])
+            assert_close(batch.attention[b, :, :n], alone.attention[0])
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_placements_beam_one_equals_greedy_and_reorder_follows_rows(placement):
+    model = make_model("gru", "additive", attention_placement=placement)
+    src, lengths, tgt_in = make_batch()
+    start = torch.full((src.shape[0],), BOS)
+    with torch.no_grad():
+        greedy = greedy_search(model, model.encode(src, lengths), start, eos_id=EOS, max_length=6)
+        beam = beam_search(
+            model, model.encode(src, lengths), start, eos_id=EOS, max_length=6, beam_size=1, length_penalty=0.0
+        )
+        index = torch.tensor([2, 0, 2, 1])
+        state = model.step(tgt_in[:, 0], model.encode(src, lengths)).state
+        after = model.step(tgt_in[index, 1], model.reorder_state(state, index))
+        before = model.step(tgt_in[:, 1], state)
+    assert torch.equal(beam.tokens, greedy.tokens)
+    assert_close(beam.log_probs, greedy.log_probs)
+    assert_close(after.logits, before.logits[index])
+
+
+def test_placement_needs_attention_and_old_configs_default_to_luong():
+    message = r"^attention_placement \('bahdanau'\) needs an attention; attention is 'none'$"
+    with pytest.raises(ValueError, match=message):
+        RNNSeq2SeqConfig(V_SRC, V_TGT, attention="none", attention_placement="bahdanau")
+    with pytest.raises(ValueError, match=r"attention_placement \('cho'\) must be one of"):
+        RNNSeq2SeqConfig(V_SRC, V_TGT, attention_placement="cho")
+    assert RNNSeq2SeqConfig(V_SRC, V_TGT).attention_placement == "luong"

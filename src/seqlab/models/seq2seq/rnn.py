@@ -1,14 +1,22 @@
 """RNN encoder-decoder with attention (Bahdanau et al. 2015; Luong et al. 2015) or a fixed context (Cho et al. 2014).
 
 Encoder: embeddings -> a (by default bidirectional, stacked) RNN/GRU/LSTM giving the memory m_1..m_S.
-Decoder (Luong et al. 2015, Sec. 3, without input feeding, so teacher-forced training runs the recurrent layer over
-the whole target at once, on the fused kernel where there is one):
+Decoder, in one of three attention placements (``attention_placement``); score and alpha are masked so that padded
+source steps get weight 0, context_t = sum_j alpha_tj m_j, and in every placement
 
-    s_t       = RNN(s_{t-1}, [e(y_{t-1}); c])        (c only in the fixed-context model)
-    alpha_t   = softmax_j score(s_t, m_j)             (masked: padded source steps get weight 0)
-    context_t = sum_j alpha_tj m_j                    (or the fixed c = [h_S fwd; h_1 bwd] when attention is None)
-    h~_t      = tanh(W_c [s_t; context_t])
-    p(y_t | y_<t, x) = softmax(W_y h~_t + b_y)
+    h~_t = tanh(W_c [s_t; context_t]),    p(y_t | y_<t, x) = softmax(W_y h~_t + b_y)
+
+- "luong" (Luong et al. 2015, Sec. 3, without input feeding; the default): s_t = RNN(s_{t-1}, [e(y_{t-1}); c]) (c
+  only in the fixed-context model), then alpha_t = softmax_j score(s_t, m_j). The recurrence does not depend on the
+  attention, so teacher-forced training runs the recurrent layer over the whole target at once, on the fused kernel
+  where there is one.
+- "luong_input_feeding" (Luong et al. 2015, Sec. 3.3): s_t = RNN(s_{t-1}, [e(y_{t-1}); h~_{t-1}]) with h~_0 = 0, then
+  alpha_t = softmax_j score(s_t, m_j): the previous attentional vector is fed to the next step.
+- "bahdanau" (Bahdanau et al. 2015, appendix A.2.2, as the seeds write it): alpha_t = softmax_j score(s_{t-1}, m_j)
+  with the previous state (the top layer's h), then s_t = RNN(s_{t-1}, [e(y_{t-1}); context_t]). The read-out is
+  the h~_t above rather than Bahdanau's maxout deep output, so the placements differ only in where attention sits.
+
+The last two run the decoder one step at a time, in training as in decoding.
 
 The decoder's initial state is a learned bridge from the encoder's final state: s_0 = tanh(W_b [h_S fwd; h_1 bwd] + b_b)
 in every decoder layer (LSTM cell state c_0 = 0), as in Bahdanau et al. (2015, appendix A.2.2).
@@ -22,6 +30,7 @@ from typing import ClassVar, Literal, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from seqlab.errors import ConfigError
 from seqlab.models.interfaces import Seq2SeqOutput, StepOutput, select_rows
 from seqlab.models.pretrained import PretrainedMixin
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
@@ -32,6 +41,8 @@ from seqlab.validation import check_bool, check_choice, check_int, check_probabi
 
 AttentionName = Literal["additive", "dot", "scaled_dot", "bilinear", "none"]
 ATTENTION_NAMES = ("additive", "dot", "scaled_dot", "bilinear", "none")
+PlacementName = Literal["luong", "luong_input_feeding", "bahdanau"]
+ATTENTION_PLACEMENTS: tuple[PlacementName, ...] = ("luong", "luong_input_feeding", "bahdanau")
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,7 @@ class RNNSeq2SeqConfig:
     pad_id: int = 0  # padding symbol in both vocabularies
     bos_id: int = 1  # start-of-sequence symbol fed to the decoder first
     eos_id: int = 2  # end-of-sequence symbol the decoder emits last
+    attention_placement: PlacementName = "luong"  # luong | luong_input_feeding | bahdanau (module docstring)
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "embedding_size", "hidden_size"):
@@ -68,6 +80,11 @@ class RNNSeq2SeqConfig:
         check_bool("bidirectional", self.bidirectional)
         check_choice("attention", self.attention, ATTENTION_NAMES)
         check_probability("dropout", self.dropout)
+        check_choice("attention_placement", self.attention_placement, ATTENTION_PLACEMENTS)
+        if self.attention == "none" and self.attention_placement != "luong":
+            raise ConfigError(
+                f"attention_placement ({self.attention_placement!r}) needs an attention; attention is 'none'"
+            )
 
 
 class EncoderOutput(NamedTuple):
@@ -82,6 +99,7 @@ class RNNDecoderState(NamedTuple):
 
     hidden: (L, B, H), or LSTMState of two such tensors. memory: (B, S, C*H). keys: (B, S, Hk), the memory as the
     score function sees it. src_keep_mask: (B, S), True at real source steps. context: (B, C*H) fixed context, or None.
+    feed: (B, H) the previous attentional vector h~_{t-1} under input feeding, else None.
     """
 
     hidden: Tensor | LSTMState
@@ -89,6 +107,7 @@ class RNNDecoderState(NamedTuple):
     keys: Tensor
     src_keep_mask: Tensor
     context: Tensor | None
+    feed: Tensor | None = None
 
 
 class RNNEncoder(nn.Module):
@@ -115,8 +134,9 @@ class RNNEncoder(nn.Module):
 class AttentionDecoder(nn.Module):
     """Recurrent decoder that attends over the encoder memory, or conditions on a fixed context when attention is None.
 
-    Equations in the module docstring. Inputs of forward: tgt_in (B, T) previous tokens (teacher forcing) and an
-    RNNDecoderState. Outputs: Seq2SeqOutput(logits (B, T, V), attention (B, T, S) or None).
+    Equations in the module docstring; ``placement`` is one of ATTENTION_PLACEMENTS (with attention None, "luong").
+    Inputs of forward: tgt_in (B, T) previous tokens (teacher forcing) and an RNNDecoderState. Outputs:
+    Seq2SeqOutput(logits (B, T, V), attention (B, T, S) or None) and the state after the last step.
     """
 
     def __init__(
@@ -129,12 +149,14 @@ class AttentionDecoder(nn.Module):
         vocab_size: int,
         key_projection: nn.Module | None = None,
         dropout: float = 0.0,
+        placement: PlacementName = "luong",
     ) -> None:
         super().__init__()
         self.embedding = embedding
         self.rnn = rnn
         self.attention = attention
         self.key_projection = key_projection
+        self.placement = placement
         self.dropout = nn.Dropout(dropout)
         hidden_size = rnn.hidden_size
         self.bridge = nn.Linear(memory_size, rnn.num_layers * hidden_size)
@@ -142,29 +164,61 @@ class AttentionDecoder(nn.Module):
         self.output = nn.Linear(hidden_size, vocab_size)  # W_y, b_y
 
     def init_state(self, encoded: EncoderOutput, src_keep_mask: Tensor) -> RNNDecoderState:
-        """s_0 from the encoder's final state; keys computed once per source."""
+        """s_0 from the encoder's final state; keys computed once per source; h~_0 = 0 under input feeding."""
         B = encoded.final.shape[0]
         L, H = self.rnn.num_layers, self.rnn.hidden_size
         s_0 = torch.tanh(self.bridge(encoded.final)).view(B, L, H).transpose(0, 1).contiguous()  # (L, B, H)
         hidden = LSTMState(s_0, torch.zeros_like(s_0)) if isinstance(self.rnn, LSTM) else s_0
         keys = encoded.memory if self.key_projection is None else self.key_projection(encoded.memory)
         context = encoded.final if self.attention is None else None
-        return RNNDecoderState(hidden, encoded.memory, keys, src_keep_mask, context)
+        feed = s_0.new_zeros(B, H) if self.placement == "luong_input_feeding" else None
+        return RNNDecoderState(hidden, encoded.memory, keys, src_keep_mask, context, feed)
 
     def forward(self, tgt_in: Tensor, state: RNNDecoderState) -> tuple[Seq2SeqOutput, RNNDecoderState]:
         embedded = self.dropout(self.embedding(tgt_in))  # (B, T, E)
-        T = tgt_in.shape[1]
+        if self.placement == "luong":
+            h_tilde, weights, state = self._luong(embedded, state)
+        else:
+            step = self._bahdanau_step if self.placement == "bahdanau" else self._input_feeding_step
+            steps = []
+            for t in range(tgt_in.shape[1]):
+                h_tilde_t, weights_t, state = step(embedded[:, t : t + 1], state)
+                steps.append((h_tilde_t, weights_t))
+            h_tilde = torch.cat([h for h, _ in steps], dim=1)  # (B, T, H)
+            weights = torch.cat([w for _, w in steps], dim=1)  # (B, T, S)
+        logits = self.output(self.dropout(h_tilde))  # (B, T, V)
+        return Seq2SeqOutput(logits, weights), state
+
+    def _attend(self, query: Tensor, state: RNNDecoderState) -> tuple[Tensor, Tensor]:
+        """context (B, T, C*H) and alpha (B, T, S) for queries (B, T, H)."""
+        context, weights, _ = self.attention(query, state.keys, state.memory, keep_mask=state.src_keep_mask)
+        return context, weights
+
+    def _luong(self, embedded: Tensor, state: RNNDecoderState) -> tuple[Tensor, Tensor | None, RNNDecoderState]:
+        """All T steps at once: the recurrence reads no attention. embedded (B, T, E)."""
+        fixed = None
         if state.context is not None:
-            fixed = state.context.unsqueeze(1).expand(-1, T, -1)  # (B, T, C*H)
+            fixed = state.context.unsqueeze(1).expand(-1, embedded.shape[1], -1)  # (B, T, C*H)
             embedded = torch.cat([embedded, fixed], dim=-1)
         s, hidden = self.rnn(embedded, state=state.hidden)  # (B, T, H)
-        if self.attention is None:
-            context, weights = fixed, None
-        else:
-            context, weights, _ = self.attention(s, state.keys, state.memory, keep_mask=state.src_keep_mask)
+        context, weights = (fixed, None) if self.attention is None else self._attend(s, state)
         h_tilde = torch.tanh(self.combine(torch.cat([s, context], dim=-1)))  # (B, T, H)
-        logits = self.output(self.dropout(h_tilde))  # (B, T, V)
-        return Seq2SeqOutput(logits, weights), state._replace(hidden=hidden)
+        return h_tilde, weights, state._replace(hidden=hidden)
+
+    def _input_feeding_step(self, e_t: Tensor, state: RNNDecoderState) -> tuple[Tensor, Tensor, RNNDecoderState]:
+        """One step, e_t (B, 1, E): s_t from [e(y_{t-1}); h~_{t-1}], then attention with s_t."""
+        s, hidden = self.rnn(torch.cat([e_t, state.feed.unsqueeze(1)], dim=-1), state=state.hidden)  # (B, 1, H)
+        context, weights = self._attend(s, state)
+        h_tilde = torch.tanh(self.combine(torch.cat([s, context], dim=-1)))  # (B, 1, H)
+        return h_tilde, weights, state._replace(hidden=hidden, feed=h_tilde.squeeze(1))
+
+    def _bahdanau_step(self, e_t: Tensor, state: RNNDecoderState) -> tuple[Tensor, Tensor, RNNDecoderState]:
+        """One step, e_t (B, 1, E): attention with s_{t-1}, then s_t from [e(y_{t-1}); context_t]."""
+        top = state.hidden.h if isinstance(state.hidden, LSTMState) else state.hidden  # (L, B, H)
+        context, weights = self._attend(top[-1].unsqueeze(1), state)  # (B, 1, C*H), (B, 1, S)
+        s, hidden = self.rnn(torch.cat([e_t, context], dim=-1), state=state.hidden)  # (B, 1, H)
+        h_tilde = torch.tanh(self.combine(torch.cat([s, context], dim=-1)))  # (B, 1, H)
+        return h_tilde, weights, state._replace(hidden=hidden)
 
 
 class RNNSeq2Seq(PretrainedMixin, nn.Module):
@@ -201,7 +255,8 @@ class RNNSeq2Seq(PretrainedMixin, nn.Module):
         )
         memory_size = C * H
         attention, key_projection = _make_attention(config.attention, query_size=H, memory_size=memory_size)
-        decoder_input = E + (memory_size if attention is None else 0)
+        fed = {"luong": 0 if attention is not None else memory_size, "luong_input_feeding": H, "bahdanau": memory_size}
+        decoder_input = E + fed[config.attention_placement]
         self.decoder = AttentionDecoder(
             nn.Embedding(config.tgt_vocab_size, E, padding_idx=config.pad_id),
             layer(decoder_input, H, num_layers=config.decoder_layers, dropout=config.dropout),
@@ -210,6 +265,7 @@ class RNNSeq2Seq(PretrainedMixin, nn.Module):
             vocab_size=config.tgt_vocab_size,
             key_projection=key_projection,
             dropout=config.dropout,
+            placement=config.attention_placement,
         )
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> RNNDecoderState:
@@ -235,6 +291,7 @@ class RNNSeq2Seq(PretrainedMixin, nn.Module):
             keys=select_rows(state.keys, index),
             src_keep_mask=select_rows(state.src_keep_mask, index),
             context=select_rows(state.context, index),
+            feed=select_rows(state.feed, index),
         )
 
 

@@ -89,7 +89,8 @@ def gru_textbook_step(
     *,
     h_mask: Tensor | None = None,
 ) -> Tensor:
-    """GRU step with r applied to h_{t-1} before the recurrent matmul (Cho et al., 2014, see ``GRUCell``).
+    """GRU step in the seeds' textbook form (see ``GRUCell``): r applied to h_{t-1} before the recurrent matmul,
+    and z_t weighting the candidate, h_t = (1 - z_t) * h_{t-1} + z_t * h~_t.
 
     The recurrent weights come pre-split into the (r, z) rows (2H, H) and the n rows (H, H): a layer splits
     them once per sequence, because slicing inside the time loop makes backward build a full-size
@@ -98,8 +99,8 @@ def gru_textbook_step(
     xw_rz, xw_n = xw_t.split([2 * h.shape[1], h.shape[1]], dim=1)
     h_in = dropped(h, h_mask)
     r_t, z_t = torch.sigmoid(xw_rz + F.linear(h_in, weight_hh_rz, bias_hh_rz)).chunk(2, dim=1)
-    n_t = torch.tanh(xw_n + F.linear(r_t * h_in, weight_hh_n, bias_hh_n))
-    return torch.lerp(n_t, h, z_t)  # (1 - z_t) * n_t + z_t * h_{t-1}
+    h_tilde = torch.tanh(xw_n + F.linear(r_t * h_in, weight_hh_n, bias_hh_n))
+    return torch.lerp(h, h_tilde, z_t)  # (1 - z_t) * h_{t-1} + z_t * h~_t
 
 
 def orthogonal_gate_blocks_(weight_hh: Tensor, num_gates: int) -> None:

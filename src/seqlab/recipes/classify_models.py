@@ -1,0 +1,159 @@
+"""The architectures of the ``classify`` recipe, one builder each, and the biLM pre-training of the ``elmo`` arm.
+
+Every arm reads character ids (BOS, the characters, EOS) and ends in the same task encoder, a BiLSTM with
+pooling and a softmax (``seqlab.models.classifier``); they differ in what the encoder reads:
+
+- ``bilstm``: a learned character embedding of ``embedding_size``: the usual BiLSTM baseline;
+- ``static``: a learned (static) embedding as wide as ELMo's features, 2 * ``elmo_hidden_size``, trained from
+  scratch with the classifier: the control for ELMo (Peters et al., 2018, compare GloVe-only baselines);
+- ``elmo``: ELMo features: a biLM (``seqlab.models.elmo``) first pre-trained as a language model on the
+  training texts (section ``pretrain``), then frozen, its layers mixed by a learned ``ScalarMix``.
+
+A new arm (e.g. a pre-trained Transformer encoder) is one more entry in ``BUILDERS``: a function of a
+:class:`BuildContext` returning a module with ``forward(x (B, T), lengths (B,)) -> ClassifierOutput``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from seqlab.data.labelled_text import token_batches
+from seqlab.models.classifier import Seq2VecClassifier, Seq2VecClassifierConfig
+from seqlab.models.elmo import ELMo, ELMoClassifier, ELMoClassifierConfig, ELMoConfig
+from seqlab.recipes.base import model_device
+from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
+
+PAD_ID = 0  # seqlab.data.vocab.Vocabulary's <pad>
+
+
+class BuildContext(NamedTuple):
+    """What a builder may use: the recipe's model section, the data's sizes and ids, the pre-training section."""
+
+    model: Any  # the recipe's model section (ClassifyModelConfig)
+    vocab_size: int  # V, characters and the three specials
+    num_classes: int
+    train_ids: Sequence[Sequence[int]]  # BOS, character ids, EOS of each training text
+    valid_ids: Sequence[Sequence[int]]
+    pretrain: TrainConfig  # the recipe's pretrain section
+    progress: bool
+    log: Callable[[str], None]
+
+
+def build_bilstm(context: BuildContext) -> nn.Module:
+    """The BiLSTM baseline over a learned embedding of ``model.embedding_size``."""
+    return Seq2VecClassifier(_task_config(context, width=context.model.embedding_size))
+
+
+def build_static(context: BuildContext) -> nn.Module:
+    """The same task encoder over a static embedding as wide as ELMo's features (2 * elmo_hidden_size)."""
+    return Seq2VecClassifier(_task_config(context, width=2 * context.model.elmo_hidden_size))
+
+
+def build_elmo(context: BuildContext) -> nn.Module:
+    """Pre-train a biLM on the training ids (``pretrain_bilm``), then an ELMoClassifier that holds it, frozen."""
+    model, vocab_size = context.model, context.vocab_size
+    config = ELMoClassifierConfig(
+        vocab_size=vocab_size,
+        num_classes=context.num_classes,
+        elmo_hidden_size=model.elmo_hidden_size,
+        elmo_num_layers=model.elmo_num_layers,
+        elmo_residual=model.elmo_residual,
+        freeze_elmo=True,
+        mix_layer_norm=model.mix_layer_norm,
+        hidden_size=model.hidden_size,
+        cell="lstm",
+        pooling=model.pooling,
+        dropout=model.dropout,
+    )
+    classifier = ELMoClassifier(config)
+    bilm = ELMo(
+        ELMoConfig(
+            vocab_size=vocab_size,
+            hidden_size=model.elmo_hidden_size,
+            num_layers=model.elmo_num_layers,
+            dropout=model.elmo_dropout,
+            residual=model.elmo_residual,
+        )
+    )
+    pretrain_bilm(
+        bilm, context.train_ids, context.valid_ids, context.pretrain, progress=context.progress, log=context.log
+    )
+    classifier.elmo.load_state_dict(bilm.state_dict())
+    return classifier
+
+
+BUILDERS: dict[str, Callable[[BuildContext], nn.Module]] = {
+    "bilstm": build_bilstm,
+    "static": build_static,
+    "elmo": build_elmo,
+}
+
+
+def pretrain_bilm(
+    bilm: ELMo,
+    train_ids: Sequence[Sequence[int]],
+    valid_ids: Sequence[Sequence[int]],
+    config: TrainConfig,
+    *,
+    progress: bool,
+    log: Callable[[str], None],
+) -> dict[str, float]:
+    """Train ``bilm`` in place on the id sequences, minimising forward + backward NLL (nats/token each), keeping
+    the parameters of the best validation; returns that validation's record."""
+
+    def loss_fn(m: ELMo, batch: Any) -> LossOutput:
+        out = m.language_model_loss(batch.x, _keep_mask(batch.lengths, batch.x.shape[1]))
+        return LossOutput(out.loss, out.num_predictions)
+
+    def train_batches(epoch: int, generator: torch.Generator, batch_size: int) -> Any:
+        targets = [0] * len(train_ids)
+        return token_batches(
+            train_ids, targets, batch_size=batch_size, pad_id=PAD_ID, shuffle=True, generator=generator
+        )
+
+    @torch.no_grad()
+    def validate(m: ELMo) -> dict[str, float]:
+        device = model_device(m)
+        forward, backward, count = 0.0, 0.0, 0
+        for batch in token_batches(valid_ids, [0] * len(valid_ids), batch_size=256, pad_id=PAD_ID, shuffle=False):
+            x = batch.x.to(device)
+            out = m.language_model_loss(x, _keep_mask(batch.lengths, x.shape[1]).to(device))
+            forward += out.forward_nll.item() * out.num_predictions
+            backward += out.backward_nll.item() * out.num_predictions
+            count += out.num_predictions
+        return {
+            "valid_loss": (forward + backward) / count,
+            "valid_forward": forward / count,
+            "valid_backward": backward / count,
+        }
+
+    def log_line(line: str) -> None:
+        log(f"biLM pre-training: {line}")
+
+    result = Trainer(
+        bilm, config, loss_fn=loss_fn, train_batches=train_batches, validate=validate, progress=progress, log=log_line
+    ).fit()
+    bilm.eval()
+    return result.best
+
+
+def _keep_mask(lengths: torch.Tensor, T: int) -> torch.Tensor:
+    return torch.arange(T) < lengths.unsqueeze(1)  # (B, T)
+
+
+def _task_config(context: BuildContext, *, width: int) -> Seq2VecClassifierConfig:
+    """The task encoder's config over token embeddings ``width`` wide."""
+    return Seq2VecClassifierConfig(
+        num_classes=context.num_classes,
+        vocab_size=context.vocab_size,
+        embedding_size=width,
+        hidden_size=context.model.hidden_size,
+        cell="lstm",
+        bidirectional=True,
+        pooling=context.model.pooling,
+        dropout=context.model.dropout,
+    )
