@@ -21,6 +21,8 @@ Timing: each round runs both rows of a kind once, seqlab first in even rounds an
 so neither the order nor load from other processes favours one. Over --repeats rounds after one warm-up round, the
 table shows the median tokens/s with its interquartile range, and the ratio seqlab / reference as the median of
 the per-round ratios of times with its interquartile range; a ratio whose range straddles 1.00 separates nothing.
+Times are wall time, or with --clock cpu this process's CPU time, which other processes on a shared CPU disturb
+far less (with one thread it is the time the work took; with more, it sums the threads).
 
     python benchmarks/language_model.py --threads 1              # 4 layers, D = 256, context 256: 1-2 minutes
     python benchmarks/language_model.py --layers 1 --d-model 8 --heads 2 --context 8 --batch 2 --new-tokens 4 \\
@@ -123,17 +125,19 @@ def hf_generate(model: GPT2LMHeadModel, prompt: Tensor, new_tokens: int, beams: 
     return out[:, prompt.shape[1] :]
 
 
-def time_pair(runs: list[Callable[[], object]], *, repeats: int, sync: Callable[[], None]) -> list[list[float]]:
+def time_pair(
+    runs: list[Callable[[], object]], *, repeats: int, sync: Callable[[], None], clock: Callable[[], float]
+) -> list[list[float]]:
     """Seconds per run (outer) and round (inner); the order of the two runs alternates by round; one warm-up."""
     seconds: list[list[float]] = [[] for _ in runs]
     for i in range(1 + repeats):
         order = range(len(runs)) if i % 2 == 0 else reversed(range(len(runs)))
         for r in order:
-            start = time.perf_counter()
+            start = clock()
             runs[r]()
             sync()
             if i > 0:
-                seconds[r].append(time.perf_counter() - start)
+                seconds[r].append(clock() - start)
     return seconds
 
 
@@ -179,11 +183,18 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's choice)")
     parser.add_argument("--seed", type=int, default=0, help="weights and inputs")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall time, or this process's CPU time (less disturbed by other processes on a shared CPU)",
+    )
     args = parser.parse_args()
     for name in (*SIZES, *RNN_SIZES, "repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     args.rows = args.rows.split(",")
+    args.clock = time.perf_counter if args.clock == "wall" else time.process_time
     unknown = set(args.rows) - {"train", "greedy", "beam", "rnn"}
     if unknown:
         parser.error(f"--rows takes train, greedy, beam, rnn; got {', '.join(sorted(unknown))}")
@@ -224,7 +235,12 @@ def gpt_rows(args: argparse.Namespace, device: torch.device, sync: Callable[[], 
             m.train()
         optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-4) for m in models]
         runs = [train_step(m, o, x) for m, o in zip(models, optimizers, strict=True)]
-        print_rows("train", GPT_NAMES, args.batch * args.context, time_pair(runs, repeats=args.repeats, sync=sync))
+        print_rows(
+            "train",
+            GPT_NAMES,
+            args.batch * args.context,
+            time_pair(runs, repeats=args.repeats, sync=sync, clock=args.clock),
+        )
     for m in models:
         m.eval()
     generator = torch.Generator().manual_seed(args.seed + 1)
@@ -240,7 +256,7 @@ def gpt_rows(args: argparse.Namespace, device: torch.device, sync: Callable[[], 
             lambda b=beams: hf_generate(hf, prompt, args.new_tokens, b),
         ]
         label = kind if beams == 1 else f"beam K={beams}"
-        print_rows(kind, GPT_NAMES, args.new_tokens, time_pair(runs, repeats=args.repeats, sync=sync))
+        print_rows(kind, GPT_NAMES, args.new_tokens, time_pair(runs, repeats=args.repeats, sync=sync, clock=args.clock))
         notes.append(f"same {label} tokens: {'yes' if same else 'no'}")
     return notes
 
@@ -267,7 +283,9 @@ def rnn_rows(args: argparse.Namespace, device: torch.device, sync: Callable[[], 
         tbptt_step(theirs, torch.optim.SGD(theirs.parameters(), lr=1.0), batches),
     ]
     names = ("seqlab RNN LM", "torch.nn LSTM LM")
-    print_rows("rnn", names, args.rnn_batch * args.bptt, time_pair(runs, repeats=args.repeats, sync=sync))
+    print_rows(
+        "rnn", names, args.rnn_batch * args.bptt, time_pair(runs, repeats=args.repeats, sync=sync, clock=args.clock)
+    )
 
 
 def main() -> None:
@@ -283,7 +301,8 @@ def main() -> None:
     print(f"{shape}, training blocks {args.batch} x {args.context}, {args.new_tokens} new tokens, K={args.beams}")
     rnn = f"{args.rnn_layers} x {args.rnn_size} LSTM, V={args.rnn_vocab}, batch {args.rnn_batch}, bptt {args.bptt}"
     print(f"RNN LM {rnn}; {args.repeats} rounds")
-    print("median [interquartile range]; rows alternate their order by round\n")
+    clock = "wall" if args.clock is time.perf_counter else "CPU"
+    print(f"median [interquartile range] of {clock} times; rows alternate their order by round\n")
     header = f"{'row':<8} {'model':<20} {'tokens/s':>11} {'tokens/s IQR':>21} {'ratio':>8} {'ratio IQR':>11}"
     print(header)
     print("-" * len(header))

@@ -7,9 +7,12 @@ from pathlib import Path
 import pytest
 from cli_helpers import assert_error, run_cli
 
+from seqlab.analysis.exposure import exposure_bias
+from seqlab.data.batching import batch_iterator
+from seqlab.data.cmudict import read_cmudict
 from seqlab.data.tokenizers import CharTokenizer
 from seqlab.models import GPT, GPTConfig
-from seqlab.recipes import lm
+from seqlab.recipes import g2p, lm
 from seqlab.recipes.base import save_recipe_file
 from seqlab.training import MetricsLog
 from seqlab.training.records import StepRecord
@@ -161,3 +164,31 @@ def test_out_is_never_overwritten_and_must_be_writable(tmp_path):
     (tmp_path / "file").write_text("")
     result = run_cli("analyze", "positional", "--out", tmp_path / "file" / "sub")
     assert result.code == 2 and result.err.startswith(f"seqlab: error: --out {tmp_path / 'file' / 'sub'}: cannot write")
+
+
+@pytest.mark.parametrize("checkpoint", [RNN_G2P, TRANSFORMER_G2P])
+def test_exposure_of_a_g2p_checkpoint_on_a_file(checkpoint, tmp_path):
+    """The command's numbers are exposure_bias of the checkpoint on the file (batched differently), over every
+    phoneme and EOS of the file."""
+    data = FIXTURES / "train.dict"
+    result = run_cli("analyze", "exposure", checkpoint, "--data", data, "--out", tmp_path / "e")
+    assert result.code == 0, result.err
+    assert_png(tmp_path / "e" / "exposure.png")
+    numbers = json.loads((tmp_path / "e" / "exposure.json").read_text())
+    system = g2p.G2PSystem.load(checkpoint)
+    entries = read_cmudict(data, keep_stress=system.config.data.keep_stress)
+    batches = batch_iterator(g2p.encode_pairs(system, entries, source="data"), batch_size=7, shuffle=False)
+    phonemes = system.phonemes
+    expected = exposure_bias(system.model, batches, pad_id=phonemes.pad_id, eos_id=phonemes.eos_id)
+    assert numbers["num_tokens"] == expected.num_tokens == sum(len(p.phonemes) + 1 for p in entries)
+    for name in ("teacher_forced_loss", "free_running_loss", "teacher_forced_accuracy", "free_running_accuracy"):
+        assert numbers[name] == pytest.approx(getattr(expected, name), rel=1e-5)
+    assert numbers["loss_gap"] == pytest.approx(expected.free_running_loss - expected.teacher_forced_loss, rel=1e-5)
+
+
+def test_exposure_needs_a_g2p_run(gpt_checkpoint, tmp_path):
+    assert_error(
+        run_cli("analyze", "exposure", gpt_checkpoint, "--out", tmp_path / "e"),
+        f"{gpt_checkpoint}: exposure bias needs a g2p (seq2seq) run directory",
+    )
+    assert not (tmp_path / "e").exists()

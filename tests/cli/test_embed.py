@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from cli_helpers import assert_error, run_cli
 
+from seqlab.data.tokenizers import load_tokenizer
 from seqlab.data.wordpiece import WordPieceTokenizer
 from seqlab.models import GPT, BertConfig, BertForMaskedLM, GPTConfig
 
@@ -86,9 +87,13 @@ def test_empty_and_too_long_lines_are_one_line(tiny_checkpoint, tmp_path):
     assert_error(
         run_cli("embed", tiny_checkpoint, "--input", text), f"{text}:2: empty line; give one sentence per line"
     )
-    text.write_text("Hello!\n" + "hello " * 40 + "\n")
+    long_line = "hello " * 40
+    text.write_text(f"Hello!\n{long_line}\n")
+    tokens = len(load_tokenizer(tiny_checkpoint).encode(long_line)) + 2  # with [CLS] and [SEP]
+    assert tokens > 24
     assert_error(
-        run_cli("embed", tiny_checkpoint, "--input", text), f"{text}:2: 42 tokens, more than the model's 24 positions"
+        run_cli("embed", tiny_checkpoint, "--input", text),
+        f"{text}:2: {tokens} tokens, more than the model's 24 positions",
     )
     assert not text.with_suffix(".npy").exists()
 

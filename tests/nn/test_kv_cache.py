@@ -3,7 +3,7 @@ import torch
 from torch.testing import assert_close
 
 from seqlab.models.interfaces import select_rows
-from seqlab.nn.kv_cache import KVCache
+from seqlab.nn.kv_cache import MIN_CAPACITY, KVCache
 from seqlab.nn.multi_head_attention import MultiHeadAttention
 
 B, N, DH = 2, 3, 4
@@ -87,3 +87,70 @@ def test_backward_through_two_appends_equals_the_uncached_computation():
     for got, want in zip([x_cached.grad, *(p.grad for p in mha.parameters())], expected, strict=True):
         assert_close(got, want)
     assert x_cached.grad[:, :3].abs().sum() > 0  # the first chunk's keys were reached through the cache
+
+
+def test_appends_without_autograd_write_in_place_into_one_growing_buffer():
+    """Step-by-step appends equal one torch.cat of all steps; the buffer doubles only when full, and every cache
+    value along the way still holds exactly its own steps."""
+    torch.manual_seed(3)
+    steps = [(_rand(B, N, 1, DH), _rand(B, N, 1, DH)) for _ in range(MIN_CAPACITY + 1)]
+    caches = [KVCache.empty(B, N, DH, dtype=torch.float64)]
+    with torch.no_grad():
+        for k, v in steps:
+            caches.append(caches[-1].append(k, v))
+    first_buffer = caches[1].buffer
+    assert all(c.buffer is first_buffer for c in caches[1 : MIN_CAPACITY + 1])  # written in place
+    assert caches[-1].buffer is not first_buffer and caches[-1].buffer.capacity == 2 * (MIN_CAPACITY + 1)
+    for n, cache in enumerate(caches):
+        assert_close(
+            cache.keys, torch.cat([KVCache.empty(B, N, DH, dtype=torch.float64).keys, *(k for k, _ in steps[:n])], 2)
+        )
+        assert_close(
+            cache.values,
+            torch.cat([KVCache.empty(B, N, DH, dtype=torch.float64).values, *(v for _, v in steps[:n])], 2),
+        )
+
+
+def test_appending_to_an_older_cache_copies_instead_of_overwriting_a_newer_one():
+    torch.manual_seed(4)
+    k1, k2, k3 = _rand(B, N, 2, DH), _rand(B, N, 1, DH), _rand(B, N, 1, DH)
+    with torch.inference_mode():
+        first = KVCache.empty(B, N, DH, dtype=torch.float64, capacity=8).append(k1, k1)
+        second = first.append(k2, k2)
+        branch = first.append(k3, k3)  # first no longer holds every step its buffer wrote
+        assert second.buffer is first.buffer and branch.buffer is not first.buffer
+        assert_close(second.keys, torch.cat([k1, k2], dim=2))
+        assert_close(branch.values, torch.cat([k1, k3], dim=2))
+
+
+def test_select_rows_keeps_the_capacity_and_equals_the_generic_select_rows():
+    torch.manual_seed(5)
+    k, v, k_new = _rand(B, N, 3, DH), _rand(B, N, 3, DH), _rand(3, N, 1, DH)
+    index = torch.tensor([1, 0, 1])
+    with torch.no_grad():
+        cache = KVCache.empty(B, N, DH, dtype=torch.float64, capacity=10).append(k, v)
+        beams = cache.select_rows(index)
+        assert beams.buffer.capacity == 10 and beams.buffer is not cache.buffer
+        generic = select_rows(cache, index)
+        assert_close(beams.keys, generic.keys)
+        assert_close(beams.values, generic.values)
+        grown = beams.append(k_new, k_new)
+    assert grown.buffer is beams.buffer  # the next step writes in place
+    assert_close(grown.keys, torch.cat([k[index], k_new], dim=2))
+    assert_close(cache.keys, k)  # the original rows are untouched
+
+
+def test_a_buffer_made_in_inference_mode_is_copied_when_appended_to_outside_it():
+    """torch forbids in-place writes to inference tensors outside inference mode, so append copies instead."""
+    k = _rand(B, N, 1, DH)
+    with torch.inference_mode():
+        cache = KVCache.empty(B, N, DH, dtype=torch.float64, capacity=4).append(k, k)
+    with torch.no_grad():
+        grown = cache.append(k, k)
+    assert grown.buffer is not cache.buffer
+    assert_close(grown.keys, torch.cat([k, k], dim=2))
+
+
+def test_empty_rejects_a_nonpositive_capacity():
+    with pytest.raises(ValueError, match=r"^capacity \(0\) must be None or an integer >= 1$"):
+        KVCache.empty(B, N, DH, capacity=0)

@@ -5,11 +5,13 @@ attention: every attention map of an RNN encoder-decoder, Transformer encoder-de
 positional: the sinusoidal encoding's shift-by-rotation and distance-only dot products.
 complexity: one layer's time and peak memory against T, with fitted exponents beside the asymptotic cost table
 (memory: the CPU and CUDA counters it uses). curves: training curves from a run's ``metrics.jsonl``.
+exposure: a seq2seq model's teacher-forced against free-running loss and accuracy (exposure bias).
 """
 
 from seqlab.analysis.attention import AttentionMap, attention_maps, plot_attention
 from seqlab.analysis.complexity import COST_TABLE, Measurement, fit_exponent, measure_costs, plot_costs
 from seqlab.analysis.curves import TrainingCurves, plot_training_curves, read_metrics
+from seqlab.analysis.exposure import ExposureBias, exposure_bias, plot_exposure
 from seqlab.analysis.gradients import GradientFlow, decay_rate, gradient_flow, plot_gradient_flow, recurrent_cell
 from seqlab.analysis.memory import CallCost, PeakTensorMemory, measure_call
 from seqlab.analysis.positional import PositionalAnalysis, plot_positional, positional_analysis
@@ -18,6 +20,7 @@ __all__ = [
     "COST_TABLE",
     "AttentionMap",
     "CallCost",
+    "ExposureBias",
     "GradientFlow",
     "Measurement",
     "PeakTensorMemory",
@@ -25,12 +28,14 @@ __all__ = [
     "TrainingCurves",
     "attention_maps",
     "decay_rate",
+    "exposure_bias",
     "fit_exponent",
     "gradient_flow",
     "measure_call",
     "measure_costs",
     "plot_attention",
     "plot_costs",
+    "plot_exposure",
     "plot_gradient_flow",
     "plot_positional",
     "plot_training_curves",

@@ -16,10 +16,12 @@ loss_FR - loss_TF (nats per token) is the exposure bias of the model on that dat
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+from matplotlib.figure import Figure
 from torch import Tensor, nn
 
 from seqlab.data.batching import Seq2SeqBatch
@@ -100,3 +102,22 @@ def exposure_bias(model: nn.Module, batches: Iterable[Seq2SeqBatch], *, pad_id: 
         free_running_accuracy=100.0 * free.correct / tokens,
         num_tokens=tokens,
     )
+
+
+def plot_exposure(result: ExposureBias, path: Path, *, title: str) -> None:
+    """Two panels of paired bars, teacher-forced beside free-running: loss (nats per token) and token accuracy
+    (%); a PNG at ``path``."""
+    fig = Figure(figsize=(9, 4), layout="constrained")
+    loss, accuracy = fig.subplots(1, 2)
+    feeds = ("teacher-forced", "free-running")
+    for ax, values, ylabel in (
+        (loss, (result.teacher_forced_loss, result.free_running_loss), "loss (nats per target token)"),
+        (accuracy, (result.teacher_forced_accuracy, result.free_running_accuracy), "token accuracy (%)"),
+    ):
+        bars = ax.bar(feeds, values, color=("C0", "C3"))
+        ax.bar_label(bars, fmt="%.3g")
+        ax.set(ylabel=ylabel, xlabel="decoder input")
+    loss.set_title(f"gap {result.loss_gap:.3f} nats/token")
+    accuracy.set(ylim=(0, 100), title=f"{result.num_tokens:,} target tokens")
+    fig.suptitle(title)
+    fig.savefig(path, dpi=110)

@@ -16,12 +16,14 @@ from typing import NamedTuple
 
 import torch
 
-from seqlab.analysis import attention, complexity, curves, gradients, positional
+from seqlab.analysis import attention, complexity, curves, exposure, gradients, positional
 from seqlab.cli.tables import table
+from seqlab.data.batching import batch_iterator
+from seqlab.data.cmudict import read_cmudict
 from seqlab.errors import ConfigError, SeqlabError
 from seqlab.models import GPT, load_pretrained
 from seqlab.recipes import recipe_of_checkpoint
-from seqlab.recipes.g2p import G2PSystem
+from seqlab.recipes.g2p import G2PSystem, encode_pairs, load_splits
 from seqlab.recipes.lm import LanguageModelSystem
 
 
@@ -377,9 +379,44 @@ def _plot(args: argparse.Namespace, out_dir: Path) -> str:
     return table(["quantity", "value"], rows)
 
 
+# exposure ----------------------------------------------------------------------------------------------------------
+
+
+def _exposure_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", type=Path, help="a g2p run directory (RNN or Transformer seq2seq)")
+    parser.add_argument("--data", help="a CMUdict-format file (default: the run's own test split)")
+
+
+def _exposure(args: argparse.Namespace, out_dir: Path) -> str:
+    if recipe_of_checkpoint(args.checkpoint).NAME != "g2p":
+        raise ConfigError(f"{args.checkpoint}: exposure bias needs a g2p (seq2seq) run directory")
+    system = G2PSystem.load(args.checkpoint)
+    if args.data is None:
+        entries, source = load_splits(system.config.data)[2], "the run's test split"
+    else:
+        entries, source = read_cmudict(args.data, keep_stress=system.config.data.keep_stress), args.data
+    pairs = encode_pairs(system, entries, source=source)
+    phonemes = system.phonemes
+    result = exposure.exposure_bias(
+        system.model,
+        batch_iterator(pairs, batch_size=256, shuffle=False),
+        pad_id=phonemes.pad_id,
+        eos_id=phonemes.eos_id,
+    )
+    exposure.plot_exposure(result, out_dir / "exposure.png", title=f"{args.checkpoint} on {source}")
+    numbers = {**result._asdict(), "loss_gap": result.loss_gap, "checkpoint": str(args.checkpoint), "data": source}
+    (out_dir / "exposure.json").write_text(json.dumps(numbers, indent=2) + "\n", encoding="utf-8")
+    rows = [
+        ["loss (nats/token)", f"{result.teacher_forced_loss:.4f}", f"{result.free_running_loss:.4f}"],
+        ["token accuracy (%)", f"{result.teacher_forced_accuracy:.2f}", f"{result.free_running_accuracy:.2f}"],
+    ]
+    return table(["", "teacher-forced", "free-running"], rows) + f"\ngap: {result.loss_gap:.4f} nats/token"
+
+
 ANALYSES = (
     Analysis("gradients", "||dh_T/dh_k|| against T - k for RNN, GRU, LSTM", _gradient_arguments, _gradients),
     Analysis("attention", "attention maps of a checkpoint on one input", _attention_arguments, _attention),
     Analysis("complexity", "time and memory of one layer against T", _complexity_arguments, _complexity),
     Analysis("positional", "the sinusoidal encoding and its shift check", _positional_arguments, _positional),
+    Analysis("exposure", "teacher-forced against free-running loss of a g2p run", _exposure_arguments, _exposure),
 )

@@ -73,6 +73,7 @@ def beam_search(
         log_probs=torch.full((B, K), float("-inf"), device=device),
     )
     done = torch.zeros(B, dtype=torch.bool, device=device)
+    pooled = False  # whether any hypothesis has joined the pool; until one has, no row can stop early
     row_offset = torch.arange(B, device=device).unsqueeze(1) * K  # (B, 1)
     for t in range(1, max_length + 1):
         logits, state = model.step(tokens, state)
@@ -84,9 +85,11 @@ def beam_search(
         # EOS joins the pool only from among the K best extensions (as in Hugging Face): beam 1 is greedy.
         best, flat = total.view(B, K * V).topk(K, dim=1)  # (B, K)
         ends = (flat % V == eos_id) & ~done.unsqueeze(1)
-        finished = best.masked_fill(~ends, float("-inf"))
-        # Column t - 1 of each prefix still holds eos_id, which is the hypothesis' last token.
-        pool = _add_to_pool(pool, _take(history, flat // V), finished, t, length_penalty)
+        if ends.any():  # (a -inf hypothesis is never returned, so a step that ends none leaves the pool as it is)
+            finished = best.masked_fill(~ends, float("-inf"))
+            # Column t - 1 of each prefix still holds eos_id, which is the hypothesis' last token.
+            pool = _add_to_pool(pool, _take(history, flat // V), finished, t, length_penalty)
+            pooled = True
 
         total[:, :, eos_id] = float("-inf")
         live_log_probs, flat = total.view(B, K * V).topk(K, dim=1)  # (B, K)
@@ -99,11 +102,12 @@ def beam_search(
             break
         # Log-probs are <= 0: a continuation of n tokens scores at most log p(prefix) / n ** length_penalty,
         # which over n in [t + 1, max_length] is largest at one end.
-        shortest, longest = (t + 1) ** length_penalty, max_length**length_penalty
-        bound = torch.maximum(live_log_probs / shortest, live_log_probs / longest)
-        done |= pool.scores[:, -1] >= bound.amax(dim=1)
-        if done.all():
-            break
+        if pooled:
+            shortest, longest = (t + 1) ** length_penalty, max_length**length_penalty
+            bound = torch.maximum(live_log_probs / shortest, live_log_probs / longest)
+            done |= pool.scores[:, -1] >= bound.amax(dim=1)
+            if done.all():
+                break
         state = model.reorder_state(state, (origin + row_offset).view(B * K))
         tokens = next_tokens.view(B * K)
 

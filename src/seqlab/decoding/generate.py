@@ -143,11 +143,14 @@ def generate(
         check_token_id("pad_id", pad_id, V)
     fill = pad_id if pad_id is not None else eos_id if eos_id is not None else 0
     prompts = _Prompts(input_ids, keep_mask, StepOutput(logits, state))
+    penalized = repetition_penalty != 1.0 or no_repeat_ngram_size > 0  # only the penalties read the tokens so far
+    # Greedy and beam search take no warpers (logits_processor refuses them), so without penalties the processors
+    # change nothing and are skipped.
+    process = process if penalized or do_sample else None
     if num_beams > 1:
         # One search length for the batch: the room left by the longest prompt.
         max_length = int(limits.min())
         return _beam(model, prompts, process, max_length, num_beams, length_penalty, eos_id, fill)
-    penalized = repetition_penalty != 1.0 or no_repeat_ngram_size > 0  # only the penalties read the tokens so far
     return _decode(model, prompts, process, penalized, limits, do_sample, eos_id, fill, stop, streamer, generator)
 
 
@@ -191,7 +194,7 @@ def _length_limits(prompt_lengths: Tensor, max_new_tokens: int, context_length: 
 def _decode(
     model: LanguageModelStepModel,
     prompts: _Prompts,
-    process: LogitsProcessor,
+    process: LogitsProcessor | None,
     penalized: bool,
     limits: Tensor,
     do_sample: bool,
@@ -202,8 +205,10 @@ def _decode(
     generator: torch.Generator | None,
 ) -> GenerateOutput:
     """Greedy or sampled continuations, with the model's log-probs of the chosen tokens. Per step, only what the
-    settings need runs: the tokens so far are gathered for the penalties only, and rows are indexed only after one
-    has ended (before that, ``rows`` is a plain slice)."""
+    settings need runs: the tokens so far are gathered for the penalties only, rows are indexed only after one
+    has ended (before that, ``rows`` is a plain slice), and the end test runs only at steps where a row can end
+    (every step with eos_id or stop, else once the shortest length limit is reached). Lengths and log-prob sums
+    are written to a row's output slot when it ends."""
     input_ids, keep_mask, (logits, state) = prompts
     (B, T), device = input_ids.shape, input_ids.device
     N = int(limits.max())
@@ -211,10 +216,14 @@ def _decode(
     history_keep = torch.cat([keep_mask, torch.ones(B, N, dtype=torch.bool, device=device)], dim=1)
     lengths = torch.zeros(B, dtype=torch.long, device=device)
     log_probs = torch.zeros(B, dtype=torch.promote_types(logits.dtype, torch.float32), device=device)
-    active = torch.arange(B, device=device)  # the original row of each row still in the batch
+    # The rows still in the batch: their original row, their log-prob sums so far, their length limits.
+    active, running, row_limits = torch.arange(B, device=device), log_probs.clone(), limits
     rows: slice | Tensor = slice(None)  # indexes the rows still in the batch: all of them, or ``active``
+    shortest = int(limits.min())  # no row ends by its length limit before this many tokens
     for i in range(N):
-        if penalized:
+        if process is None:
+            processed = logits
+        elif penalized:
             processed = process(logits, history[rows, : T + i], history_keep[rows, : T + i])
         else:  # the warpers read no tokens
             processed = process(logits, history[rows, :0], None)
@@ -224,23 +233,27 @@ def _decode(
         else:
             tokens = processed.argmax(dim=-1)
         model_log_probs = torch.log_softmax(logits, dim=-1, dtype=log_probs.dtype)
-        log_probs[rows] += model_log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
+        running += model_log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
         history[rows, T + i] = tokens
-        lengths[rows] += 1
         if streamer is not None:
             streamer(torch.full((B,), fill, device=device).index_put((active,), tokens))
-        done = limits[rows] <= i + 1  # every row in the batch has generated i + 1 tokens
-        if eos_id is not None:
-            done |= tokens == eos_id
-        if stop is not None:
-            done |= torch.tensor([stop(history[row, T : T + i + 1].tolist()) for row in active.tolist()], device=device)
-        ended = int(done.sum())
-        if ended == len(active):
-            break
-        if ended:
-            alive = (~done).nonzero().squeeze(1)
-            active, tokens, state = active[alive], tokens[alive], model.reorder_state(state, alive)
-            rows = active
+        if eos_id is not None or stop is not None or i + 1 >= shortest:
+            done = row_limits <= i + 1  # every row in the batch has generated i + 1 tokens
+            if eos_id is not None:
+                done |= tokens == eos_id
+            if stop is not None:
+                ends = [stop(history[row, T : T + i + 1].tolist()) for row in active.tolist()]
+                done |= torch.tensor(ends, device=device)
+            ended = int(done.sum())
+            if ended:
+                lengths[active[done]] = i + 1
+                log_probs[active[done]] = running[done]
+                if ended == len(active):
+                    break
+                alive = (~done).nonzero().squeeze(1)
+                active, running, row_limits = active[alive], running[alive], row_limits[alive]
+                tokens, state = tokens[alive], model.reorder_state(state, alive)
+                rows, shortest = active, int(row_limits.min())
         logits, state = model.step(tokens, state)
     return GenerateOutput(history[:, : T + int(lengths.max())], lengths, log_probs)
 
@@ -271,15 +284,15 @@ class _PrefilledStepModel:
 def _beam(
     model: LanguageModelStepModel,
     prompts: _Prompts,
-    process: LogitsProcessor,
+    process: LogitsProcessor | None,
     max_length: int,
     num_beams: int,
     length_penalty: float,
     eos_id: int | None,
     fill: int,
 ) -> GenerateOutput:
-    """The best beam of each row, by ``beam_search`` from the prefilled state; the processors act on the
-    log-probabilities, as in transformers' beam search."""
+    """The best beam of each row, by ``beam_search`` from the prefilled state; the processors (None: none)
+    act on the log-probabilities, as in transformers' beam search."""
     input_ids, keep_mask, (logits, state) = prompts
     V = logits.shape[-1]
     prompt = input_ids.repeat_interleave(num_beams, dim=0)  # (B * K, T), row b's beams are rows b * K + k
@@ -298,7 +311,7 @@ def _beam(
         max_length=max_length,
         beam_size=num_beams,
         length_penalty=length_penalty,
-        logits_processor=process_beams,
+        logits_processor=None if process is None else process_beams,
     )
     tokens, lengths = out.tokens[:, 0], out.lengths[:, 0]  # (B, N), (B,)
     beyond = torch.arange(tokens.shape[1], device=tokens.device) >= lengths.unsqueeze(1)

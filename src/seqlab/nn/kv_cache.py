@@ -1,10 +1,20 @@
 """Key/value cache for incremental decoding with self-attention.
 
 At decoder step t, self-attention needs the keys and values of steps 0..t; they do not change once computed,
-so the cache keeps them and each step computes only its own. The cache is an immutable value passed in and
-returned (no module state, no in-place writes): ``append`` builds a new cache with ``torch.cat``, so an earlier
-cache value never changes, two branches can grow from one cache, and gradients flow through every append. Its
-batch dimension is 0 in every tensor, so ``select_rows`` reorders it for beam search.
+so the cache keeps them and each step computes only its own. The cache is a value passed in and returned:
+``append`` returns a new cache, an earlier cache value never changes, two branches can grow from one cache, and
+gradients flow through every append. Its batch dimension is 0 in every tensor, so ``select_rows`` (or the
+cheaper ``KVCache.select_rows``) reorders it for beam search.
+
+How ``append`` stores the steps:
+- While autograd records (a key or value requires grad), with ``torch.cat`` into a new tensor of exactly S + t
+  steps, so the graph reaches every appended step.
+- Otherwise (``torch.no_grad`` / ``torch.inference_mode``, i.e. decoding) into a ``KVBuffer`` with spare steps:
+  the new steps are written in place after the S held ones, and the buffer doubles when full (a dynamic array,
+  Cormen et al., "Introduction to Algorithms", sec. 17.4), so a sequence of n steps copies O(n) key/value steps
+  in all instead of the O(n^2) of one ``torch.cat`` per step. The buffer
+  records how many steps were written; only the cache that holds all of them may write in place, so appending
+  to an older cache value (a second branch) copies into a new buffer and the first branch stays intact.
 """
 
 from __future__ import annotations
@@ -16,15 +26,49 @@ from torch import Tensor
 
 from seqlab.validation import check_int
 
+MIN_CAPACITY = 16  # steps of the smallest buffer a no-grad append allocates
+
+
+class KVBuffer:
+    """Preallocated keys and values, (B, N, capacity, Dh) each, of which steps [0, written) hold data.
+
+    Shared by the caches of one decoding chain; each cache's keys and values are views of its first S steps.
+    """
+
+    def __init__(self, keys: Tensor, values: Tensor, written: int) -> None:
+        self.keys, self.values, self.written = keys, values, written
+
+    @property
+    def capacity(self) -> int:
+        """The most steps the buffer holds."""
+        return self.keys.shape[2]
+
+    @classmethod
+    def holding(cls, keys: Tensor, values: Tensor, capacity: int) -> KVBuffer:
+        """A buffer of ``capacity`` >= S steps whose first S steps are copies of keys, values (B, N, S, Dh)."""
+        B, N, S, Dh = keys.shape
+        buffer = cls(keys.new_empty(B, N, capacity, Dh), values.new_empty(B, N, capacity, Dh), S)
+        buffer.keys[:, :, :S] = keys
+        buffer.values[:, :, :S] = values
+        return buffer
+
+    def cache(self) -> KVCache:
+        """The cache of the ``written`` steps: views into this buffer."""
+        S = self.written
+        return KVCache(self.keys.narrow(2, 0, S), self.values.narrow(2, 0, S), self)
+
 
 class KVCache(NamedTuple):
     """Keys and values of one self-attention layer for the S steps seen so far.
 
     keys: (B, N, S, Dh).  values: (B, N, S, Dh).  ``length`` is S.
+    buffer: the ``KVBuffer`` whose first S steps keys and values are views of, or None (exactly-sized tensors);
+        an implementation detail of ``append``, which any cache may ignore.
     """
 
     keys: Tensor
     values: Tensor
+    buffer: KVBuffer | None = None
 
     @classmethod
     def empty(
@@ -35,16 +79,22 @@ class KVCache(NamedTuple):
         *,
         dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
+        capacity: int | None = None,
     ) -> KVCache:
         """A cache of S = 0 steps: keys and values (B, N, 0, Dh).
 
-        Raises: ValueError if batch_size, num_heads or head_dim is not an integer >= 1.
+        capacity: steps to reserve for no-grad appends (e.g. the model's context length), so decoding writes in
+            place from the first step; None reserves nothing until the first no-grad append.
+        Raises: ValueError if batch_size, num_heads, head_dim or capacity is not an integer >= 1.
         """
         check_int("batch_size", batch_size)
         check_int("num_heads", num_heads)
         check_int("head_dim", head_dim)
+        check_int("capacity", capacity, optional=True)
         keys = torch.zeros(batch_size, num_heads, 0, head_dim, dtype=dtype, device=device)  # (B, N, 0, Dh)
-        return cls(keys, torch.zeros_like(keys))
+        if capacity is None:
+            return cls(keys, torch.zeros_like(keys))
+        return KVBuffer.holding(keys, keys, capacity).cache()
 
     @property
     def length(self) -> int:
@@ -57,12 +107,51 @@ class KVCache(NamedTuple):
         Raises: ValueError if k or v is not (B, N, t, Dh) with the cache's B, N, Dh (message shows both shapes),
             or their dtype is not the cache's.
         """
-        B, N, _, Dh = self.keys.shape
+        keys, values, buffer = self
+        B, N, S, Dh = keys.shape
         if k.dim() != 4 or k.shape != v.shape or (k.shape[0], k.shape[1], k.shape[3]) != (B, N, Dh):
             raise ValueError(
                 f"k {tuple(k.shape)} and v {tuple(v.shape)} must both be (B, N, t, Dh) "
                 f"with (B, N, Dh) = ({B}, {N}, {Dh})"
             )
-        if k.dtype != self.keys.dtype or v.dtype != self.keys.dtype:
-            raise ValueError(f"k ({k.dtype}) and v ({v.dtype}) must have the cache's dtype ({self.keys.dtype})")
-        return KVCache(torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2))  # (B, N, S + t, Dh)
+        if k.dtype != keys.dtype or v.dtype != keys.dtype:
+            raise ValueError(f"k ({k.dtype}) and v ({v.dtype}) must have the cache's dtype ({keys.dtype})")
+        if torch.is_grad_enabled() and (keys.requires_grad or k.requires_grad or v.requires_grad):
+            return KVCache(torch.cat([keys, k], dim=2), torch.cat([values, v], dim=2))  # (B, N, S + t, Dh)
+        t = k.shape[2]
+        if not self._owns(buffer) or S + t > buffer.capacity:
+            buffer = KVBuffer.holding(keys, values, max(2 * (S + t), MIN_CAPACITY))
+        buffer.keys.narrow(2, S, t).copy_(k)
+        buffer.values.narrow(2, S, t).copy_(v)
+        buffer.written = S + t
+        return buffer.cache()
+
+    def select_rows(self, index: Tensor) -> KVCache:
+        """The cache of rows ``index`` (B',), in that order (what ``seqlab.models.select_rows`` computes), keeping
+        this cache's spare capacity so that the next no-grad ``append`` still writes in place."""
+        keys, values, buffer = self
+        if buffer is None or keys.requires_grad:
+            return KVCache(keys.index_select(0, index), values.index_select(0, index))
+        _, N, S, Dh = keys.shape
+        shape = (len(index), N, buffer.capacity, Dh)
+        selected = KVBuffer(keys.new_empty(shape), values.new_empty(shape), S)
+        torch.index_select(keys, 0, index, out=selected.keys[:, :, :S])
+        torch.index_select(values, 0, index, out=selected.values[:, :, :S])
+        return selected.cache()
+
+    def _owns(self, buffer: KVBuffer | None) -> bool:
+        """Whether this cache may write in place into ``buffer``: its keys and values are the buffer's first S steps
+        (with S = 0 there is nothing to compare: torch gives empty tensors no address) and no other cache has
+        written past them; for a buffer made under ``torch.inference_mode``, that mode must still be on (torch
+        allows no in-place write to its tensors outside it)."""
+        keys, values = self.keys, self.values
+        return (
+            buffer is not None
+            and buffer.written == keys.shape[2]
+            and keys.shape[0] == buffer.keys.shape[0]
+            and (
+                keys.shape[2] == 0
+                or (keys.data_ptr() == buffer.keys.data_ptr() and values.data_ptr() == buffer.values.data_ptr())
+            )
+            and (torch.is_inference_mode_enabled() or not buffer.keys.is_inference())
+        )

@@ -204,7 +204,7 @@ class MultiHeadAttention(nn.Module):
             q, k = self.rotary(q, offset=offset), self.rotary(k, offset=offset)
         if cache is not None:
             cache = cache.append(k, v)
-            k, v = cache  # (B, N, S, Dh) each, S = cached + T
+            k, v = cache.keys, cache.values  # (B, N, S, Dh) each, S = cached + T
 
         if keep_mask is not None:
             S = k.shape[2]

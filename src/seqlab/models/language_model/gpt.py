@@ -25,6 +25,7 @@ from seqlab.models.interfaces import LanguageModelOutput, StepOutput, select_row
 from seqlab.models.language_model import convert_hf
 from seqlab.models.pretrained import PretrainedMixin
 from seqlab.nn import KVCache, RotaryEmbedding, TransformerDecoderOnly, TransformerDecoderOnlyLayer
+from seqlab.nn.transformer_sublayers import drop
 from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
 
 POSITIONALS = ("learned", "rotary")
@@ -187,7 +188,7 @@ class GPT(PretrainedMixin, nn.Module):
             old = state.keep_mask if state.keep_mask is not None else input_ids.new_ones(B, S, dtype=torch.bool)
             new = keep_mask if keep_mask is not None else input_ids.new_ones(B, T, dtype=torch.bool)
             cache_mask = torch.cat([old, new], dim=1)  # (B, S + T)
-        out = self.decoder(self.drop(x), keep_mask=cache_mask, caches=state.caches)
+        out = self.decoder(drop(self.drop, x), keep_mask=cache_mask, caches=state.caches)
         return out.output, GPTState(out.caches, next_position, cache_mask)
 
     def _project(self, h: Tensor) -> Tensor:
@@ -215,8 +216,10 @@ class GPT(PretrainedMixin, nn.Module):
         return StepOutput(self._project(h[:, 0]), state)
 
     def reorder_state(self, state: GPTState, index: Tensor) -> GPTState:
-        """The state of rows ``index`` (B',), in that order."""
-        return select_rows(state, index)
+        """The state of rows ``index`` (B',), in that order; the caches keep their spare capacity
+        (``KVCache.select_rows``), so the next step still appends in place."""
+        caches = [cache.select_rows(index) for cache in state.caches]
+        return GPTState(caches, select_rows(state.next_position, index), select_rows(state.keep_mask, index))
 
     @classmethod
     def from_hf(cls, directory: str | Path) -> GPT:
