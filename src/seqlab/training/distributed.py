@@ -44,7 +44,6 @@ import os
 import sys
 import time
 import uuid
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -73,7 +72,6 @@ __all__ = [
 ]
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-_ALL_PARAMETERS_USED = "find_unused_parameters=True was specified"  # DDP's warning when none was unused
 ERROR_FILE_VARIABLE = "TORCHELASTIC_ERROR_FILE"  # where the elastic agent reads a worker's error
 
 
@@ -273,8 +271,9 @@ class _StrategyLoss(nn.Module):
 class DataParallel:
     """The trainer's side of one rank in an active process group (module docstring).
 
-    DDP runs with ``find_unused_parameters=True``, so a model some of whose parameters a loss does not use
-    (a pooler beside a masked-LM head) trains too; its warning when every parameter was used is silenced.
+    DDP runs with ``static_graph=True``: the parameters a loss uses are found in the first step and taken to
+    be the same ever after, so a model some of whose parameters the loss never uses (a pooler beside a
+    masked-LM head) trains too, without searching the autograd graph at every step.
 
     Attributes:
         module: the ``DistributedDataParallel`` wrapper of ``strategy.loss(model, batch, loss_fn)``: calling
@@ -293,9 +292,8 @@ class DataParallel:
         device_ids = None
         if device.type == "cuda":
             device_ids = [device.index if device.index is not None else torch.cuda.current_device()]
-        warnings.filterwarnings("ignore", message=_ALL_PARAMETERS_USED, category=UserWarning)
         loss = _StrategyLoss(model, strategy, loss_fn)
-        self.module = DistributedDataParallel(loss, device_ids=device_ids, find_unused_parameters=True)
+        self.module = DistributedDataParallel(loss, device_ids=device_ids, static_graph=True)
 
     def shard(self, batch: Any) -> Share:
         """This rank's share of a global micro-batch (``shard_batch``)."""
