@@ -11,10 +11,11 @@ from typing import Any
 
 from seqlab.cli.tables import format_value, table
 from seqlab.config import apply_overrides, describe, flatten, load_toml, parse_assignments
-from seqlab.errors import ConfigError
+from seqlab.errors import ConfigError, SeqlabError
 from seqlab.recipes import RECIPES, Recipe, get_recipe, recipe_of_checkpoint
 from seqlab.recipes.base import load_recipe_config, run_directory
 from seqlab.recipes.run_directory import RunMode
+from seqlab.training.distributed import is_writer, launch, launched_by_torchrun, process_group, record_error
 
 # The options a recipe's predict may declare in PREDICT_OPTIONS, and their flags.
 PREDICT_FLAGS = {"beam_size": "--beam-size", "nbest": "--nbest"}
@@ -50,6 +51,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="continue the run in DIR from its last training checkpoint, with its saved config",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help="data-parallel training in N processes, started with torchrun's launcher (see the README)",
+    )
     train.set_defaults(handler=_train)
 
     evaluate = commands.add_parser("evaluate", help="score a checkpoint on a data file")
@@ -102,13 +109,39 @@ def _train(args: argparse.Namespace) -> int:
         requested = None if args.out is None else Path(args.out)
         out_dir = run_directory(requested, recipe.NAME, overwrite=args.overwrite)
         mode = "overwrite" if args.overwrite else "new"
+    if args.nproc is not None:
+        return launch(args.nproc, _worker_argv(args, recipe.NAME, out_dir))
     log = lambda line: print(line, file=sys.stderr)  # noqa: E731
-    report = recipe.train(config, out_dir, progress=not args.no_progress, log=log, mode=mode)
+    with process_group():  # joins torchrun's process group, if started by it
+        try:
+            report = recipe.train(config, out_dir, progress=not args.no_progress, log=log, mode=mode)
+        except SeqlabError as e:
+            record_error(f"seqlab: error: {e}")
+            if is_writer():
+                raise
+            return 2  # the usage exit code, without a second copy of rank 0's line
+        if not is_writer():
+            return 0
     print(table(["metric", "value"], [(k, format_value(v)) for k, v in report.results.items()]))
     print()
     print(table(["input", "reference", "predicted"], report.examples))
     print(f"\ncheckpoint: {out_dir}")
     return 0
+
+
+def _worker_argv(args: argparse.Namespace, recipe: str, out_dir: Path) -> list[str]:
+    """The ``seqlab`` arguments of each worker of ``--nproc``: this command with the run directory it resolved."""
+    if launched_by_torchrun():
+        raise ConfigError("--nproc starts torchrun itself; under torchrun leave it out")
+    if args.nproc < 1:
+        raise ConfigError(f"--nproc ({args.nproc}) must be >= 1")
+    if args.resume is not None:
+        argv = ["train", recipe, "--resume", str(out_dir)]
+    else:
+        argv = ["train", recipe, "--out", str(out_dir), *(["--overwrite"] if args.overwrite else [])]
+        argv += ["--config", str(args.config)] if args.config else []
+        argv += ["--set", *args.assignments] if args.assignments else []
+    return argv + (["--no-progress"] if args.no_progress else [])
 
 
 def _resumed_run(args: argparse.Namespace) -> tuple[Recipe, Any, Path]:

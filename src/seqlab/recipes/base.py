@@ -36,6 +36,7 @@ from seqlab.recipes.run_directory import (
 from seqlab.training.callbacks import MetricsLog, run_dir_callbacks
 from seqlab.training.checkpoint import STATE_FILE, load_training_state, save_training_state
 from seqlab.training.device import training_device
+from seqlab.training.distributed import is_writer
 from seqlab.training.optim import freeze_parameters
 from seqlab.training.scheduled_sampling import ScheduledSampling
 from seqlab.training.seeding import seed_everything
@@ -141,12 +142,18 @@ def run_training(
     (``training_state.safetensors``) at each checkpoint (the first one swaps an overwriting run in); saves the
     best model; tests it; writes ``results.json``. Every file is written atomically (``seqlab.files``).
 
+    In data-parallel training (``seqlab.training.distributed``) rank 0 does all of this; the other ranks
+    only read the data and the checkpoint, build the model and train with rank 0, and write nothing.
+
     Returns: Report(results, examples): the test scores, then the best ``valid_metric``, steps, epochs,
-        train_seconds and total_seconds (wall-clock seconds); ``results.json`` adds ``stopped_by``.
+        train_seconds and total_seconds (wall-clock seconds); ``results.json`` adds ``stopped_by``. Ranks
+        other than 0 return an empty report.
     """
     started = time.perf_counter()
     train_config: TrainConfig = config.train
     training_device(train_config.device, train_config.precision)  # refuse an unusable device before writing
+    if not is_writer():
+        return _train_beside_rank0(config, out_dir / STATE_FILE if mode == "resume" else None, prepare)
     directory = RunDirectory(out_dir, mode)
     directory.lock_target()
     failed = True
@@ -154,10 +161,7 @@ def run_training(
         resume_from = load_training_state(out_dir / STATE_FILE) if mode == "resume" else None
         seed_everything(train_config.seed)
         run = prepare()
-        pretrained: list[str] = []
-        if isinstance(config.model, InitFromConfig) and config.model.init_from is not None:
-            pretrained = load_by_name(run.model, config.model.init_from, strict=config.model.init_strict, log=log)
-        freeze_parameters(run.model, train_config.freeze)
+        pretrained = _initialise(run.model, config, log)
         _refuse_unused_settings(name, train_config, run, pretrained)
         path = directory.open()
         run.save(path)  # vocabularies and tokenizers first: a resumed run reads them instead of rebuilding them
@@ -231,6 +235,38 @@ def _refuse_unused_settings(name: str, config: TrainConfig, run: TrainingRun, pr
         )
     if config.body_lr_scale != 1.0 and not pretrained:
         raise ConfigError("train.body_lr_scale: no pretrained body to scale; set model.init_from as well")
+
+
+def _initialise(model: nn.Module, config: Any, log: Callable[[str], None]) -> list[str]:
+    """Load ``config.model.init_from`` into ``model`` if the model section has one, freeze ``config.train.freeze``;
+    return the names of the pretrained parameters."""
+    pretrained: list[str] = []
+    if isinstance(config.model, InitFromConfig) and config.model.init_from is not None:
+        pretrained = load_by_name(model, config.model.init_from, strict=config.model.init_strict, log=log)
+    freeze_parameters(model, config.train.freeze)
+    return pretrained
+
+
+def _train_beside_rank0(config: Any, state_file: Path | None, prepare: Callable[[], TrainingRun]) -> Report:
+    """A data-parallel rank other than 0: the same data, model, initialisation and steps as rank 0 (resumed
+    from ``state_file`` if given), and no files, logs or tests."""
+    resume_from = None if state_file is None else load_training_state(state_file)
+    seed_everything(config.train.seed)
+    run = prepare()
+    pretrained = _initialise(run.model, config, lambda line: None)  # rank 0 logs
+    trainer = Trainer(
+        run.model,
+        config.train,
+        loss_fn=run.loss_fn,
+        train_batches=run.train_batches,
+        validate=run.validate,
+        strategy=run.strategy,
+        progress=False,
+        log=None,
+        pretrained=pretrained,
+    )
+    trainer.fit(resume_from=resume_from)
+    return Report({}, [])
 
 
 def model_device(model: nn.Module) -> torch.device:

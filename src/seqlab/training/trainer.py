@@ -31,6 +31,7 @@ from seqlab.training.callbacks import Callback, OnBest, run_dir_callbacks
 from seqlab.training.checkpoint import restore_training_state, set_rng_state, training_state
 from seqlab.training.clipping import clip_grad_norm, clip_grad_value
 from seqlab.training.device import autocast, grad_scaler, move_to_device, training_device
+from seqlab.training.distributed import data_parallel
 from seqlab.training.objectives import LossOutput
 from seqlab.training.optim import build_optimizer
 from seqlab.training.records import RECORD_KEYS, StepRecord, StopReason, TrainResult, summary_line
@@ -142,6 +143,11 @@ class Trainer:
         pretrained: names of the pretrained body's parameters, trained at ``lr * config.body_lr_scale``;
             ``config.freeze`` is applied first (see ``seqlab.training.optim.build_optimizer``).
 
+    In an active ``torch.distributed`` process group the model is wrapped in ``DistributedDataParallel``,
+    each rank trains on its share of every global micro-batch, validation runs on rank 0, and only rank 0
+    shows progress, logs, calls ``on_best``, ``callbacks`` and ``checkpoint`` and writes ``run_dir``
+    (``seqlab.training.distributed``).
+
     Attributes:
         device: the ``torch.device`` that training runs on.
         micro_batch_size: the ``batch_size`` passed to ``train_batches``.
@@ -149,12 +155,14 @@ class Trainer:
         scheduler: the ``LambdaLR`` of ``config.schedule``, stepped after each applied optimizer step.
         scaler: the ``torch.amp.GradScaler``, enabled for fp16 only.
         callbacks: the callbacks in calling order: the run directory's logs, ``on_best``, then ``callbacks``.
+        parallel: this rank's ``DataParallel`` in a process group, else None.
 
     Raises:
         ValueError: if the model has no trainable parameters or monitor is empty (at construction); from
             ``fit()``: if an epoch yields no batches, a loss is not a scalar, num_tokens < 1, or ``validate``
             returns no ``monitor`` key or a key the trainer reserves for its records.
-        ConfigError: at construction, if ``config.device`` is not available, or for fp16 on the CPU.
+        ConfigError: at construction, if ``config.device`` is not available, for fp16 on the CPU, or for
+            ``TruncatedBPTT`` in a process group.
         DivergenceError: (a FloatingPointError) from ``fit()``, once ``config.max_nonfinite_steps`` steps in
             a row had a NaN or infinite loss or (except under fp16, whose scaler skips those) gradient norm,
             or if no validation had a finite monitored metric and finite parameters; the message names the
@@ -197,6 +205,10 @@ class Trainer:
         self.progress = progress
         self.log = log
         self.strategy: Strategy = FullSequence() if strategy is None else strategy
+        self.parallel = data_parallel(self.model, self.device, self.strategy, loss_fn)
+        if self.parallel is not None and not self.parallel.writer:  # only rank 0 writes
+            progress, log, on_best, callbacks, run_dir, checkpoint = False, None, None, (), None, None
+            self.progress, self.log = progress, log
         self.micro_batch_size = config.batch_size // config.grad_accumulation_steps
         self.optimizer = build_optimizer(model, config, pretrained=pretrained)
         self._params = [p for group in self.optimizer.param_groups for p in group["params"]]
@@ -305,17 +317,24 @@ class Trainer:
         if step.micro_batches == 0:
             self.optimizer.zero_grad(set_to_none=True)
         batch = move_to_device(batch, self.device)
+        share = None if self.parallel is None else self.parallel.shard(batch)
         with autocast(self.config.precision, self.device):
-            loss, num_tokens = self.strategy.loss(self.model, batch, self.loss_fn)
+            if share is None:
+                loss, num_tokens = self.strategy.loss(self.model, batch, self.loss_fn)
+            else:  # this rank's rows, through DDP
+                loss, num_tokens = self.parallel.module(share.batch)
         if loss.dim() != 0:
             raise ValueError(f"loss_fn must return a scalar loss, got shape {tuple(loss.shape)} at step {run.step}")
         num_tokens = int(num_tokens)
         if num_tokens < 1:
             raise ValueError(f"loss_fn returned num_tokens={num_tokens} at step {run.step}; it must be >= 1")
+        weight, loss_sum = num_tokens, loss.item() * num_tokens
+        if self.parallel is not None:  # weight W n_r and the totals over the ranks
+            weight, num_tokens, loss_sum = self.parallel.combine(share, loss.item(), num_tokens)
         if step.micro_batches == 0:
             step.weight_base = num_tokens * self.config.grad_accumulation_steps
-        self.scaler.scale(loss * (num_tokens / step.weight_base)).backward()
-        step.loss_sum += loss.item() * num_tokens
+        self.scaler.scale(loss * (weight / step.weight_base)).backward()
+        step.loss_sum += loss_sum
         step.tokens += num_tokens
         step.micro_batches += 1
 
@@ -406,7 +425,10 @@ class Trainer:
 
     def _out_of_time(self, run: _Run) -> bool:
         budget = self.config.time_budget
-        return budget is not None and time.perf_counter() - run.start >= budget
+        if budget is None:
+            return False
+        out = time.perf_counter() - run.start >= budget
+        return out if self.parallel is None else self.parallel.rank0_decides(out)
 
     def _validate(self, epoch: int, run: _Run) -> StopReason | None:
         """Validate, record, keep the best state, call back and log; return why training must stop, or None."""
@@ -422,7 +444,10 @@ class Trainer:
         self.model.eval()
         try:
             with torch.no_grad():
-                metrics = self.validate(self.model)
+                if self.parallel is None:
+                    metrics = self.validate(self.model)
+                else:
+                    metrics = self.parallel.rank0_metrics(lambda: self.validate(self.model))
         finally:
             self.model.train()
         reserved = sorted(RECORD_KEYS.intersection(metrics))

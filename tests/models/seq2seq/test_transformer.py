@@ -628,3 +628,14 @@ def test_a_small_transformer_overfits_100_words_to_wer_zero(cmudict_entries, tmp
     references = group_references(g2p.read_cmudict(str(data)))
     for word, _, hypothesis in report.examples:
         assert tuple(hypothesis.split()) in references[word]
+
+
+def test_the_same_seed_gives_the_same_initial_weights():
+    """The embeddings are initialised in a fixed order (not the address order of a set of modules)."""
+    models = []
+    for _ in range(4):
+        torch.manual_seed(0)
+        models.append(TransformerSeq2Seq(make_config()))
+    first = models[0].state_dict()
+    for model in models[1:]:
+        assert all(torch.equal(first[name], tensor) for name, tensor in model.state_dict().items())

@@ -131,7 +131,7 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
             if config.share_embeddings
             else nn.Embedding(config.tgt_vocab_size, D, padding_idx=config.pad_id)
         )
-        for embedding in {self.src_embedding, self.tgt_embedding}:
+        for embedding in dict.fromkeys((self.src_embedding, self.tgt_embedding)):  # in order, once if shared
             nn.init.normal_(embedding.weight, std=D**-0.5)  # with the sqrt(D) scale, inputs start near unit size
             with torch.no_grad():
                 embedding.weight[config.pad_id].zero_()
