@@ -109,4 +109,3 @@ def test_bad_arguments_are_refused():
         EnsembleStepModel([])
     with pytest.raises(ValueError, match="combine"):
         EnsembleStepModel([_rnn(0)], combine="max")
-

@@ -10,12 +10,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from seqlab.cli import analyze, core, embed
+from seqlab.cli import analyze, average, core, embed
 from seqlab.errors import ConfigError, SeqlabError
 
 EXIT_USAGE = 2
 # Modules whose ``register(commands)`` adds subcommands, in the order ``seqlab --help`` lists them.
-COMMAND_MODULES = (core, embed, analyze)
+COMMAND_MODULES = (core, average, embed, analyze)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -76,6 +76,5 @@ class EnsembleStepModel:
 
     def reorder_state(self, state: tuple[Any, ...], index: Tensor) -> tuple[Any, ...]:
         return tuple(
-            member.reorder_state(member_state, index)
-            for member, member_state in zip(self.members, state, strict=True)
+            member.reorder_state(member_state, index) for member, member_state in zip(self.members, state, strict=True)
         )
