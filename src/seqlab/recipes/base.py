@@ -62,6 +62,9 @@ class Recipe(Protocol):
         PREDICT_OPTIONS: the keyword-only arguments ``predict`` takes (e.g. ``("beam_size", "nbest")``, or ``()``);
             the command line passes an option only to a recipe that names it here, and refuses it otherwise.
 
+    A recipe may also name in ``EVALUATE_OPTIONS`` the keyword-only arguments its ``evaluate`` takes (g2p:
+    ``("ensemble", "errors")``); the command line refuses them for a recipe that has none.
+
     A recipe that generates text (``lm``) also has ``generate(checkpoint, prompt, *, max_new_tokens, temperature,
     top_k, top_p, num_beams, seed, num_samples, stop, on_text) -> list[str]``; ``seqlab generate`` refuses a
     checkpoint whose recipe has none, so the others need nothing.

@@ -27,8 +27,9 @@ from seqlab.data.cmudict import (
 )
 from seqlab.data.vocab import Vocabulary
 from seqlab.decoding.beam_search import beam_search
+from seqlab.decoding.ensemble import EnsembleStepModel
 from seqlab.decoding.greedy import greedy_search
-from seqlab.errors import ConfigError, DataError, UnknownSymbolError
+from seqlab.errors import CheckpointError, ConfigError, DataError, UnknownSymbolError
 from seqlab.metrics import g2p_scores
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
 from seqlab.models.seq2seq.rnn import (
@@ -50,8 +51,10 @@ from seqlab.recipes.base import (
     TrainingRun,
     load_recipe_config,
     model_device,
+    recipe_name_of,
     run_training,
 )
+from seqlab.recipes.g2p_errors import check_errors_path, error_categories, write_errors
 from seqlab.recipes.run_directory import RunMode
 from seqlab.training.objectives import teacher_forcing_loss
 from seqlab.training.scheduled_sampling import ScheduledSampling, scheduled_sampling_loss
@@ -60,7 +63,8 @@ from seqlab.validation import check_bool, check_choice, check_int, check_probabi
 
 NAME = "g2p"
 DESCRIPTION = "English grapheme-to-phoneme on CMUdict: attention RNN or Transformer seq2seq, PER/WER (%)"
-PREDICT_OPTIONS = ("beam_size", "nbest")
+PREDICT_OPTIONS = ("beam_size", "nbest", "ensemble")
+EVALUATE_OPTIONS = ("ensemble", "errors")
 SOURCE_VOCAB = "source_vocab.json"
 TARGET_VOCAB = "target_vocab.json"
 
@@ -181,12 +185,17 @@ class Config:
 
 @dataclass
 class G2PSystem:
-    """A trained G2P model with its vocabularies and recipe config: what a run directory holds."""
+    """A trained G2P model with its vocabularies and recipe config: what a run directory holds.
+
+    ``ensemble`` holds further models over the same vocabularies (``seqlab evaluate --ensemble``); when it is not
+    empty, ``transcribe`` decodes ``model`` and them together (``EnsembleStepModel``, mean probability).
+    """
 
     model: RNNSeq2Seq | TransformerSeq2Seq
     letters: Vocabulary
     phonemes: Vocabulary
     config: Config
+    ensemble: tuple[RNNSeq2Seq | TransformerSeq2Seq, ...] = ()
 
     def save(self, directory: Path) -> None:
         """Write the model and both vocabularies (``run_training`` adds ``recipe.json``, which ``load`` reads)."""
@@ -230,19 +239,21 @@ class G2PSystem:
         if nbest > beam_size:
             raise ConfigError(f"--nbest ({nbest}) cannot exceed the beam size ({beam_size})")
         ids = self.encode_words(words, source=source)
-        self.model.eval()
+        for model in (self.model, *self.ensemble):
+            model.eval()
+        decoder = EnsembleStepModel((self.model, *self.ensemble)) if self.ensemble else self.model
         device = model_device(self.model)
         results: list[list[tuple[tuple[str, ...], float]]] = []
         for start in range(0, len(ids), decode.batch_size):
             chunk = ids[start : start + decode.batch_size]
             batch = collate_seq2seq([(x, []) for x in chunk]).to(device)
-            state = self.model.encode(batch.src, batch.src_lengths)
+            state = decoder.encode(batch.src, batch.src_lengths)
             bos = torch.full((len(chunk),), self.phonemes.bos_id, dtype=torch.long, device=device)
             if beam_size == 1:
-                out = greedy_search(self.model, state, bos, eos_id=self.phonemes.eos_id, max_length=decode.max_length)
+                out = greedy_search(decoder, state, bos, eos_id=self.phonemes.eos_id, max_length=decode.max_length)
             else:
                 out = beam_search(
-                    self.model,
+                    decoder,
                     state,
                     bos,
                     eos_id=self.phonemes.eos_id,
@@ -255,13 +266,27 @@ class G2PSystem:
                 results.append([(tuple(self.phonemes.decode(t)), lp) for t, lp in zip(tokens, log_probs, strict=True)])
         return results
 
-    def score(self, entries: Sequence[Pronunciation], *, source: str) -> dict[str, float]:
-        """PER and WER (%) of the best hypothesis of each word against all of its reference pronunciations."""
+    def score(
+        self, entries: Sequence[Pronunciation], *, source: str, errors_path: Path | None = None
+    ) -> dict[str, float]:
+        """PER and WER (%) of the best hypothesis of each word against all of its reference pronunciations, the
+        number of words, and WER by category (``g2p_errors.error_categories``); with ``errors_path``, also write
+        the wrong words there (``g2p_errors.write_errors``; an existing file is refused before decoding)."""
+        if errors_path is not None:
+            check_errors_path(errors_path)
         references = group_references(entries)
         words = list(references)
         best = [hyps[0][0] for hyps in self.transcribe(words, source=source)]
-        scores = g2p_scores(best, [references[w] for w in words])
-        return {"per": scores.per, "wer": scores.wer, "words": float(len(words))}
+        variants = [references[w] for w in words]
+        scores = g2p_scores(best, variants)
+        if errors_path is not None:
+            write_errors(errors_path, words, best, variants)
+        return {
+            "per": scores.per,
+            "wer": scores.wer,
+            "words": float(len(words)),
+            **error_categories(words, best, variants),
+        }
 
 
 def load_splits(
@@ -339,7 +364,7 @@ def train(
 
         def test() -> Report:
             scores = system.score(test_set, source=test_source)
-            results = {"per": scores["per"], "wer": scores["wer"], "test_words": scores["words"]}
+            results = {("test_words" if k == "words" else k): v for k, v in scores.items()}
             return Report(results, examples(system, test_set))
 
         return TrainingRun(
@@ -364,16 +389,45 @@ def train(
     return run_training(NAME, config, out_dir, prepare, progress=progress, log=log, mode=mode)
 
 
-def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:
-    """PER and WER (%) of a checkpoint on a CMUdict-format file, with the checkpoint's decode settings."""
+def load_system(checkpoint: Path, ensemble: Sequence[Path] = ()) -> G2PSystem:
+    """The run in ``checkpoint``, with the models of the runs ``ensemble`` to decode together with its own.
+
+    Raises:
+        CheckpointError: a run is unreadable, is not a g2p run, or has other letter or phoneme vocabularies
+            than ``checkpoint`` (one line naming it).
+    """
     system = G2PSystem.load(checkpoint)
+    for other in ensemble:
+        name = recipe_name_of(other)
+        if name != NAME:
+            raise CheckpointError(f"--ensemble {other}: a {name} run, not a {NAME} run")
+        member = G2PSystem.load(other)
+        if member.letters != system.letters or member.phonemes != system.phonemes:
+            raise CheckpointError(f"--ensemble {other}: its letter or phoneme vocabulary differs from {checkpoint}'s")
+        system.ensemble += (member.model,)
+    return system
+
+
+def evaluate(
+    checkpoint: Path, data_path: str, *, ensemble: Sequence[Path] = (), errors: Path | None = None
+) -> dict[str, float]:
+    """PER and WER (%) of a checkpoint (and the ``ensemble`` runs decoded with it) on a CMUdict-format file,
+    with the checkpoint's decode settings, and WER by category; ``errors``: a new TSV file of the wrong words."""
+    system = load_system(checkpoint, ensemble)
     entries = read_cmudict(data_path, keep_stress=system.config.data.keep_stress)
-    return system.score(entries, source=data_path)
+    return system.score(entries, source=data_path, errors_path=errors)
 
 
-def predict(checkpoint: Path, words: Sequence[str], *, beam_size: int | None = None, nbest: int = 1) -> list[str]:
+def predict(
+    checkpoint: Path,
+    words: Sequence[str],
+    *,
+    beam_size: int | None = None,
+    nbest: int = 1,
+    ensemble: Sequence[Path] = (),
+) -> list[str]:
     """CMUdict-format lines ``word  P H O N E S`` (``word(2)`` for the second-best and so on)."""
-    system = G2PSystem.load(checkpoint)
+    system = load_system(checkpoint, ensemble)
     words = [w.lower() for w in words]
     lines = []
     for word, hyps in zip(
