@@ -1,10 +1,15 @@
+import copy
+
 import pytest
 import torch
+from torch import nn
 from torch.testing import assert_close
 
 from seqlab.errors import CheckpointError
 from seqlab.models.seq2seq.rnn import RNNSeq2Seq, RNNSeq2SeqConfig
-from seqlab.training.averaging import average_checkpoints, average_state_dicts
+from seqlab.training.averaging import AverageLastValidated, average_checkpoints, average_state_dicts
+from seqlab.training.callbacks import Callback
+from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
 
 
 def _model(seed, *, hidden_size=6):
@@ -73,3 +78,47 @@ def test_a_directory_without_weights_is_refused(tmp_path):
     (tmp_path / "b").mkdir()
     with pytest.raises(CheckpointError, match=r"b: not a model checkpoint \(no config.json\)$"):
         average_checkpoints([tmp_path / "a", tmp_path / "b"])
+
+
+class _Snapshots(Callback):
+    """Records the weights at every validation, independently of the callback under test."""
+
+    def __init__(self):
+        self.weights = []
+
+    def on_validation_end(self, model, record):
+        self.weights.append(copy.deepcopy(model.state_dict()))
+
+
+def test_average_last_validated_is_the_mean_of_the_last_k_validations():
+    torch.manual_seed(0)
+    x = torch.randn(32, 3)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5]])
+    model = nn.Linear(3, 1)
+
+    def train_batches(epoch, generator, batch_size):
+        for start in range(0, 32, batch_size):
+            yield x[start : start + batch_size], y[start : start + batch_size]
+
+    averager, snapshots = AverageLastValidated(3), _Snapshots()
+    config = TrainConfig(lr=0.05, batch_size=8, max_epochs=5, patience=None, validate_every=2)
+    Trainer(
+        model,
+        config,
+        loss_fn=lambda m, b: LossOutput(nn.functional.mse_loss(m(b[0]), b[1]), len(b[0])),
+        train_batches=train_batches,
+        validate=lambda m: {"valid_loss": nn.functional.mse_loss(m(x), y).item()},
+        callbacks=[averager, snapshots],
+    ).fit()
+    assert len(snapshots.weights) > 3
+    averaged = averager.average()
+    for key in averaged:
+        expected = torch.stack([w[key] for w in snapshots.weights[-3:]]).mean(dim=0)
+        assert_close(averaged[key], expected)
+
+
+def test_average_last_needs_a_validation_and_a_positive_k():
+    with pytest.raises(CheckpointError, match=r"^no checkpoints to average$"):
+        AverageLastValidated(2).average()
+    with pytest.raises(ValueError, match="average_last"):
+        AverageLastValidated(0)

@@ -33,6 +33,7 @@ from seqlab.recipes.run_directory import (
     has_results,
     refuse_occupied,
 )
+from seqlab.training.averaging import AverageLastValidated
 from seqlab.training.callbacks import MetricsLog, run_dir_callbacks
 from seqlab.training.checkpoint import STATE_FILE, load_training_state, save_training_state
 from seqlab.training.device import training_device
@@ -141,7 +142,9 @@ def run_training(
     ``checkpoint: DIR; SUMMARY; model: N parameters[, SUMMARY_MODEL]``; trains with a :class:`Trainer`, saving
     the run (``run.save`` and ``recipe.json``) each time validation improves and the training state
     (``training_state.safetensors``) at each checkpoint (the first one swaps an overwriting run in); saves the
-    best model; tests it; writes ``results.json``. Every file is written atomically (``seqlab.files``).
+    best model, or with ``train.average_last`` = k the average of the weights at the last k validations
+    (``seqlab.training.averaging``); tests it; writes ``results.json``. Every file is written atomically
+    (``seqlab.files``).
 
     Returns: Report(results, examples): the test scores, then the best ``valid_metric``, steps, epochs,
         train_seconds and total_seconds (wall-clock seconds); ``results.json`` adds ``stopped_by``.
@@ -183,6 +186,7 @@ def run_training(
                     if isinstance(callback, MetricsLog):
                         callback.path = moved_to / callback.path.name
 
+        averager = None if train_config.average_last is None else AverageLastValidated(train_config.average_last)
         trainer = Trainer(
             run.model,
             train_config,
@@ -192,7 +196,7 @@ def run_training(
             on_best=lambda model, record: save(),
             progress=progress,
             log=log,
-            callbacks=logs,
+            callbacks=[*logs, *([averager] if averager is not None else [])],
             strategy=run.strategy,
             checkpoint=checkpoint,
             pretrained=pretrained,
@@ -201,6 +205,8 @@ def run_training(
             result = trainer.fit(resume_from=resume_from)
         except CheckpointError as e:
             raise CheckpointError(f"{out_dir / STATE_FILE}: {e}") from None
+        if averager is not None:
+            run.model.load_state_dict(averager.average())
         save()
         tested = run.test()
         row = {

@@ -13,6 +13,7 @@ Integer and boolean tensors (step counters, masks) are not averaged: they must b
 
 from __future__ import annotations
 
+import collections
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,12 +21,14 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
-from torch import Tensor
+from torch import Tensor, nn
 
 from seqlab.errors import CheckpointError
 from seqlab.models.pretrained import CONFIG_FILE, WEIGHTS_FILE
+from seqlab.training.callbacks import Callback
+from seqlab.validation import check_int
 
-__all__ = ["average_checkpoints", "average_state_dicts"]
+__all__ = ["AverageLastValidated", "average_checkpoints", "average_state_dicts"]
 
 
 def average_state_dicts(
@@ -108,6 +111,32 @@ def average_checkpoints(directories: Sequence[str | Path]) -> dict[str, Tensor]:
                 f"{first.get(key)!r})"
             )
     return average_state_dicts(state_dicts, names=[str(d) for d in directories])
+
+
+class AverageLastValidated(Callback):
+    """Keeps a CPU copy of the model's weights at each of the last ``k`` validations; ``average()`` is their mean.
+
+    The weights at a validation are the checkpoint that validation scores, so this averages the last k validated
+    checkpoints of a run (Vaswani et al. 2017's "last k checkpoints", at the trainer's validation interval).
+    ``run_training`` loads the average into the model after training when ``TrainConfig.average_last`` is k.
+    The copies live in memory: a resumed run averages the validations since it resumed.
+
+    Raises: ConfigError (a ValueError) if k is not an integer >= 1.
+    """
+
+    def __init__(self, k: int) -> None:
+        check_int("average_last", k)
+        self.kept: collections.deque[dict[str, Tensor]] = collections.deque(maxlen=k)
+
+    def on_validation_end(self, model: nn.Module, record: dict[str, float]) -> None:
+        self.kept.append({name: t.detach().to("cpu", copy=True) for name, t in model.state_dict().items()})
+
+    def average(self) -> dict[str, Tensor]:
+        """The mean of the kept weights (fewer than k if the run validated fewer times).
+
+        Raises: CheckpointError if no validation has happened.
+        """
+        return average_state_dicts(list(self.kept), names=[f"validation -{i}" for i in range(len(self.kept), 0, -1)])
 
 
 def _flatten(payload: object, prefix: str = "") -> dict[str, object]:
