@@ -88,7 +88,10 @@ def test_a_small_model_overfits_200_words_to_wer_zero(overfit):
 
 def test_the_checkpoint_reproduces_the_training_score(overfit, words200):
     out, _ = overfit
-    assert g2p.evaluate(out, str(words200)) == {"per": 0.0, "wer": 0.0, "words": 200.0}
+    metrics = g2p.evaluate(out, str(words200))
+    assert {k: metrics[k] for k in ("per", "wer", "words")} == {"per": 0.0, "wer": 0.0, "words": 200.0}
+    assert metrics["words_one_pronunciation"] + metrics["words_several_pronunciations"] == 200
+    assert all(v == 0.0 for k, v in metrics.items() if k.startswith("wer_") and k != "wer_no_vowel_letter")
 
 
 def test_the_checkpoint_pronounces_training_words_as_the_dictionary_does(overfit, words200, cmudict_entries):

@@ -17,12 +17,12 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from seqlab.cli import analyze, compare, core, embed
+from seqlab.cli import analyze, average, compare, core, embed
 from seqlab.errors import ConfigError, SeqlabError
 
 EXIT_INTERNAL = 1
 # Modules whose ``register(commands)`` adds subcommands, in the order ``seqlab --help`` lists them.
-COMMAND_MODULES = (core, embed, analyze, compare)
+COMMAND_MODULES = (core, average, embed, analyze, compare)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -23,7 +23,8 @@ from seqlab.data.cmudict import read_cmudict
 from seqlab.errors import ConfigError, SeqlabError
 from seqlab.models import GPT, load_pretrained
 from seqlab.recipes import recipe_of_checkpoint
-from seqlab.recipes.g2p import G2PSystem, encode_pairs, load_splits
+from seqlab.recipes.g2p import G2PSystem, encode_pairs
+from seqlab.recipes.g2p_data import load_splits
 from seqlab.recipes.lm import LanguageModelSystem
 
 

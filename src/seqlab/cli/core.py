@@ -17,8 +17,10 @@ from seqlab.recipes.base import load_recipe_config, run_directory
 from seqlab.recipes.run_directory import RunMode
 from seqlab.training.distributed import is_writer, launch, launched_by_torchrun, process_group, record_error
 
-# The options a recipe's predict may declare in PREDICT_OPTIONS, and their flags.
-PREDICT_FLAGS = {"beam_size": "--beam-size", "nbest": "--nbest"}
+# The options a recipe's predict may declare in PREDICT_OPTIONS, and its evaluate in EVALUATE_OPTIONS, and their flags.
+PREDICT_FLAGS = {"beam_size": "--beam-size", "nbest": "--nbest", "ensemble": "--ensemble"}
+EVALUATE_FLAGS = {"ensemble": "--ensemble", "errors": "--errors"}
+ENSEMBLE_HELP = "more run directories of the same recipe and vocabularies, decoded together with CHECKPOINT"
 # The largest value of each integer option: beyond it a command would only run out of memory or time.
 MAX_BEAMS = 1_000
 MAX_NEW_TOKENS = 1_000_000
@@ -63,6 +65,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument("checkpoint", type=Path)
     evaluate.add_argument("--data", required=True, help="data file in the recipe's format")
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    evaluate.add_argument("--ensemble", type=Path, nargs="+", metavar="DIR", help=ENSEMBLE_HELP)
+    evaluate.add_argument("--errors", type=Path, metavar="FILE", help="write every wrong prediction to a new TSV file")
     evaluate.set_defaults(handler=_evaluate)
 
     predict = commands.add_parser("predict", help="run a checkpoint on inputs given on the command line")
@@ -70,6 +74,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("inputs", nargs="+", metavar="INPUT")
     predict.add_argument("--beam-size", type=int, help="beam width (default: the checkpoint's; 1 = greedy)")
     predict.add_argument("--nbest", type=int, help="hypotheses printed per input (default: 1)")
+    predict.add_argument("--ensemble", type=Path, nargs="+", metavar="DIR", help=ENSEMBLE_HELP)
     predict.set_defaults(handler=_predict)
 
     generate = commands.add_parser("generate", help="continue a prompt with a language model, streaming the text")
@@ -161,7 +166,9 @@ def _resumed_run(args: argparse.Namespace) -> tuple[Recipe, Any, Path]:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    metrics = recipe_of_checkpoint(args.checkpoint).evaluate(args.checkpoint, args.data)
+    recipe = recipe_of_checkpoint(args.checkpoint)
+    given = _recipe_options(args, EVALUATE_FLAGS, getattr(recipe, "EVALUATE_OPTIONS", ()), recipe.NAME, "evaluate")
+    metrics = recipe.evaluate(args.checkpoint, args.data, **given)
     if args.json:
         print(json.dumps(metrics))
     else:
@@ -170,16 +177,26 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    given = {name: getattr(args, name) for name in PREDICT_FLAGS if getattr(args, name) is not None}
-    for name, value in given.items():
-        _check_option(PREDICT_FLAGS[name], value, MAX_BEAMS)
+    for name in ("beam_size", "nbest"):
+        value = getattr(args, name)
+        if value is not None:
+            _check_option(PREDICT_FLAGS[name], value, MAX_BEAMS)
     recipe = recipe_of_checkpoint(args.checkpoint)
-    refused = [PREDICT_FLAGS[name] for name in given if name not in recipe.PREDICT_OPTIONS]
-    if refused:
-        raise ConfigError(f"{' '.join(refused)}: the {recipe.NAME} recipe's predict takes no such option")
+    given = _recipe_options(args, PREDICT_FLAGS, recipe.PREDICT_OPTIONS, recipe.NAME, "predict")
     for line in recipe.predict(args.checkpoint, args.inputs, **given):
         print(line)
     return 0
+
+
+def _recipe_options(
+    args: argparse.Namespace, flags: dict[str, str], accepted: tuple[str, ...], recipe: str, command: str
+) -> dict[str, Any]:
+    """The options among ``flags`` given on the command line, refused unless the recipe's ``command`` takes them."""
+    given = {name: getattr(args, name) for name in flags if getattr(args, name) is not None}
+    refused = [flags[name] for name in given if name not in accepted]
+    if refused:
+        raise ConfigError(f"{' '.join(refused)}: the {recipe} recipe's {command} takes no such option")
+    return given
 
 
 def _generate(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 logits processors, sampling, and the ``generate`` engine for language models."""
 
 from seqlab.decoding.beam_search import beam_search
+from seqlab.decoding.ensemble import EnsembleStepModel
 from seqlab.decoding.generate import GenerateOutput, generate
 from seqlab.decoding.greedy import greedy_search
 from seqlab.decoding.interface import SearchOutput, StepModel, StepOutput, select_rows
@@ -18,6 +19,7 @@ from seqlab.decoding.processors import (
 from seqlab.decoding.sampling import sample
 
 __all__ = [
+    "EnsembleStepModel",
     "GenerateOutput",
     "LogitsProcessor",
     "SearchOutput",

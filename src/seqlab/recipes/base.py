@@ -33,6 +33,7 @@ from seqlab.recipes.run_directory import (
     has_results,
     refuse_occupied,
 )
+from seqlab.training.averaging import AverageLastValidated
 from seqlab.training.callbacks import MetricsLog, run_dir_callbacks
 from seqlab.training.checkpoint import STATE_FILE, load_training_state, save_training_state
 from seqlab.training.device import training_device
@@ -63,6 +64,9 @@ class Recipe(Protocol):
             with defaults; ``Config()`` is the recipe's default setup.
         PREDICT_OPTIONS: the keyword-only arguments ``predict`` takes (e.g. ``("beam_size", "nbest")``, or ``()``);
             the command line passes an option only to a recipe that names it here, and refuses it otherwise.
+
+    A recipe may also name in ``EVALUATE_OPTIONS`` the keyword-only arguments its ``evaluate`` takes (g2p:
+    ``("ensemble", "errors")``); the command line refuses them for a recipe that has none.
 
     A recipe that generates text (``lm``) also has ``generate(checkpoint, prompt, *, max_new_tokens, temperature,
     top_k, top_p, num_beams, seed, num_samples, stop, on_text) -> list[str]``; ``seqlab generate`` refuses a
@@ -140,7 +144,9 @@ def run_training(
     ``checkpoint: DIR; SUMMARY; model: N parameters[, SUMMARY_MODEL]``; trains with a :class:`Trainer`, saving
     the run (``run.save`` and ``recipe.json``) each time validation improves and the training state
     (``training_state.safetensors``) at each checkpoint (the first one swaps an overwriting run in); saves the
-    best model; tests it; writes ``results.json``. Every file is written atomically (``seqlab.files``).
+    best model, or with ``train.average_last`` = k the average of the weights at the last k validations
+    (``seqlab.training.averaging``); tests it; writes ``results.json``. Every file is written atomically
+    (``seqlab.files``).
 
     In data-parallel training (``seqlab.training.distributed``) rank 0 does all of this; the other ranks
     only read the data and the checkpoint, build the model and train with rank 0, and write nothing.
@@ -186,6 +192,7 @@ def run_training(
                     if isinstance(callback, MetricsLog):
                         callback.path = moved_to / callback.path.name
 
+        averager = None if train_config.average_last is None else AverageLastValidated(train_config.average_last)
         trainer = Trainer(
             run.model,
             train_config,
@@ -195,7 +202,7 @@ def run_training(
             on_best=lambda model, record: save(),
             progress=progress,
             log=log,
-            callbacks=logs,
+            callbacks=[*logs, *([averager] if averager is not None else [])],
             strategy=run.strategy,
             checkpoint=checkpoint,
             pretrained=pretrained,
@@ -204,6 +211,8 @@ def run_training(
             result = trainer.fit(resume_from=resume_from)
         except CheckpointError as e:
             raise CheckpointError(f"{out_dir / STATE_FILE}: {e}") from None
+        if averager is not None:
+            run.model.load_state_dict(averager.average())
         save()
         tested = run.test()
         row = {

