@@ -22,19 +22,22 @@ The MLM decoder's weight is the word embedding (tied) and its bias ``cls.predict
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 from torch import nn
 
 from seqlab.errors import CheckpointError
+from seqlab.models.hf_folder import (
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    open_weights,
+    read_hf_config,
+    refuse_unsupported,
+    write_hf_folder,
+)
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 BODY_PREFIX = "bert."
 # Hugging Face hidden_act -> seqlab activation ("gelu_new" and "gelu_pytorch_tanh" are both GELU's tanh form).
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
@@ -76,28 +79,16 @@ def read_config(directory: Path) -> dict[str, Any]:
     Raises: CheckpointError (one line) if the file is missing or not JSON, is not a BERT config, or sets a field
         this BERT cannot compute (named with its value).
     """
-    path = directory / CONFIG_FILE
-    if not directory.is_dir():
-        raise CheckpointError(f"{directory}: no such directory")
-    try:
-        hf = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: missing; is {directory} a Hugging Face BERT folder?") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise CheckpointError(f"{path}: not valid JSON") from None
-    found = hf.get("model_type") if isinstance(hf, dict) else None
-    if found != "bert":
-        raise CheckpointError(f"{path}: model_type is {found!r}, expected 'bert'")
-    unsupported = {
-        "hidden_act": (hf.get("hidden_act", "gelu"), tuple(ACTIVATIONS)),
-        "position_embedding_type": (hf.get("position_embedding_type", "absolute"), ("absolute",)),
-        "is_decoder": (hf.get("is_decoder", False), (False,)),
-        "add_cross_attention": (hf.get("add_cross_attention", False), (False,)),
-    }
-    for field, (value, supported) in unsupported.items():
-        if value not in supported:
-            choices = ", ".join(map(repr, supported))
-            raise CheckpointError(f"{path}: unsupported {field} {value!r} (supported: {choices})")
+    path, hf = read_hf_config(directory, "bert", "BERT")
+    refuse_unsupported(
+        path,
+        {
+            "hidden_act": (hf.get("hidden_act", "gelu"), tuple(ACTIVATIONS)),
+            "position_embedding_type": (hf.get("position_embedding_type", "absolute"), ("absolute",)),
+            "is_decoder": (hf.get("is_decoder", False), (False,)),
+            "add_cross_attention": (hf.get("add_cross_attention", False), (False,)),
+        },
+    )
     try:
         return {
             "vocab_size": hf["vocab_size"],
@@ -125,32 +116,27 @@ def load_hf(cls: type, directory: Path) -> Any:
     """
     fields = read_config(directory)
     path = directory / WEIGHTS_FILE
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            names = list(f.keys())
-            prefixed = any(name.startswith(BODY_PREFIX) for name in names)
-            stored = {name.removeprefix(BODY_PREFIX): name for name in names}
-            fields["pooler"] = "pooler.dense.weight" in stored
-            try:
-                model = cls(cls.config_class(**fields))
-            except ValueError as e:
-                raise CheckpointError(f"{directory / CONFIG_FILE}: bad config ({e})") from None
-            state = {}
-            for name, expected in model.state_dict().items():
-                wanted = hf_name(name)
-                file_name = BODY_PREFIX + wanted if prefixed and name.startswith(BODY_PREFIX) else wanted
-                if wanted not in stored:
-                    raise CheckpointError(f"{path}: missing tensor {file_name}")
-                found = tuple(f.get_slice(stored[wanted]).get_shape())
-                if found != tuple(expected.shape):
-                    raise CheckpointError(
-                        f"{path}: tensor {stored[wanted]} is {list(found)}, the config needs {list(expected.shape)}"
-                    )
-                state[name] = f.get_tensor(stored[wanted]).float()
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: missing (only safetensors weights are read)") from None
-    except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{path}: cannot read weights ({e})") from None
+    with open_weights(directory) as f:
+        names = list(f.keys())
+        prefixed = any(name.startswith(BODY_PREFIX) for name in names)
+        stored = {name.removeprefix(BODY_PREFIX): name for name in names}
+        fields["pooler"] = "pooler.dense.weight" in stored
+        try:
+            model = cls(cls.config_class(**fields))
+        except ValueError as e:
+            raise CheckpointError(f"{directory / CONFIG_FILE}: bad config ({e})") from None
+        state = {}
+        for name, expected in model.state_dict().items():
+            wanted = hf_name(name)
+            file_name = BODY_PREFIX + wanted if prefixed and name.startswith(BODY_PREFIX) else wanted
+            if wanted not in stored:
+                raise CheckpointError(f"{path}: missing tensor {file_name}")
+            found = tuple(f.get_slice(stored[wanted]).get_shape())
+            if found != tuple(expected.shape):
+                raise CheckpointError(
+                    f"{path}: tensor {stored[wanted]} is {list(found)}, the config needs {list(expected.shape)}"
+                )
+            state[name] = f.get_tensor(stored[wanted]).float()
     model.load_state_dict(state)
     model.eval()
     return model
@@ -185,7 +171,5 @@ def save_hf(model: nn.Module, directory: Path) -> None:
     tensors = {}
     for name, tensor in model.state_dict().items():
         wanted = hf_name(name)
-        tensors[prefix + wanted if name.startswith(BODY_PREFIX) else wanted] = tensor.detach().contiguous().cpu()
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / CONFIG_FILE).write_text(json.dumps(hf_config, indent=2) + "\n")
-    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+        tensors[prefix + wanted if name.startswith(BODY_PREFIX) else wanted] = tensor
+    write_hf_folder(directory, hf_config, tensors)

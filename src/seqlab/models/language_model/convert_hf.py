@@ -18,21 +18,22 @@ buffers some versions saved (``attn.bias``, ``attn.masked_bias``) are not weight
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 from torch import Tensor
 
 from seqlab.errors import CheckpointError, ConfigError
-from seqlab.files import atomic_path, atomic_write
+from seqlab.models.hf_folder import (
+    WEIGHTS_FILE,
+    open_weights,
+    read_hf_config,
+    refuse_unsupported,
+    write_hf_folder,
+)
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 PREFIX = "transformer."
 # Hugging Face activation_function -> seqlab activation (gelu_new and gelu_pytorch_tanh are both the tanh form).
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
@@ -45,27 +46,17 @@ def read_gpt2_config(directory: Path) -> dict[str, Any]:
     Raises: CheckpointError (one line) if the file is missing or not JSON, is not a GPT-2 config, or sets a field
         this GPT cannot compute (named with its value).
     """
-    path = directory / CONFIG_FILE
-    try:
-        hf = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: missing; is {directory} a Hugging Face GPT-2 folder?") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise CheckpointError(f"{path}: not valid JSON") from None
-    if not isinstance(hf, dict) or hf.get("model_type") != "gpt2":
-        found = hf.get("model_type") if isinstance(hf, dict) else None
-        raise CheckpointError(f"{path}: model_type is {found!r}, expected 'gpt2'")
-    unsupported = {
-        "activation_function": (hf.get("activation_function", "gelu_new"), tuple(ACTIVATIONS)),
-        "scale_attn_weights": (hf.get("scale_attn_weights", True), (True,)),
-        "scale_attn_by_inverse_layer_idx": (hf.get("scale_attn_by_inverse_layer_idx", False), (False,)),
-        "reorder_and_upcast_attn": (hf.get("reorder_and_upcast_attn", False), (False,)),
-        "add_cross_attention": (hf.get("add_cross_attention", False), (False,)),
-    }
-    for field, (value, supported) in unsupported.items():
-        if value not in supported:
-            choices = ", ".join(map(repr, supported))
-            raise CheckpointError(f"{path}: unsupported {field} {value!r} (supported: {choices})")
+    path, hf = read_hf_config(directory, "gpt2", "GPT-2")
+    refuse_unsupported(
+        path,
+        {
+            "activation_function": (hf.get("activation_function", "gelu_new"), tuple(ACTIVATIONS)),
+            "scale_attn_weights": (hf.get("scale_attn_weights", True), (True,)),
+            "scale_attn_by_inverse_layer_idx": (hf.get("scale_attn_by_inverse_layer_idx", False), (False,)),
+            "reorder_and_upcast_attn": (hf.get("reorder_and_upcast_attn", False), (False,)),
+            "add_cross_attention": (hf.get("add_cross_attention", False), (False,)),
+        },
+    )
     try:
         return {
             "vocab_size": hf["vocab_size"],
@@ -151,27 +142,20 @@ def read_gpt2_weights(directory: Path, expected: dict[str, Tensor], num_layers: 
     path = directory / WEIGHTS_FILE
     tied = "lm_head.weight" not in expected
     wanted = {name: tuple(t.shape) for name, t in to_gpt2_tensors(expected, num_layers, tied=tied).items()}
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            stored = {name.removeprefix(PREFIX): name for name in f.keys()}  # noqa: SIM118
-            for name in wanted:
-                if name not in stored:
-                    raise CheckpointError(f"{path}: missing tensor {_file_name(name)}")
-            for name in stored:
-                if name not in wanted and not _MASK_BUFFER.match(name) and not (tied and name == "lm_head.weight"):
-                    raise CheckpointError(f"{path}: unexpected tensor {stored[name]}")
-            tensors = {}
-            for name, shape in wanted.items():
-                found = tuple(f.get_slice(stored[name]).get_shape())
-                if found != shape:
-                    raise CheckpointError(
-                        f"{path}: tensor {stored[name]} is {list(found)}, the config needs {list(shape)}"
-                    )
-                tensors[name] = f.get_tensor(stored[name]).float()
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: missing") from None
-    except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{path}: cannot read weights ({e})") from None
+    with open_weights(directory) as f:
+        stored = {name.removeprefix(PREFIX): name for name in f.keys()}  # noqa: SIM118
+        for name in wanted:
+            if name not in stored:
+                raise CheckpointError(f"{path}: missing tensor {_file_name(name)}")
+        for name in stored:
+            if name not in wanted and not _MASK_BUFFER.match(name) and not (tied and name == "lm_head.weight"):
+                raise CheckpointError(f"{path}: unexpected tensor {stored[name]}")
+        tensors = {}
+        for name, shape in wanted.items():
+            found = tuple(f.get_slice(stored[name]).get_shape())
+            if found != shape:
+                raise CheckpointError(f"{path}: tensor {stored[name]} is {list(found)}, the config needs {list(shape)}")
+            tensors[name] = f.get_tensor(stored[name]).float()
     return from_gpt2_tensors(tensors, num_layers, tied=tied)
 
 
@@ -208,8 +192,4 @@ def write_gpt2(directory: Path, config: Any, state: dict[str, Tensor]) -> None:
         "eos_token_id": None,
     }
     tensors = to_gpt2_tensors(state, config.num_layers, tied=config.tie_embeddings)
-    directory.mkdir(parents=True, exist_ok=True)
-    atomic_write(directory / CONFIG_FILE, json.dumps(hf_config, indent=2) + "\n")
-    contiguous = {_file_name(name): t.detach().contiguous().cpu() for name, t in tensors.items()}
-    with atomic_path(directory / WEIGHTS_FILE) as temporary:
-        save_file(contiguous, str(temporary), metadata={"format": "pt"})
+    write_hf_folder(directory, hf_config, {_file_name(name): t for name, t in tensors.items()})

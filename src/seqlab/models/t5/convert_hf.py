@@ -21,20 +21,21 @@ differs from ``shared``. A folder without scaling and without ``lm_head`` loads 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 from torch import Tensor
 
 from seqlab.errors import CheckpointError, ConfigError
+from seqlab.models.hf_folder import (
+    WEIGHTS_FILE,
+    open_weights,
+    read_hf_config,
+    write_hf_folder,
+)
 from seqlab.models.t5.config import FEED_FORWARD_PROJS, T5Config
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 ARCHITECTURE = "T5ForConditionalGeneration"
 LM_HEAD = "lm_head.weight"
 # Copies of ``shared`` that some versions wrote; they are the same tensor and are not loaded separately.
@@ -80,16 +81,7 @@ def read_t5_config(directory: Path) -> T5Config:
     Raises: CheckpointError (one line) if config.json is missing or not JSON, names another model type or
         architecture, lacks a field, or sets a value T5Config rejects (named with its value).
     """
-    path = directory / CONFIG_FILE
-    try:
-        hf = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: missing; is {directory} a Hugging Face T5 folder?") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise CheckpointError(f"{path}: not valid JSON") from None
-    if not isinstance(hf, dict) or hf.get("model_type") != "t5":
-        found = hf.get("model_type") if isinstance(hf, dict) else None
-        raise CheckpointError(f"{path}: model_type is {found!r}, expected 't5'")
+    path, hf = read_hf_config(directory, "t5", "T5")
     architectures = hf.get("architectures") or [ARCHITECTURE]
     if ARCHITECTURE not in architectures:
         raise CheckpointError(f"{path}: architecture {architectures[0]!r}, expected {ARCHITECTURE!r}")
@@ -132,33 +124,28 @@ def read_t5_weights(directory: Path, expected: dict[str, Tensor], config: T5Conf
     """
     path = directory / WEIGHTS_FILE
     names = hf_tensor_names(config)
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            stored = set(f.keys())
-            optional = {*EMBEDDING_COPIES, LM_HEAD}
-            unexpected = sorted(stored - set(names.values()) - optional)
-            if unexpected:
-                raise CheckpointError(f"{path}: unexpected tensor {unexpected[0]}")
-            state = {}
-            for ours, theirs in names.items():
-                if theirs == LM_HEAD and LM_HEAD not in stored:
-                    theirs = "shared.weight"  # transformers 5 stores an untied lm_head only when it differs
-                if theirs not in stored:
-                    raise CheckpointError(f"{path}: missing tensor {theirs}")
-                found, shape = tuple(f.get_slice(theirs).get_shape()), tuple(expected[ours].shape)
-                if found != shape:
-                    raise CheckpointError(f"{path}: tensor {theirs} is {list(found)}, the config needs {list(shape)}")
-                state[ours] = f.get_tensor(theirs).float()
-            tied = config.tie_word_embeddings and LM_HEAD in stored
-            if tied and not torch.equal(f.get_tensor(LM_HEAD).float(), state["shared.weight"]):
-                raise CheckpointError(
-                    f"{path}: {LM_HEAD} differs from shared.weight, but the config scales the decoder output "
-                    "as only a tied T5 does"
-                )
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: missing") from None
-    except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{path}: cannot read weights ({e})") from None
+    with open_weights(directory) as f:
+        stored = set(f.keys())
+        optional = {*EMBEDDING_COPIES, LM_HEAD}
+        unexpected = sorted(stored - set(names.values()) - optional)
+        if unexpected:
+            raise CheckpointError(f"{path}: unexpected tensor {unexpected[0]}")
+        state = {}
+        for ours, theirs in names.items():
+            if theirs == LM_HEAD and LM_HEAD not in stored:
+                theirs = "shared.weight"  # transformers 5 stores an untied lm_head only when it differs
+            if theirs not in stored:
+                raise CheckpointError(f"{path}: missing tensor {theirs}")
+            found, shape = tuple(f.get_slice(theirs).get_shape()), tuple(expected[ours].shape)
+            if found != shape:
+                raise CheckpointError(f"{path}: tensor {theirs} is {list(found)}, the config needs {list(shape)}")
+            state[ours] = f.get_tensor(theirs).float()
+        tied = config.tie_word_embeddings and LM_HEAD in stored
+        if tied and not torch.equal(f.get_tensor(LM_HEAD).float(), state["shared.weight"]):
+            raise CheckpointError(
+                f"{path}: {LM_HEAD} differs from shared.weight, but the config scales the decoder output "
+                "as only a tied T5 does"
+            )
     return state
 
 
@@ -187,7 +174,4 @@ def write_t5_folder(directory: Path, config: T5Config, state: dict[str, Tensor])
         "eos_token_id": config.eos_id,
         "decoder_start_token_id": config.decoder_start_id,
     }
-    tensors = {theirs: state[ours].detach().contiguous().cpu() for ours, theirs in hf_tensor_names(config).items()}
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / CONFIG_FILE).write_text(json.dumps(hf_config, indent=2) + "\n")
-    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    write_hf_folder(directory, hf_config, {theirs: state[ours] for ours, theirs in hf_tensor_names(config).items()})
