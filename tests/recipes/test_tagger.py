@@ -1,7 +1,7 @@
 """The tagger recipe: the scoring against hand-computed values, and through the command line on a small generated
-dictionary whose stress rule (last vowel if the word ends in T, else first) both baselines get wrong: the
-BiLSTM beats them, evaluate equals an independent computation, predict prints stressed pronunciations, bad input
-gets one line."""
+dictionary whose stress rule (last vowel if the word ends in T, else first) both baselines get wrong: the BiLSTM
+and the Transformer arm beat them, evaluate equals an independent computation, predict prints stressed
+pronunciations, bad input gets one line."""
 
 import json
 import random
@@ -11,7 +11,7 @@ import torch
 from cli_helpers import assert_error, run_cli
 
 from seqlab.data.vocab import Vocabulary
-from seqlab.models import RNNSequenceTagger
+from seqlab.models import BertForTokenClassification, RNNSequenceTagger, load_pretrained
 from seqlab.recipes.tagger import IGNORE, baseline_patterns, split_stress, stress_scores
 
 VOWELS, CONSONANTS = ("AA", "IY", "UW"), ("K", "S", "M", "N")
@@ -104,3 +104,21 @@ def test_bad_input_gets_one_line(run):
         "command line: unknown phoneme 'ZH' in 'K AA ZH' (known: AA IY K M N S T UW)",
     )
     assert run_cli("recipes", "tagger").out.startswith("tagger: sequence labelling")
+
+
+def test_the_transformer_arch_trains_and_predicts(data, tmp_path):
+    out = tmp_path / "transformer"
+    tiny = ["model.arch=transformer", "model.d_model=16", "model.num_heads=2", "model.d_ff=32", "model.num_layers=1"]
+    result = run_cli(
+        "train", "tagger", "--out", out, "--no-progress", "--set", f"data.train_path={data}", *tiny, *STEPS
+    )
+    assert result.code == 0, result.err
+    assert type(load_pretrained(out)) is BertForTokenClassification
+    results = json.loads((out / "results.json").read_text())
+    assert results["word_accuracy"] > results["first_word_accuracy"] + 20
+    predicted = run_cli("predict", out, "K AA S IY T")
+    assert predicted.code == 0 and predicted.out.split()[::2] == ["K", "S", "T"]
+    assert_error(
+        run_cli("predict", out, " ".join(["K"] * 65)),
+        f"command line: 65 phonemes in {' '.join(['K'] * 65)!r}, the model reads 64",
+    )

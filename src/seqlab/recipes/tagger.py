@@ -8,8 +8,10 @@ and seed, so no test word of either recipe was seen in training), or the user's 
 Labels: the input is the stress-stripped phoneme sequence; a vowel (a phoneme the training data marks with a
 digit) is labelled with its digit, and a consonant carries no label: its position is masked out of the loss and
 of every metric (ignore index -100), since whether a position is a vowel is read off the input and a "none"
-class would only pad the accuracy. Model: ``seqlab.models.RNNSequenceTagger`` (Graves 2012, Sec. 3.2), a
-bidirectional LSTM by default (``model.cell``: rnn | gru | lstm) with y_t = W_y h_t + b_y at every step.
+class would only pad the accuracy. Model (``model.arch``): ``rnn``, ``seqlab.models.RNNSequenceTagger`` (Graves
+2012, Sec. 3.2), a bidirectional LSTM by default (``model.cell``: rnn | gru | lstm) with y_t = W_y h_t + b_y at
+every step; or ``transformer``, a BERT-style encoder with learned positions and the same per-step head
+(``seqlab.models.BertForTokenClassification``, Devlin et al. 2019, Sec. 4.3), trained from scratch.
 
 Metrics (percent): vowel accuracy (vowels whose stress is right) and word accuracy (pronunciations whose every
 vowel is right). A pronunciation that the dictionary lists with several stress patterns (same word, same
@@ -25,16 +27,19 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from seqlab.data.cmudict import Pronunciation, read_cmudict
 from seqlab.data.labelled_text import token_batches
 from seqlab.data.vocab import Vocabulary
 from seqlab.errors import CheckpointError, DataError
 from seqlab.files import atomic_write
+from seqlab.models.bert import BertConfig, BertForTokenClassification
+from seqlab.models.pretrained import load_pretrained
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
 from seqlab.models.tagger import RNNSequenceTagger, RNNSequenceTaggerConfig
 from seqlab.recipes.base import Report, TrainingRun, load_recipe_config, model_device, run_training
@@ -72,21 +77,43 @@ class TaggerDataConfig:
 
 @dataclass(frozen=True)
 class TaggerModelConfig:
-    """The per-step labeller (``seqlab.models.tagger``)."""
+    """The per-step labeller: arch rnn (``seqlab.models.tagger``) or transformer (a BERT-style encoder)."""
 
-    cell: CellName = "lstm"  # rnn | gru | lstm
-    embedding_size: int = 64  # E, phoneme embedding
-    hidden_size: int = 128  # H per direction
-    num_layers: int = 2  # stacked recurrent layers
-    bidirectional: bool = True  # a backward direction: a vowel's stress depends on what follows it
+    arch: Literal["rnn", "transformer"] = "rnn"  # recurrent tagger or Transformer encoder
+    num_layers: int = 2  # stacked recurrent or Transformer layers
     dropout: float = 0.2  # between layers and before the output layer
+    cell: CellName = "lstm"  # rnn: rnn | gru | lstm
+    embedding_size: int = 64  # rnn: E, phoneme embedding
+    hidden_size: int = 128  # rnn: H per direction
+    bidirectional: bool = True  # rnn: a backward direction (a vowel's stress depends on what follows it)
+    d_model: int = 128  # transformer: D
+    num_heads: int = 4  # transformer: N
+    d_ff: int = 256  # transformer: feed-forward inner size
+    max_positions: int = 64  # transformer: the most phonemes of a pronunciation (learned positions)
 
     def __post_init__(self) -> None:
+        check_choice("arch", self.arch, ("rnn", "transformer"))
         check_choice("cell", self.cell, RECURRENT_LAYERS)
-        for name in ("embedding_size", "hidden_size", "num_layers"):
+        for name in ("embedding_size", "hidden_size", "num_layers", "d_model", "num_heads", "d_ff", "max_positions"):
             check_int(name, getattr(self, name))
         check_bool("bidirectional", self.bidirectional)
         check_probability("dropout", self.dropout)
+
+    def build(self, vocab_size: int) -> RNNSequenceTagger | BertForTokenClassification:
+        """The untrained model of this section over ``vocab_size`` phoneme ids, with NUM_LABELS labels.
+
+        Raises: ConfigError (transformer) if d_model is not divisible by num_heads.
+        """
+        if self.arch == "rnn":
+            rnn = ("cell", "embedding_size", "hidden_size", "num_layers", "bidirectional", "dropout")
+            return RNNSequenceTagger(
+                RNNSequenceTaggerConfig(vocab_size, NUM_LABELS, **{name: getattr(self, name) for name in rnn})
+            )
+        transformer = ("d_model", "num_heads", "num_layers", "d_ff", "max_positions", "dropout")
+        config = BertConfig(
+            vocab_size=vocab_size, num_labels=NUM_LABELS, pooler=False, **{n: getattr(self, n) for n in transformer}
+        )
+        return BertForTokenClassification(config)
 
 
 @dataclass(frozen=True)
@@ -190,7 +217,7 @@ def baseline_patterns(
 class TaggerSystem:
     """A trained stress tagger with its phoneme vocabulary and vowel set: what a run directory holds."""
 
-    model: RNNSequenceTagger
+    model: nn.Module  # RNNSequenceTagger or BertForTokenClassification
     vocab: Vocabulary
     vowels: frozenset[str]
 
@@ -209,12 +236,16 @@ class TaggerSystem:
             raise CheckpointError(f"{e.filename}: missing") from None
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise CheckpointError(f"{directory / VOWELS_FILE}: bad vowels file ({e!s})") from None
-        return cls(RNNSequenceTagger.from_pretrained(directory), Vocabulary.load(directory / VOCAB_FILE), vowels)
+        return cls(load_pretrained(directory), Vocabulary.load(directory / VOCAB_FILE), vowels)
 
     def encode(self, inputs: Sequence[Sequence[str]], *, source: str) -> list[list[int]]:
         """Phoneme ids of each stripped pronunciation; ``source`` names the inputs for errors."""
-        encoded = []
+        encoded, limit = [], getattr(self.model.config, "max_positions", None)
         for phonemes in inputs:
+            if limit is not None and len(phonemes) > limit:
+                raise DataError(
+                    f"{source}: {len(phonemes)} phonemes in {' '.join(phonemes)!r}, the model reads {limit}"
+                )
             unknown = [p for p in phonemes if p not in self.vocab]
             if unknown or not phonemes:
                 reason = f"unknown phoneme {unknown[0]!r}" if unknown else "empty pronunciation"
@@ -232,7 +263,7 @@ class TaggerSystem:
         device = model_device(self.model)
         predictions: list[tuple[int, ...]] = [()] * len(ids)
         for batch in token_batches(ids, [0] * len(ids), batch_size=512, pad_id=self.vocab.pad_id, shuffle=False):
-            labels = self.model(batch.x.to(device), batch.lengths).logits.argmax(-1).tolist()  # (B, T)
+            labels = step_logits(self.model, batch.x.to(device), batch.lengths).argmax(-1).tolist()  # (B, T)
             for row, length, predicted in zip(batch.indices.tolist(), batch.lengths.tolist(), labels, strict=True):
                 phonemes = inputs[row]
                 predictions[row] = tuple(
@@ -244,6 +275,19 @@ class TaggerSystem:
         """Vowel and word accuracy (%) on stressed entries (module docstring)."""
         groups = group_patterns(entries)
         return stress_scores(self.tag([key[1] for key in groups], source=source), list(groups.values()))
+
+
+def step_logits(model: nn.Module, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Per-step logits (B, T, K) of either arch for right-padded ids x (B, T) with ``lengths`` (B,) real steps."""
+    if isinstance(model, BertForTokenClassification):
+        keep_mask = torch.arange(x.shape[1], device=x.device) < lengths.to(x.device).unsqueeze(1)  # (B, T)
+        return model(x, keep_mask=keep_mask).logits
+    return model(x, lengths).logits
+
+
+def summary_of(model: TaggerModelConfig) -> str:
+    """The model's line in the training log: ``bilstm``, ``gru``, ``transformer``."""
+    return model.arch if model.arch == "transformer" else f"{'bi' * model.bidirectional}{model.cell}"
 
 
 def train(
@@ -274,9 +318,7 @@ def train(
         vocab = Vocabulary.build(
             split_stress(ph).phonemes for part in (train_set, valid_set, test_set) for _, ph in part
         )
-        model = RNNSequenceTagger(
-            RNNSequenceTaggerConfig(vocab_size=len(vocab), num_labels=NUM_LABELS, **asdict(config.model))
-        )
+        model = config.model.build(len(vocab))
         system = TaggerSystem(model, vocab, vowels)
         encoded = {
             name: system.encode([s.phonemes for s in part], source=f"{source} ({name})")
@@ -291,7 +333,7 @@ def train(
             return y
 
         def loss_fn(m, batch):
-            logits = m(batch.x, batch.lengths).logits  # (B, T, K)
+            logits = step_logits(m, batch.x, batch.lengths)  # (B, T, K)
             y = labels_of("train", batch.indices, batch.x.shape[1]).to(logits.device)
             return LossOutput(
                 F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE), int((y != IGNORE).sum())
@@ -308,7 +350,7 @@ def train(
             device, ids = model_device(m), encoded["valid"]
             loss, right, total = 0.0, 0, 0
             for batch in token_batches(ids, [0] * len(ids), batch_size=512, pad_id=vocab.pad_id, shuffle=False):
-                logits = m(batch.x.to(device), batch.lengths).logits
+                logits = step_logits(m, batch.x.to(device), batch.lengths)
                 y = labels_of("valid", batch.indices, batch.x.shape[1]).to(device)
                 loss += F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE, reduction="sum").item()
                 right += int(((logits.argmax(-1) == y) & (y != IGNORE)).sum())
@@ -348,7 +390,7 @@ def train(
                 f"data: {source}, {len(train_set)} train / {len(valid_set)} valid / {len(test_set)} test "
                 f"pronunciations, {len(vocab) - 3} phonemes, {len(vowels)} vowels"
             ),
-            summary_model=f"{'bi' if config.model.bidirectional else ''}{config.model.cell}",
+            summary_model=summary_of(config.model),
             valid_metric="valid_error",
         )
 
