@@ -90,4 +90,8 @@ def test_evaluate_equals_an_independent_computation(run, data):
 def test_bad_input_gets_one_line(run):
     assert_error(run_cli("predict", run, "klingon"), "command line: unknown class 'klingon' (known: abc, mno, xyz)")
     assert_error(run_cli("generate", run, "--prompt", "abc:Q!"), "--prompt: characters the model never saw: '!' 'Q'")
-    assert run_cli("recipes", "vec2seq").out.startswith("vec2seq: vec2seq: a name generated")
+    assert_error(
+        run_cli("generate", run, "--prompt", "abc", "--num-beams", "2", "--temperature", "0.5"),
+        "num_beams (2) > 1 finds the most likely text; it takes no sampling setting",
+    )
+    assert run_cli("recipes", "vec2seq").out.startswith("vec2seq: a name generated")

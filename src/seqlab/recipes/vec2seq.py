@@ -41,7 +41,7 @@ from seqlab.training.trainer import LossOutput, TrainConfig
 from seqlab.validation import check_choice, check_int, check_probability, check_real
 
 NAME = "vec2seq"
-DESCRIPTION = "vec2seq: a name generated from its language of origin (class-conditioned char GRU), class check (%)"
+DESCRIPTION = "a name generated from its language of origin: class-conditioned char GRU, class check of samples (%)"
 PREDICT_OPTIONS = ("nbest",)
 VOCAB_FILE = "vocab.json"
 LABELS_FILE = "labels.json"
@@ -166,8 +166,14 @@ class Vec2SeqSystem:
         max_length: int | None = None,
     ) -> list[str]:
         """One generated text per entry of ``class_ids``, each starting with ``prefix``: sampled (settings
-        default to the ``sample`` section), or the most likely by beam search when ``num_beams`` > 1."""
+        default to the ``sample`` section), or the most likely by beam search when ``num_beams`` > 1.
+
+        Raises: ConfigError a bad sampling setting (``generate``'s message), or one given with num_beams > 1;
+            DataError a prefix character the model never saw.
+        """
         settings = self.config.sample
+        if num_beams > 1 and (temperature, top_k, top_p) != (None, None, None):
+            raise ConfigError(f"num_beams ({num_beams}) > 1 finds the most likely text; it takes no sampling setting")
         self.model.eval()
         device = model_device(self.model)
         prompt = self.prompt_ids(prefix, source="prefix")
