@@ -22,6 +22,8 @@ from seqlab.models import (
     BertForPreTraining,
     BertForSequenceClassification,
     BertForTokenClassification,
+    ConditionedRNNGenerator,
+    ConditionedRNNGeneratorConfig,
     ELMo,
     ELMoClassifier,
     ELMoClassifierConfig,
@@ -56,6 +58,7 @@ TINY = {
     ),
     "t5": T5Config(vocab_size=7, d_model=8, d_kv=4, d_ff=12, num_layers=1, num_decoder_layers=1, num_heads=2),
     "rnn_sequence_tagger": RNNSequenceTaggerConfig(7, 3, embedding_size=4, hidden_size=4),
+    "conditioned_rnn_generator": ConditionedRNNGeneratorConfig(7, 3, class_embedding_size=2, hidden_size=4),
 }
 CLASSES = {
     "elmo": ELMo,
@@ -72,6 +75,7 @@ CLASSES = {
     "bert_token_classification": BertForTokenClassification,
     "t5": T5,
     "rnn_sequence_tagger": RNNSequenceTagger,
+    "conditioned_rnn_generator": ConditionedRNNGenerator,
 }
 
 

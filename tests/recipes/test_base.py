@@ -19,6 +19,8 @@ from seqlab.recipes import (
     recipe_of_checkpoint,
     register_recipe,
     t5_g2p,
+    tagger,
+    vec2seq,
     vowels,
 )
 from seqlab.recipes.base import RECIPE_FILE, RECIPE_MEMBERS, Recipe, load_recipe_config, save_recipe_file
@@ -50,11 +52,14 @@ def test_the_registry_holds_the_shipped_recipes_by_name():
         "g2p": g2p,
         "lm": lm,
         "t5-g2p": t5_g2p,
+        "tagger": tagger,
+        "vec2seq": vec2seq,
         "vowels": vowels,
     } == RECIPES
     assert get_recipe("vowels") is vowels
     with pytest.raises(
-        ConfigError, match=r"^unknown recipe 'gpt'; available: bert-mlm, classify, g2p, lm, t5-g2p, vowels$"
+        ConfigError,
+        match=r"^unknown recipe 'gpt'; available: bert-mlm, classify, g2p, lm, t5-g2p, tagger, vec2seq, vowels$",
     ):
         get_recipe("gpt")
 

@@ -37,6 +37,7 @@ from seqlab.models.pretrained import MODEL_TYPES, load_pretrained
 from seqlab.models.seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig, TransformerSeq2Seq, TransformerSeq2SeqConfig
 from seqlab.models.t5 import T5, T5Config
 from seqlab.models.tagger import RNNSequenceTagger, RNNSequenceTaggerConfig, TaggerOutput
+from seqlab.models.vec2seq import ClassBoundGenerator, ConditionedRNNGenerator, ConditionedRNNGeneratorConfig
 
 __all__ = [
     "GPT",
@@ -48,7 +49,10 @@ __all__ = [
     "BertForPreTraining",
     "BertForSequenceClassification",
     "BertForTokenClassification",
+    "ClassBoundGenerator",
     "ClassifierOutput",
+    "ConditionedRNNGenerator",
+    "ConditionedRNNGeneratorConfig",
     "ELMo",
     "ELMoClassifier",
     "ELMoClassifierConfig",

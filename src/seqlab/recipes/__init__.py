@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from seqlab.errors import CheckpointError, ConfigError
-from seqlab.recipes import bert_mlm, classify, g2p, lm, t5_g2p, vowels
+from seqlab.recipes import bert_mlm, classify, g2p, lm, t5_g2p, tagger, vec2seq, vowels
 from seqlab.recipes.base import RECIPE_FILE, RECIPE_MEMBERS, Recipe, Report, recipe_name_of
 
 RECIPES: dict[str, Recipe] = {}
@@ -60,6 +60,8 @@ register_recipe(classify)
 register_recipe(g2p)
 register_recipe(lm)
 register_recipe(t5_g2p)
+register_recipe(tagger)
+register_recipe(vec2seq)
 register_recipe(vowels)
 
 __all__ = ["RECIPES", "RECIPE_FILE", "Recipe", "Report", "get_recipe", "recipe_of_checkpoint", "register_recipe"]

@@ -1,0 +1,97 @@
+"""The vec2seq recipe through the command line, on generated names whose class fixes their letters: the samples
+carry their class by the checker, predict and generate reproduce with a seed and honour the class, evaluate equals
+an independent computation, bad input gets one line."""
+
+import json
+import math
+import random
+
+import pytest
+import torch
+from cli_helpers import assert_error, run_cli
+
+from seqlab.data.vocab import Vocabulary
+from seqlab.models import ConditionedRNNGenerator
+
+LETTERS = {"abc": "abc", "mno": "mno", "xyz": "xyz"}
+TINY = ["model.hidden_size=16", "model.embedding_size=8", "model.class_embedding_size=4"]
+STEPS = ["train.max_steps=120", "train.lr=0.02", "train.batch_size=32", "checker.max_steps=60", "checker.lr=0.02"]
+SAMPLE = ["sample.samples_per_class=20", "sample.checker_hidden_size=8", "sample.checker_embedding_size=8"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    rng = random.Random(0)
+    lines = []
+    for label, letters in LETTERS.items():
+        for _ in range(80):
+            lines.append("".join(rng.choice(letters) for _ in range(rng.randint(3, 6))).capitalize() + f"\t{label}")
+    path = tmp_path_factory.mktemp("data") / "names.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "vec2seq"
+    settings = [f"data.train_path={data}", *TINY, *STEPS, *SAMPLE]
+    result = run_cli("train", "vec2seq", "--out", out, "--no-progress", "--set", *settings)
+    assert result.code == 0, result.err
+    return out
+
+
+def test_the_samples_carry_their_class(run):
+    results = json.loads((run / "results.json").read_text())
+    assert results["samples"] == 60 and results["chance_accuracy"] == pytest.approx(100 / 3)
+    assert results["real_class_accuracy"] > 90.0
+    assert results["sample_class_accuracy"] > 80.0
+    assert 0.0 <= results["novelty"] <= 100.0 and 0.0 < results["uniqueness"] <= 100.0
+
+
+def test_predict_is_reproducible_and_each_sample_uses_its_class_letters(run):
+    first = run_cli("predict", run, "ABC", "xyz", "--nbest", "4")
+    assert first.code == 0, first.err
+    assert run_cli("predict", run, "ABC", "xyz", "--nbest", "4").out == first.out
+    rows = [line.split("\t") for line in first.out.splitlines()]
+    assert [label for label, _ in rows] == ["abc"] * 4 + ["xyz"] * 4
+    in_class = [set(name.lower()) <= set(LETTERS[label]) for label, name in rows]
+    assert sum(in_class) >= 6
+
+
+def test_generate_takes_a_class_and_a_prefix_and_a_seed_reproduces(run):
+    first = run_cli("generate", run, "--prompt", "mno:Mo", "--num-samples", "3", "--seed", "7")
+    assert first.code == 0, first.err
+    assert run_cli("generate", run, "--prompt", "mno:Mo", "--num-samples", "3", "--seed", "7").out == first.out
+    assert [line[:2] for line in first.out.splitlines()] == ["Mo"] * 3
+    beam = run_cli("generate", run, "--prompt", "abc", "--num-beams", "3")
+    assert beam.code == 0 and len(beam.out.splitlines()) == 1
+
+
+def test_evaluate_equals_an_independent_computation(run, data):
+    result = run_cli("evaluate", run, "--data", data, "--json")
+    assert result.code == 0, result.err
+    model, vocab = ConditionedRNNGenerator.from_pretrained(run).eval(), Vocabulary.load(run / "vocab.json")
+    labels = json.loads((run / "labels.json").read_text())["labels"]
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for line in data.read_text().splitlines():
+            text, label = line.split("\t")
+            ids = vocab.encode(text, add_bos=True, add_eos=True)
+            log_probs = torch.log_softmax(
+                model(torch.tensor([ids[:-1]]), torch.tensor([labels.index(label)])).logits, -1
+            )
+            total -= sum(log_probs[0, t, ids[t + 1]].item() for t in range(len(ids) - 1))
+            count += len(ids) - 1
+    scores = json.loads(result.out)
+    assert scores["nats_per_char"] == pytest.approx(total / count, rel=1e-5)
+    assert scores["bits_per_char"] == pytest.approx(total / count / math.log(2), rel=1e-5)
+
+
+def test_bad_input_gets_one_line(run):
+    assert_error(run_cli("predict", run, "klingon"), "command line: unknown class 'klingon' (known: abc, mno, xyz)")
+    assert_error(run_cli("generate", run, "--prompt", "abc:Q!"), "--prompt: characters the model never saw: '!' 'Q'")
+    assert_error(
+        run_cli("generate", run, "--prompt", "abc", "--num-beams", "2", "--temperature", "0.5"),
+        "num_beams (2) > 1 finds the most likely text; it takes no sampling setting",
+    )
+    assert run_cli("recipes", "vec2seq").out.startswith("vec2seq: a name generated")
