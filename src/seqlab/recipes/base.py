@@ -114,6 +114,7 @@ class TrainingRun(NamedTuple):
     summary_model: str = ""  # a note on the model, appended to the log line (e.g. the architecture or kernel path)
     valid_metric: str = "valid_loss"  # the validation metric, at the best validation, reported in the results
     strategy: Strategy | None = None  # how the trainer turns a batch into a loss; None = FullSequence()
+    pretrained: tuple[str, ...] = ()  # parameters the recipe loaded pretrained, trained at train.body_lr_scale
 
 
 def run_training(
@@ -153,9 +154,9 @@ def run_training(
         resume_from = load_training_state(out_dir / STATE_FILE) if mode == "resume" else None
         seed_everything(train_config.seed)
         run = prepare()
-        pretrained: list[str] = []
+        pretrained = list(run.pretrained)
         if isinstance(config.model, InitFromConfig) and config.model.init_from is not None:
-            pretrained = load_by_name(run.model, config.model.init_from, strict=config.model.init_strict, log=log)
+            pretrained += load_by_name(run.model, config.model.init_from, strict=config.model.init_strict, log=log)
         freeze_parameters(run.model, train_config.freeze)
         path = directory.open()
         run.save(path)  # vocabularies and tokenizers first: a resumed run reads them instead of rebuilding them
