@@ -124,3 +124,25 @@ def test_the_shipped_minilm_is_the_minilm_arms_body_unchanged():
     ids = torch.tensor([tokenizer.encode_with_special_tokens("Nakamura").input_ids])
     with torch.no_grad():
         torch.testing.assert_close(model.bert(ids).last_hidden_state, reference(ids).last_hidden_state)
+
+
+def test_the_bert_arm_starts_from_a_hugging_face_folder_by_model_init_from(data, folder, tmp_path):
+    settings = ["model.arch=bert", f"model.minilm_path={folder}", *BERT, "model.bert_max_positions=128"]
+    settings += [f"model.init_from={folder}", "model.init_strict=false", "train.freeze=bert"]
+    result = run_cli(
+        "train",
+        "classify",
+        "--out",
+        tmp_path / "run",
+        "--no-progress",
+        "--set",
+        f"data.train_path={data}",
+        *settings,
+        "train.max_steps=3",
+    )
+    assert result.code == 0, result.err
+    skipped = "missing: classifier.bias, classifier.weight; unexpected: bert.pooler.bias, bert.pooler.weight"
+    assert f"model.init_from {folder}: skipped tensors that do not fit ({skipped})" in result.out + result.err
+    body = Bert.from_hf(folder).state_dict()
+    for name, tensor in load_pretrained(tmp_path / "run").bert.state_dict().items():
+        assert torch.equal(tensor, body[name]), name
