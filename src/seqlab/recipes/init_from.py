@@ -112,15 +112,16 @@ HF_FAMILIES: dict[str, Any] = {"bert": Bert, "gpt2": GPT, "t5": T5}  # Hugging F
 
 
 def hugging_face_type(directory: Path) -> str | None:
-    """The ``model_type`` of ``directory``'s config.json if it is a Hugging Face folder; None for a seqlab directory
-    (its config.json has a ``config`` section) or a directory without a readable config.json."""
+    """The ``model_type`` of ``directory``'s config.json if it is a Hugging Face folder ("unknown" if it names
+    none); None for a seqlab directory (its config.json has a ``config`` section) or one without a readable
+    config.json."""
     try:
         payload = json.loads((directory / CONFIG_FILE).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     if not isinstance(payload, dict) or isinstance(payload.get("config"), dict):
         return None
-    return str(payload.get("model_type"))
+    return str(payload.get("model_type", "unknown"))
 
 
 def hugging_face_state(directory: Path, model_type: str, *, body_prefix: bool) -> dict[str, Tensor]:
