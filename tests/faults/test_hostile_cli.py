@@ -193,7 +193,7 @@ def test_a_checkpoint_that_contradicts_itself_is_refused_in_one_line(tmp_path, c
     [
         ("train.teacher_forcing=0.5", "train.teacher_forcing: the lm recipe does not train with scheduled sampling"),
         ("train.teacher_forcing_schedule=exponential", "train.teacher_forcing: the lm recipe does not train with"),
-        ("train.body_lr_scale=0.1", "train.body_lr_scale: no pretrained body to scale; set model.init_from as well"),
+        ("train.body_lr_scale=0.1", "train.body_lr_scale: no pretrained body to scale; set model.init_from"),
     ],
 )
 def test_a_setting_the_run_would_ignore_is_refused(tmp_path, setting, message):

@@ -18,7 +18,7 @@ from faults.helpers import Killed, kill_at_micro_batch, resume, train
 from seqlab.config import apply_overrides, parse_assignments
 from seqlab.data.text import split_text
 from seqlab.data.tokenizers import load_tokenizer
-from seqlab.models import BertForMaskedLM, load_pretrained
+from seqlab.models import BertForMaskedLM, BertForPreTraining, load_pretrained
 from seqlab.recipes import bert_mlm
 
 WORDS = [
@@ -128,3 +128,21 @@ def test_a_resumed_run_reads_its_own_wordpiece_vocabulary(corpus, tmp_path, monk
     resume("bert-mlm", out)
     assert (out / "tokenizer.json").read_bytes() == vocabulary
     assert json.loads((out / "results.json").read_text())["steps"] == 6
+
+
+def test_nsp_trains_bert_for_pre_training_and_evaluate_reproduces_its_nsp_accuracy(corpus, tmp_path):
+    out = tmp_path / "nsp"
+    settings = [f"data.train_path={corpus}", *TINY, *STEPS, "data.nsp=true"]
+    result = run_cli("train", "bert-mlm", "--out", out, "--no-progress", "--set", *settings)
+    assert result.code == 0, result.err
+    assert isinstance(load_pretrained(out), BertForPreTraining)
+    results = json.loads((out / "results.json").read_text())
+    assert 0.0 <= results["test_nsp_accuracy"] <= 100.0 and results["test_pairs"] > 0
+    test = tmp_path / "test.txt"
+    test.write_text(split_text(corpus.read_text()).test)
+    scores = run_cli("evaluate", out, "--data", test, "--json")
+    assert scores.code == 0, scores.err
+    names = ("loss", "accuracy", "tokens", "nsp_loss", "nsp_accuracy", "pairs")
+    assert json.loads(scores.out) == pytest.approx({name: results[f"test_{name}"] for name in names})
+    predicted = run_cli("predict", out, "the lord [MASK] unto moses")
+    assert predicted.code == 0 and "[MASK]" not in predicted.out

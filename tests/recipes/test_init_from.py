@@ -1,15 +1,26 @@
-"""Fine-tuning from a checkpoint: model.init_from loads by name and names every tensor that does not fit;
-train.freeze and train.body_lr_scale; the lm recipe end to end from the command line."""
+"""Fine-tuning from a checkpoint: model.init_from loads a seqlab run or a Hugging Face GPT-2 / BERT folder by name
+and names every tensor that does not fit; train.freeze and train.body_lr_scale; the lm recipe end to end from the
+command line."""
 
+import json
 import random
 import re
+from dataclasses import replace
 
 import pytest
 import torch
 from cli_helpers import assert_error, run_cli
 
 from seqlab.errors import CheckpointError
-from seqlab.models import RNNLanguageModel, RNNLanguageModelConfig, load_pretrained
+from seqlab.models import (
+    GPT,
+    Bert,
+    BertConfig,
+    BertForMeanPooledClassification,
+    RNNLanguageModel,
+    RNNLanguageModelConfig,
+    load_pretrained,
+)
 from seqlab.recipes.init_from import load_by_name
 
 
@@ -57,7 +68,9 @@ def test_missing_and_unexpected_tensors_are_named_and_skipped_when_not_strict(tm
 
 
 def test_a_directory_without_weights_is_one_line(tmp_path):
-    with pytest.raises(CheckpointError, match=r"no model\.safetensors; is it a seqlab run directory\?$"):
+    with pytest.raises(
+        CheckpointError, match=r"no model\.safetensors; is it a seqlab run directory or a Hugging Face folder\?$"
+    ):
         load_by_name(lm(), tmp_path, strict=True, log=print)
 
 
@@ -96,3 +109,46 @@ def test_lm_recipe_refuses_a_freeze_prefix_that_names_nothing(lm_run, tmp_path):
     result = run_cli("train", "lm", "--out", tmp_path / "run", "--no-progress", "--set", *settings)
     assert_error(result, "train.freeze: 'encoder' names no parameter; the model's modules are embedding, output, rnn")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_hugging_face_gpt2_folder_loads_as_gpt_from_hf_converts_it(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    hf_config = transformers.GPT2Config(vocab_size=11, n_positions=8, n_embd=8, n_layer=1, n_head=2)
+    transformers.GPT2LMHeadModel(hf_config).save_pretrained(tmp_path)
+    reference = GPT.from_hf(tmp_path)
+    torch.manual_seed(1)
+    target, lines = GPT(reference.config), []
+    load_by_name(target, tmp_path, strict=True, log=lines.append)
+    for name, tensor in reference.state_dict().items():
+        assert torch.equal(target.state_dict()[name], tensor), name
+    assert lines == [
+        f"model.init_from {tmp_path}: loaded {len(target.state_dict())} of {len(target.state_dict())} tensors by name"
+    ]
+
+
+def test_a_bert_folder_fills_a_task_models_body_and_names_what_does_not_fit_in_one_line(tmp_path):
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=20, d_model=8, num_heads=2, num_layers=1, d_ff=16, max_positions=8)
+    body = Bert(config)
+    body.save_hf(tmp_path)
+    target = BertForMeanPooledClassification(replace(config, pooler=False, num_labels=3))
+    with pytest.raises(CheckpointError) as raised:
+        load_by_name(target, tmp_path, strict=True, log=print)
+    expected = "missing: classifier.bias, classifier.weight; unexpected: bert.pooler.bias, bert.pooler.weight"
+    assert f"tensors that do not fit ({expected})" in str(raised.value) and "\n" not in str(raised.value)
+    lines = []
+    loaded = load_by_name(target, tmp_path, strict=False, log=lines.append)
+    assert loaded == [name for name, _ in target.named_parameters() if name.startswith("bert.")]
+    for name, tensor in target.bert.state_dict().items():
+        assert torch.equal(tensor, body.state_dict()[name]), name
+    assert lines[0] == f"model.init_from {tmp_path}: skipped tensors that do not fit ({expected})"
+
+
+def test_a_folder_of_another_family_is_one_line(tmp_path):
+    Bert(BertConfig(vocab_size=20, d_model=8, num_heads=2, num_layers=1, d_ff=16)).save_hf(tmp_path)
+    payload = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**payload, "model_type": "roberta"}))
+    message = f"model.init_from {tmp_path}: a Hugging Face 'roberta' folder; seqlab converts bert, gpt2, t5"
+    with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
+        load_by_name(Bert(BertConfig(vocab_size=20, d_model=8, num_heads=2)), tmp_path, strict=True, log=print)

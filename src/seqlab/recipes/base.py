@@ -120,6 +120,7 @@ class TrainingRun(NamedTuple):
     summary_model: str = ""  # a note on the model, appended to the log line (e.g. the architecture or kernel path)
     valid_metric: str = "valid_loss"  # the validation metric, at the best validation, reported in the results
     strategy: Strategy | None = None  # how the trainer turns a batch into a loss; None = FullSequence()
+    pretrained: tuple[str, ...] = ()  # parameters the recipe loaded pretrained, trained at train.body_lr_scale
 
 
 def run_training(
@@ -167,7 +168,7 @@ def run_training(
         resume_from = load_training_state(out_dir / STATE_FILE) if mode == "resume" else None
         seed_everything(train_config.seed)
         run = prepare()
-        pretrained = _initialise(run.model, config, log)
+        pretrained = _initialise(run, config, log)
         _refuse_unused_settings(name, train_config, run, pretrained)
         path = directory.open()
         run.save(path)  # vocabularies and tokenizers first: a resumed run reads them instead of rebuilding them
@@ -243,16 +244,18 @@ def _refuse_unused_settings(name: str, config: TrainConfig, run: TrainingRun, pr
             f"train.teacher_forcing: the {name} recipe does not train with scheduled sampling (the g2p recipe does)"
         )
     if config.body_lr_scale != 1.0 and not pretrained:
-        raise ConfigError("train.body_lr_scale: no pretrained body to scale; set model.init_from as well")
+        raise ConfigError(
+            "train.body_lr_scale: no pretrained body to scale; set model.init_from (or an arch with one) as well"
+        )
 
 
-def _initialise(model: nn.Module, config: Any, log: Callable[[str], None]) -> list[str]:
-    """Load ``config.model.init_from`` into ``model`` if the model section has one, freeze ``config.train.freeze``;
-    return the names of the pretrained parameters."""
-    pretrained: list[str] = []
+def _initialise(run: TrainingRun, config: Any, log: Callable[[str], None]) -> list[str]:
+    """Load ``config.model.init_from`` into ``run.model`` if the model section has one, freeze
+    ``config.train.freeze``; return the names of the pretrained parameters (``run.pretrained`` and those loaded)."""
+    pretrained = list(run.pretrained)
     if isinstance(config.model, InitFromConfig) and config.model.init_from is not None:
-        pretrained = load_by_name(model, config.model.init_from, strict=config.model.init_strict, log=log)
-    freeze_parameters(model, config.train.freeze)
+        pretrained += load_by_name(run.model, config.model.init_from, strict=config.model.init_strict, log=log)
+    freeze_parameters(run.model, config.train.freeze)
     return pretrained
 
 
@@ -262,7 +265,7 @@ def _train_beside_rank0(config: Any, state_file: Path | None, prepare: Callable[
     resume_from = None if state_file is None else load_training_state(state_file)
     seed_everything(config.train.seed)
     run = prepare()
-    pretrained = _initialise(run.model, config, lambda line: None)  # rank 0 logs
+    pretrained = _initialise(run, config, lambda line: None)  # rank 0 logs
     trainer = Trainer(
         run.model,
         config.train,

@@ -1,12 +1,18 @@
-"""Recipe ``classify``: text classification from characters; by default, which language a personal name is from.
+"""Recipe ``classify``: text classification; by default, which language a personal name is from.
 
 Task: given a short text (a name), predict its class (the language of origin), the classic character-level
 classification task (the PyTorch char-RNN tutorial classifies surnames into 18 languages). Data: names in 9
 languages from the ``nameCreator`` package (``seqlab.data.names``: 14,100 first and last names), split
 80/10/10 per class with a fixed seed; or the user's own ``TEXT<TAB>LABEL`` files. Models (``model.arch``, see
-``seqlab.recipes.classify_models``): ``bilstm`` (BiLSTM baseline), ``static`` (static embeddings as wide as
-ELMo's features) and ``elmo`` (a biLM pre-trained on the training texts, frozen, ScalarMix features), each ending
-in the same BiLSTM + pooling + softmax. Metric: test accuracy (%). ``model.init_from`` starts from another run.
+``seqlab.recipes.classify_models``): on characters, ``bilstm`` (BiLSTM baseline), ``static`` (static embeddings as
+wide as ELMo's features) and ``elmo`` (a biLM pre-trained on the training texts, frozen, ScalarMix features), each
+ending in the same BiLSTM + pooling + softmax; on MiniLM's WordPiece pieces, ``minilm`` (the pretrained MiniLM-L6
+fine-tuned with a mean-pooled softmax head) and ``bert`` (the same architecture, small and from scratch). The run
+directory keeps the arm's vocabulary: ``vocab.json`` (characters) or ``tokenizer.json`` (WordPiece). Metric: test
+accuracy (%). ``model.init_from`` starts from another run or a Hugging Face folder.
+
+Fine-tuning MiniLM wants a small learning rate for the body and a larger one for the new head, e.g.
+``--set model.arch=minilm train.lr=1e-3 train.body_lr_scale=0.05``; ``train.freeze=bert`` trains the head alone.
 """
 
 from __future__ import annotations
@@ -23,13 +29,16 @@ from torch import nn
 
 from seqlab.data.labelled_text import LabelledText, read_labelled_file, stratified_split, token_batches
 from seqlab.data.names import name_origin_examples
+from seqlab.data.tokenizers import load_tokenizer
 from seqlab.data.vocab import Vocabulary
+from seqlab.data.wordpiece import WordPieceTokenizer
 from seqlab.errors import CheckpointError, ConfigError, DataError, UnknownSymbolError
 from seqlab.files import atomic_write
+from seqlab.models.bert import BertTaskModel
 from seqlab.models.pretrained import load_pretrained
 from seqlab.nn.pooling import POOLING_NAMES, PoolingName
 from seqlab.recipes.base import Report, TrainingRun, load_recipe_config, model_device, run_training
-from seqlab.recipes.classify_models import BUILDERS, PAD_ID, BuildContext
+from seqlab.recipes.classify_models import BUILDERS, PAD_ID, BuildContext, arch_tokenizer, pretrained_names
 from seqlab.recipes.init_from import InitFromConfig
 from seqlab.recipes.run_directory import RunMode
 from seqlab.training.trainer import LossOutput, TrainConfig
@@ -37,12 +46,13 @@ from seqlab.validation import check_bool, check_choice, check_int, check_probabi
 
 NAME = "classify"
 DESCRIPTION = (
-    "text classification from characters (names -> language, nameCreator): bilstm | static | elmo, accuracy (%)"
+    "text classification (names -> language, nameCreator): bilstm | static | elmo | minilm | bert, accuracy (%)"
 )
 PREDICT_OPTIONS: tuple[str, ...] = ()
 VOCAB_FILE = "vocab.json"
 LABELS_FILE = "labels.json"
-ARCHS = ("bilstm", "static", "elmo")
+TOKENIZER_FILE = "tokenizer.json"
+ARCHS = ("bilstm", "static", "elmo", "minilm", "bert")
 
 
 @dataclass(frozen=True)
@@ -69,7 +79,7 @@ class ClassifyDataConfig:
 class ClassifyModelConfig(InitFromConfig):
     """The architecture (module docstring); sizes of the task encoder and of ELMo."""
 
-    arch: Literal["bilstm", "static", "elmo"] = "bilstm"  # bilstm | static | elmo
+    arch: Literal["bilstm", "static", "elmo", "minilm", "bert"] = "bilstm"  # bilstm | static | elmo | minilm | bert
     embedding_size: int = 64  # bilstm: E of the character embedding
     hidden_size: int = 128  # H of the task encoder's BiLSTM, per direction
     pooling: PoolingName = "max"  # last | mean | max | attention over the encoder's states
@@ -79,12 +89,28 @@ class ClassifyModelConfig(InitFromConfig):
     elmo_residual: bool = True  # elmo: residual connection between the biLM's layers
     elmo_dropout: float = 0.1  # elmo: dropout of the biLM during its pre-training
     mix_layer_norm: bool = False  # elmo: layer-normalise each biLM layer before the ScalarMix
+    minilm_path: str | None = None  # minilm, bert: Hugging Face BERT folder (weights, tokenizer); None = MiniLM's
+    bert_d_model: int = 128  # bert (from scratch): D
+    bert_num_heads: int = 4  # bert: N
+    bert_num_layers: int = 2  # bert: L
+    bert_d_ff: int = 512  # bert: feed-forward inner size
+    bert_max_positions: int = 64  # bert: most pieces of a text, [CLS] and [SEP] included
+    bert_dropout: float = 0.1  # bert: embeddings, attention, sublayers and the head (minilm: its folder's rate)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("arch", self.arch, ARCHS)
-        for name in ("embedding_size", "hidden_size", "elmo_hidden_size", "elmo_num_layers"):
+        sizes = ("embedding_size", "hidden_size", "elmo_hidden_size", "elmo_num_layers", "bert_d_model")
+        for name in (*sizes, "bert_num_heads", "bert_num_layers", "bert_d_ff"):
             check_int(name, getattr(self, name))
+        check_int("bert_max_positions", self.bert_max_positions, minimum=3)
+        check_probability("bert_dropout", self.bert_dropout)
+        if self.minilm_path is not None and not isinstance(self.minilm_path, str):
+            raise ValueError(f"minilm_path must be a directory path or None, got {self.minilm_path!r}")
+        if self.bert_d_model % self.bert_num_heads:
+            raise ValueError(
+                f"bert_d_model ({self.bert_d_model}) must be divisible by bert_num_heads ({self.bert_num_heads})"
+            )
         check_choice("pooling", self.pooling, POOLING_NAMES)
         check_probability("dropout", self.dropout)
         check_probability("elmo_dropout", self.elmo_dropout)
@@ -108,16 +134,20 @@ class Config:
 
 @dataclass
 class ClassifySystem:
-    """A trained classifier with its character vocabulary and class names: what a run directory holds."""
+    """A trained classifier with its vocabulary (characters, or a BERT arm's WordPiece) and class names: what a
+    run directory holds."""
 
     model: nn.Module
-    vocab: Vocabulary
+    vocab: Vocabulary | WordPieceTokenizer
     labels: list[str]
 
     def save(self, directory: Path) -> None:
         """Write the model, the vocabulary and the class names (``run_training`` adds ``recipe.json``)."""
         self.model.save_pretrained(directory)
-        self.vocab.save(directory / VOCAB_FILE)
+        if isinstance(self.vocab, WordPieceTokenizer):
+            self.vocab.save(directory / TOKENIZER_FILE)
+        else:
+            self.vocab.save(directory / VOCAB_FILE)
         atomic_write(directory / LABELS_FILE, json.dumps({"labels": self.labels}, indent=2) + "\n")
 
     @classmethod
@@ -129,14 +159,38 @@ class ClassifySystem:
             raise CheckpointError(f"{e.filename}: missing") from None
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise CheckpointError(f"{directory / LABELS_FILE}: bad labels file ({e!s})") from None
-        return cls(load_pretrained(directory), Vocabulary.load(directory / VOCAB_FILE), labels)
+        if (directory / TOKENIZER_FILE).is_file():
+            vocab = load_tokenizer(directory)
+        else:
+            vocab = Vocabulary.load(directory / VOCAB_FILE)
+        system = cls(load_pretrained(directory), vocab, labels)
+        if isinstance(vocab, WordPieceTokenizer) != isinstance(system.model, BertTaskModel):
+            raise CheckpointError(f"{directory}: its vocabulary does not belong to its {system.model.model_type} model")
+        return system
 
     def encode(self, texts: Sequence[str], *, source: str) -> list[list[int]]:
-        """BOS, character ids, EOS of each text; ``source`` names the texts for errors."""
+        """The model input of each text: BOS, character ids, EOS, or ``[CLS]`` pieces ``[SEP]`` (WordPiece);
+        ``source`` names the texts for errors.
+
+        Raises: DataError for a character the vocabulary lacks, or a text longer than a BERT's positions.
+        """
+        if isinstance(self.vocab, WordPieceTokenizer):
+            ids = [self.vocab.encode_with_special_tokens(text).input_ids for text in texts]
+            self.check_lengths(ids, source=source)
+            return ids
         try:
             return [self.vocab.encode(text, add_bos=True, add_eos=True) for text in texts]
         except UnknownSymbolError as e:
             raise DataError(f"{source}: {e}") from None
+
+    def check_lengths(self, ids: Sequence[Sequence[int]], *, source: str) -> None:
+        """DataError naming the first text (1-based) longer than a BERT model's positions; nothing for others."""
+        if not isinstance(self.model, BertTaskModel):
+            return
+        limit = self.model.config.max_positions
+        for line, row in enumerate(ids, start=1):
+            if len(row) > limit:
+                raise DataError(f"{source}: text {line} has {len(row)} WordPiece tokens, more than {limit} positions")
 
     def targets(self, examples: Sequence[LabelledText], *, source: str) -> list[int]:
         """Class ids of the examples' labels."""
@@ -153,7 +207,7 @@ class ClassifySystem:
         device = model_device(self.model)
         predictions = [0] * len(ids)
         for batch in token_batches(ids, [0] * len(ids), batch_size=256, pad_id=PAD_ID, shuffle=False):
-            logits = self.model(batch.x.to(device), batch.lengths).logits
+            logits = class_logits(self.model, batch.x.to(device), batch.lengths)
             for row, label in zip(batch.indices.tolist(), logits.argmax(-1).tolist(), strict=True):
                 predictions[row] = label
         return predictions
@@ -163,6 +217,14 @@ class ClassifySystem:
         targets = self.targets(examples, source=source)
         predictions = self.classify(self.encode([e.text for e in examples], source=source))
         return 100.0 * sum(p == t for p, t in zip(predictions, targets, strict=True)) / len(targets)
+
+
+def class_logits(model: nn.Module, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """(B, C) logits of right-padded inputs x (B, T) of lengths (B,), for a character arm or a BERT arm."""
+    if isinstance(model, BertTaskModel):
+        keep_mask = torch.arange(x.shape[1], device=x.device) < lengths.to(x.device).unsqueeze(1)  # (B, T)
+        return model(x, keep_mask=keep_mask).logits
+    return model(x, lengths).logits
 
 
 def read_data(config: ClassifyDataConfig) -> tuple[list[LabelledText], list[LabelledText], list[LabelledText], str]:
@@ -209,7 +271,8 @@ def train(
         labels = sorted({e.label for e in train_set})
         if len(labels) < 2:
             raise DataError(f"{source}: needs at least 2 classes, found {len(labels)}")
-        vocab = Vocabulary.build(e.text for e in (*train_set, *valid_set, *test_set))
+        vocab = arch_tokenizer(config.model) or Vocabulary.build(e.text for e in (*train_set, *valid_set, *test_set))
+        vocab_size = vocab.vocab_size if isinstance(vocab, WordPieceTokenizer) else len(vocab)
         system = ClassifySystem(nn.Identity(), vocab, labels)
         splits = {}
         for name, part in (("train", train_set), ("valid", valid_set), ("test", test_set)):
@@ -217,7 +280,7 @@ def train(
             splits[name] = (ids, system.targets(part, source=f"{source} ({name})"))
         context = BuildContext(
             config.model,
-            len(vocab),
+            vocab_size,
             len(labels),
             train_ids=splits["train"][0],
             valid_ids=splits["valid"][0],
@@ -226,9 +289,12 @@ def train(
             log=log,
         )
         system.model = BUILDERS[config.model.arch](context)
+        for name, (ids, _) in splits.items():
+            system.check_lengths(ids, source=f"{source} ({name})")
 
         def loss_fn(m, batch):
-            return LossOutput(F.cross_entropy(m(batch.x, batch.lengths).logits, batch.targets), len(batch.targets))
+            logits = class_logits(m, batch.x, batch.lengths)
+            return LossOutput(F.cross_entropy(logits, batch.targets), len(batch.targets))
 
         def train_batches(epoch, generator, batch_size):
             return token_batches(
@@ -240,7 +306,7 @@ def train(
             device = model_device(m)
             correct, loss = 0, 0.0
             for batch in token_batches(*splits["valid"], batch_size=256, pad_id=PAD_ID, shuffle=False):
-                logits = m(batch.x.to(device), batch.lengths).logits
+                logits = class_logits(m, batch.x.to(device), batch.lengths)
                 targets = batch.targets.to(device)
                 loss += F.cross_entropy(logits, targets, reduction="sum").item()
                 correct += int((logits.argmax(-1) == targets).sum())
@@ -266,10 +332,11 @@ def train(
             test=test_report,
             summary=(
                 f"data: {source}, {len(train_set)} train / {len(valid_set)} valid / {len(test_set)} test texts, "
-                f"{len(labels)} classes, {len(vocab)} symbols"
+                f"{len(labels)} classes, {vocab_size} symbols"
             ),
             summary_model=f"arch {config.model.arch}",
             valid_metric="valid_error",
+            pretrained=pretrained_names(config.model.arch, system.model),
         )
 
     return run_training(NAME, config, out_dir, prepare, progress=progress, log=log, mode=mode)

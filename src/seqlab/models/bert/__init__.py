@@ -3,6 +3,7 @@ fine-tuning heads (``heads``), and Hugging Face folders (``convert_hf``)."""
 
 from seqlab.models.bert.heads import (
     BertForMaskedLM,
+    BertForMeanPooledClassification,
     BertForPreTraining,
     BertForSequenceClassification,
     BertForTokenClassification,
@@ -18,6 +19,7 @@ __all__ = [
     "Bert",
     "BertConfig",
     "BertForMaskedLM",
+    "BertForMeanPooledClassification",
     "BertForPreTraining",
     "BertForSequenceClassification",
     "BertForTokenClassification",

@@ -3,6 +3,7 @@
     MLM:       p(x_t | x_masked) = softmax(LN(GELU(W_t h_t + b_t)) W_tok^T + b_V)   (decoder tied to W_tok)
     NSP:       p(IsNext | A, B) = softmax(W_nsp pooled + b_nsp)                      (2 classes: IsNext, NotNext)
     sequence:  p(y | x) = softmax(W_c Drop(pooled) + b_c)                            (pooled [CLS])
+    mean:      p(y | x) = softmax(W_c Drop(mean_{t real} h_t) + b_c)                 (mean over real tokens)
     token:     p(y_t | x) = softmax(W_c Drop(h_t) + b_c)                             (every token)
 
 Each model holds its body as ``bert`` (a ``Bert``), so parameter names match Hugging Face's task models
@@ -174,6 +175,34 @@ class BertForSequenceClassification(BertTaskModel):
     def forward(self, input_ids: Tensor, *, keep_mask: Tensor | None = None, token_type_ids: Tensor | None = None):
         pooled = self.bert(input_ids, keep_mask=keep_mask, token_type_ids=token_type_ids).pooled
         return ClassificationOutput(self.classifier(self.drop(pooled)))
+
+
+class BertForMeanPooledClassification(BertTaskModel):
+    """BERT with a linear classifier over the mean of the last hidden states at the real tokens ([CLS] and [SEP]
+    included, pads not), the pooling sentence-transformers models such as all-MiniLM-L6-v2 were trained with
+    (Reimers & Gurevych, 2019, sec. 3, MEAN strategy), without the L2 normalisation. It has no pooler (set
+    ``config.pooler`` False) and no Hugging Face counterpart (``save_hf`` writes a ``BertModel`` folder of its
+    body, with the classifier's tensors, which transformers ignores).
+
+    Inputs: as ``Bert``. Outputs: ``ClassificationOutput(logits (B, C))``.
+    """
+
+    model_type: ClassVar[str] = "bert_mean_pooled_classification"
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.drop = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(config.d_model, config.num_labels)  # W_c, b_c
+        self._init_head()
+
+    def forward(self, input_ids: Tensor, *, keep_mask: Tensor | None = None, token_type_ids: Tensor | None = None):
+        h = self.bert(input_ids, keep_mask=keep_mask, token_type_ids=token_type_ids).last_hidden_state  # (B, T, D)
+        if keep_mask is None:
+            mean = h.mean(dim=1)
+        else:
+            weights = keep_mask.to(h.dtype).unsqueeze(-1)  # (B, T, 1)
+            mean = (h * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)  # (B, D)
+        return ClassificationOutput(self.classifier(self.drop(mean)))
 
 
 class BertForTokenClassification(BertTaskModel):
