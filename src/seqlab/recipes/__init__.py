@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from seqlab.errors import CheckpointError, ConfigError
-from seqlab.recipes import bert_mlm, g2p, lm, vowels
+from seqlab.recipes import bert_mlm, forecast, g2p, lm, translate, vowels
 from seqlab.recipes.base import RECIPE_FILE, RECIPE_MEMBERS, Recipe, Report, recipe_name_of
 
 RECIPES: dict[str, Recipe] = {}
@@ -56,8 +56,10 @@ def recipe_of_checkpoint(directory: Path) -> Recipe:
 
 
 register_recipe(bert_mlm)
+register_recipe(forecast)
 register_recipe(g2p)
 register_recipe(lm)
+register_recipe(translate)
 register_recipe(vowels)
 
 __all__ = ["RECIPES", "RECIPE_FILE", "Recipe", "Report", "get_recipe", "recipe_of_checkpoint", "register_recipe"]
