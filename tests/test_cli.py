@@ -461,8 +461,8 @@ def test_a_bad_config_file_is_one_line(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["train", "nope"], "unknown recipe 'nope'; available: bert-mlm, g2p, lm, vowels"),
-        (["recipes", "nope"], "unknown recipe 'nope'; available: bert-mlm, g2p, lm, vowels"),
+        (["train", "nope"], "unknown recipe 'nope'; available: bert-mlm, forecast, g2p, lm, translate, vowels"),
+        (["recipes", "nope"], "unknown recipe 'nope'; available: bert-mlm, forecast, g2p, lm, translate, vowels"),
         ([], "seqlab: the following arguments are required: command"),
         (["train", "g2p", "--set"], "seqlab train: argument --set: expected at least one argument"),
         (["train", "g2p", "--bogus"], "seqlab: unrecognized arguments: --bogus"),
