@@ -124,12 +124,12 @@ class ModelConfig:
 
     encoder: EncoderName = "gru"  # rnn | gru | lstm | transformer
     head: HeadName = "direct"  # direct | autoregressive
-    hidden_size: int = 64  # recurrent encoders
-    num_layers: int = 2  # recurrent or Transformer layers
+    hidden_size: int = 32  # recurrent encoders
+    num_layers: int = 1  # recurrent or Transformer layers
     d_model: int = 64  # Transformer encoder
     num_heads: int = 4
     d_ff: int = 128
-    dropout: float = 0.1
+    dropout: float = 0.2
 
     def __post_init__(self) -> None:
         check_choice("encoder", self.encoder, ENCODERS)
@@ -168,7 +168,9 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(lr=2e-3, batch_size=32, max_epochs=200, patience=20, time_budget=150.0)
+        default_factory=lambda: TrainConfig(
+            lr=1e-3, batch_size=32, max_epochs=300, patience=30, weight_decay=1e-3, time_budget=120.0
+        )
     )
     eval: EvalConfig = field(default_factory=EvalConfig)
 
