@@ -53,3 +53,12 @@ def test_bad_configs_and_inputs_are_refused():
         ForecasterConfig(channels=1, horizon=1, encoder="transformer", d_model=10, num_heads=4)
     with pytest.raises(ValueError, match=r"\(B, T, 2\)"):
         Forecaster(ForecasterConfig(channels=2, horizon=1))(torch.randn(1, 3, 3))
+
+
+@pytest.mark.parametrize("head", ["direct", "autoregressive"])
+def test_a_residual_forecaster_with_a_zero_head_forecasts_persistence(head):
+    model = Forecaster(ForecasterConfig(channels=2, horizon=3, head=head, residual=True, hidden_size=8)).eval()
+    torch.nn.init.zeros_(model.head.weight)
+    torch.nn.init.zeros_(model.head.bias)
+    x = torch.randn(2, 5, 2)
+    torch.testing.assert_close(model(x), x[:, -1:].expand(2, 3, 2))

@@ -8,6 +8,9 @@ Heads:
   s to all H * C values at once.
 - autoregressive (the "recursive" strategy): y_hat_{L+1} = W s + b, then the window slides by one step with
   y_hat_{L+1} appended and the encoder runs again, H times; trained through the whole rollout.
+
+With ``residual``, the head forecasts the change from the window's last value y_L, which is added back (an
+untrained head forecasts persistence): the usual choice for finely sampled dynamics such as an ODE's.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from seqlab.models.pretrained import PretrainedMixin
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS
 from seqlab.nn.positional import SinusoidalPositionalEncoding
 from seqlab.nn.transformer import TransformerEncoder, TransformerEncoderLayer
-from seqlab.validation import check_choice, check_int, check_probability
+from seqlab.validation import check_bool, check_choice, check_int, check_probability
 
 EncoderName = Literal["rnn", "gru", "lstm", "transformer"]
 ENCODERS = ("rnn", "gru", "lstm", "transformer")
@@ -39,6 +42,7 @@ class ForecasterConfig:
     horizon: int  # H, steps forecast at once
     encoder: EncoderName = "gru"  # rnn | gru | lstm | transformer
     head: HeadName = "direct"  # direct (all H steps at once) | autoregressive (one step, fed back)
+    residual: bool = False  # forecast the change from the window's last value
     hidden_size: int = 64  # H of the recurrent encoder
     num_layers: int = 2  # stacked recurrent or Transformer layers
     d_model: int = 64  # D of the Transformer encoder
@@ -53,6 +57,7 @@ class ForecasterConfig:
         check_choice("encoder", self.encoder, ENCODERS)
         check_choice("head", self.head, HEADS)
         check_probability("dropout", self.dropout)
+        check_bool("residual", self.residual)
         if self.encoder == "transformer" and self.d_model % self.num_heads:
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
 
@@ -112,13 +117,17 @@ class Forecaster(PretrainedMixin, nn.Module):
             raise ValueError(f"window of {x.shape[1]} steps exceeds max_length ({self.config.max_length})")
         B = x.shape[0]
         if self.config.head == "direct":
-            return self.head(self.summary(x)).view(B, self.config.horizon, C)
+            return self.head(self.summary(x)).view(B, self.config.horizon, C) + self._last(x)
         steps = []
         for _ in range(self.config.horizon):
-            step = self.head(self.summary(x)).view(B, 1, C)
+            step = self.head(self.summary(x)).view(B, 1, C) + self._last(x)
             steps.append(step)
             x = torch.cat([x[:, 1:], step], dim=1)
         return torch.cat(steps, dim=1)
+
+    def _last(self, x: Tensor) -> Tensor | float:
+        """y_L (B, 1, C) for a residual forecaster, else 0."""
+        return x[:, -1:] if self.config.residual else 0.0
 
 
 def rollout(model: Forecaster, x: Tensor, steps: int) -> Tensor:

@@ -7,8 +7,9 @@ monthly El Nino sea-surface temperatures (m = 12), all shipped by statsmodels, o
 standard deviation only. Windows: L inputs, the next H targets; validation and test windows have their targets in
 their part (their inputs may reach back), and test origins are ``data.test_stride`` steps apart.
 
-Model: ``seqlab.models.forecaster`` (rnn | gru | lstm | transformer encoder, direct or autoregressive head),
-trained by mean squared error on the standardised values. Test scores (``forecast_eval``): RMSE, MAE (the series'
+Model: ``seqlab.models.forecaster`` (rnn | gru | lstm | transformer encoder, direct or autoregressive head;
+residual, i.e. forecasting changes from the last value, by default for Lorenz only), trained by mean squared error
+on the standardised values. Test scores (``forecast_eval``): RMSE, MAE (the series'
 units) and MASE for the model and, on the same windows, persistence, seasonal naive and a SARIMA fitted on the
 training part; for Lorenz also the valid prediction time (Lyapunov times) of free-running forecasts of
 ``eval.vpt_steps`` steps. ``forecast.png`` in the run directory plots test windows against the truth.
@@ -124,6 +125,7 @@ class ModelConfig:
 
     encoder: EncoderName = "gru"  # rnn | gru | lstm | transformer
     head: HeadName = "direct"  # direct | autoregressive
+    residual: bool | None = None  # forecast changes from the last value; None = True for lorenz only
     hidden_size: int = 32  # recurrent encoders
     num_layers: int = 1  # recurrent or Transformer layers
     d_model: int = 64  # Transformer encoder
@@ -137,12 +139,16 @@ class ModelConfig:
         for name in ("hidden_size", "num_layers", "d_model", "num_heads", "d_ff"):
             check_int(name, getattr(self, name))
         check_probability("dropout", self.dropout)
-        self.model_config(channels=1, horizon=1)
+        if self.residual is not None:
+            check_bool("residual", self.residual)
+        self.model_config(channels=1, horizon=1, residual=False)
 
-    def model_config(self, *, channels: int, horizon: int) -> ForecasterConfig:
+    def model_config(self, *, channels: int, horizon: int, residual: bool) -> ForecasterConfig:
+        """The model's config; ``residual`` is used where the section leaves it None."""
+        residual = residual if self.residual is None else self.residual
         fields = {k: getattr(self, k) for k in ("encoder", "head", "hidden_size", "num_layers", "d_model")}
         extra = {k: getattr(self, k) for k in ("num_heads", "d_ff", "dropout")}
-        return ForecasterConfig(channels=channels, horizon=horizon, **fields, **extra)
+        return ForecasterConfig(channels=channels, horizon=horizon, residual=residual, **fields, **extra)
 
 
 @dataclass(frozen=True)
@@ -292,7 +298,8 @@ def train(
     def prepare() -> TrainingRun:
         data = prepare_series(config.data)
         C = data.scaled.shape[1]
-        model = Forecaster(config.model.model_config(channels=C, horizon=H))
+        residual = config.data.path is None and config.data.series == "lorenz"
+        model = Forecaster(config.model.model_config(channels=C, horizon=H, residual=residual))
         system = ForecastSystem(model, data.scaler, data.mase_scale, data.series.season, config)
         as_windows = lambda origins: tuple(  # noqa: E731
             torch.as_tensor(w, dtype=torch.float32) for w in windows(data.scaled, origins, input_length=L, horizon=H)
