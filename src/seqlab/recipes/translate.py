@@ -113,12 +113,14 @@ class DecodeConfig:
     beam_size: int = 5  # 1 = greedy search
     length_penalty: float = 1.0  # score = log p / length**length_penalty
     max_length: int = 160  # most target tokens per sentence, EOS included
+    max_length_ratio: float = 2.0  # and at most ratio * (longest source tokens in the batch) + 10 (fairseq's a, b)
     batch_size: int = 64  # sentences decoded together
 
     def __post_init__(self) -> None:
         for name in ("beam_size", "max_length", "batch_size"):
             check_int(name, getattr(self, name))
         check_real("length_penalty", self.length_penalty)
+        check_real("max_length_ratio", self.max_length_ratio, greater_than=0.0)
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,8 @@ class Translator:
             batch = collate_seq2seq([(x, []) for x in ids]).to(device)
             state = self.model.encode(batch.src, batch.src_lengths)
             bos = torch.full((len(ids),), self.model.config.bos_id, dtype=torch.long, device=device)
-            search = dict(eos_id=eos, max_length=decode.max_length)
+            longest = max(len(x) for x in ids)
+            search = dict(eos_id=eos, max_length=min(decode.max_length, int(decode.max_length_ratio * longest) + 10))
             if beam_size == 1:
                 out = greedy_search(self.model, state, bos, **search)
             else:
