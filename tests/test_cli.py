@@ -616,8 +616,8 @@ def damaged(tmp_path: Path, checkpoint: Path, damage: str) -> tuple[Path, str]:
         recipe.write_text("{ nope")
         return ckpt, f"{recipe}: not a seqlab recipe file"
     if damage == "recipe_unknown":
-        recipe.write_text('{"recipe": "translate", "config": {}}')
-        return ckpt, f"{recipe}: written by unknown recipe 'translate'"
+        recipe.write_text('{"recipe": "summarize", "config": {}}')
+        return ckpt, f"{recipe}: written by unknown recipe 'summarize'"
     if damage == "recipe_bad_section":
         saved = json.loads(recipe.read_text())
         saved["config"]["decode"]["beam_size"] = 0

@@ -13,6 +13,7 @@ from seqlab.recipes import (
     RECIPES,
     bert_mlm,
     classify,
+    forecast,
     g2p,
     get_recipe,
     lm,
@@ -20,6 +21,7 @@ from seqlab.recipes import (
     register_recipe,
     t5_g2p,
     tagger,
+    translate,
     vec2seq,
     vowels,
 )
@@ -46,21 +48,22 @@ def test_recipe_members_name_the_whole_protocol():
 
 
 def test_the_registry_holds_the_shipped_recipes_by_name():
-    assert {
+    shipped = {
         "bert-mlm": bert_mlm,
         "classify": classify,
+        "forecast": forecast,
         "g2p": g2p,
         "lm": lm,
         "t5-g2p": t5_g2p,
         "tagger": tagger,
+        "translate": translate,
         "vec2seq": vec2seq,
         "vowels": vowels,
-    } == RECIPES
+    }
+    assert shipped == RECIPES
     assert get_recipe("vowels") is vowels
-    with pytest.raises(
-        ConfigError,
-        match=r"^unknown recipe 'gpt'; available: bert-mlm, classify, g2p, lm, t5-g2p, tagger, vec2seq, vowels$",
-    ):
+    available = "bert-mlm, classify, forecast, g2p, lm, t5-g2p, tagger, translate, vec2seq, vowels"
+    with pytest.raises(ConfigError, match=rf"^unknown recipe 'gpt'; available: {available}$"):
         get_recipe("gpt")
 
 

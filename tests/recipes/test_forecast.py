@@ -1,0 +1,105 @@
+"""The forecast recipe: splits, scaling, windows, the scores and baselines against hand-computed values and
+statsmodels itself, and tiny end-to-end runs (a user file, Lorenz with its valid prediction time)."""
+
+import warnings
+
+import numpy as np
+import pytest
+from statsmodels.tsa.statespace.sarimax import SARIMAX
+
+from seqlab.data.forecasting import (
+    load_series,
+    seasonal_naive_scale,
+    window_origins,
+    windows,
+)
+from seqlab.errors import ConfigError, DataError
+from seqlab.recipes import forecast
+from seqlab.recipes.forecast_eval import (
+    arima_forecasts,
+    forecast_scores,
+    persistence,
+    seasonal_naive,
+    valid_prediction_time,
+)
+from seqlab.training.trainer import TrainConfig
+
+
+def test_naive_forecasts_and_mase_by_hand():
+    window = np.array([[1.0], [2.0], [3.0], [4.0], [5.0]])[None]  # (1, 5, 1)
+    assert persistence(window, 3)[0, :, 0].tolist() == [5, 5, 5]
+    assert seasonal_naive(window, 5, 2)[0, :, 0].tolist() == [4, 5, 4, 5, 4]
+    train = np.array([0.0, 2.0, 0.0, 4.0])[:, None]
+    scale = seasonal_naive_scale(train, 1)  # |2| + |2| + |4| over 3
+    assert scale[0] == pytest.approx(8 / 3)
+    scores = forecast_scores(np.array([[[1.0], [3.0]]]), np.array([[[0.0], [0.0]]]), scale)
+    assert scores == pytest.approx({"rmse": np.sqrt(5), "mae": 2.0, "mase": 2.0 / (8 / 3)})
+
+
+def test_the_seasonal_naive_forecast_of_the_training_part_has_mase_one():
+    train = load_series("elnino").values[:300]
+    origins = window_origins(12, 300, input_length=12, horizon=1)
+    inputs, targets = windows(train, origins, input_length=12, horizon=1)
+    scores = forecast_scores(seasonal_naive(inputs, 1, 12), targets, seasonal_naive_scale(train, 12))
+    assert scores["mase"] == pytest.approx(1.0)
+
+
+def test_valid_prediction_time_by_hand():
+    truth = np.zeros((2, 4, 1))
+    forecast = np.array([[0.1, 0.3, 0.5, 0.1], [0.0, 0.0, 0.0, 0.0]])[..., None]
+    # the first window fails at step index 2, the second never: (2 + 4) / 2 steps of 0.5 time units, exponent 2
+    assert valid_prediction_time(forecast, truth, threshold=0.4, dt=0.5, lyapunov_exponent=2.0) == 3.0
+
+
+def test_the_arima_baseline_is_statsmodels_forecast_from_each_origin_without_refit():
+    values = load_series("sunspots").values[:120]
+    origins = np.array([100, 105])
+    ours = arima_forecasts(values, 90, origins, horizon=4, order=(2, 0, 0), seasonal_order=(0, 0, 0, 0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fitted = SARIMAX(values[:90, 0], order=(2, 0, 0), trend="c").fit(disp=False)
+        for i, o in enumerate(origins):
+            np.testing.assert_allclose(ours[i, :, 0], fitted.apply(values[:o, 0]).forecast(4), rtol=1e-6)
+
+
+def tiny(data: forecast.DataConfig, **model) -> forecast.Config:
+    return forecast.Config(
+        data=data,
+        model=forecast.ModelConfig(hidden_size=8, num_layers=1, d_model=8, num_heads=2, d_ff=16, **model),
+        train=TrainConfig(lr=1e-2, batch_size=16, max_epochs=2, patience=None),
+        eval=forecast.EvalConfig(arima=False, vpt_steps=60, vpt_stride=30),
+    )
+
+
+def test_a_run_on_a_series_file_scores_plots_predicts_and_evaluates(tmp_path):
+    t = np.arange(200)
+    path = tmp_path / "sine.txt"
+    path.write_text("".join(f"{np.sin(2 * np.pi * i / 11.5):.6f}, {i / 100:.3f}\n" for i in t))
+    data = forecast.DataConfig(path=str(path), season=12, input_length=12, horizon=3)
+    report = forecast.train(tiny(data), tmp_path / "run", progress=False, log=lambda line: None)
+    assert {"rmse", "mae", "mase", "persistence_mase", "seasonal_naive_mase"} <= report.results.keys()
+    assert (tmp_path / "run" / forecast.PLOT_FILE).read_bytes()[:4] == b"\x89PNG"
+    lines = forecast.predict(tmp_path / "run", [str(path)])
+    assert len(lines) == 3 and lines[0].startswith(f"{path} +1 ")
+    assert forecast.evaluate(tmp_path / "run", str(path))["test_windows"] == 200 - 12 - 3 + 1
+
+
+def test_lorenz_with_an_autoregressive_transformer_reports_its_valid_prediction_time(tmp_path):
+    data = forecast.DataConfig(series="lorenz", lorenz_steps=800, input_length=8, horizon=2)
+    config = tiny(data, encoder="transformer", head="autoregressive")
+    report = forecast.train(config, tmp_path / "run", progress=False, log=lambda line: None)
+    assert report.results["vpt_lyapunov"] >= 0 and report.results["persistence_vpt_lyapunov"] > 0
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "message"),
+    [
+        (dict(series="sunspots", input_length=300), DataError, "shorter than L \\+ H"),
+        (dict(series="sunspots", horizon=60), DataError, "shorter than the horizon"),
+        (dict(series="tides"), ConfigError, "tides"),
+    ],
+)
+def test_bad_settings_are_one_line_errors(tmp_path, data, error, message):
+    with pytest.raises(error, match=message):
+        forecast.train(tiny(forecast.DataConfig(**data)), tmp_path / "run", progress=False, log=lambda line: None)
+    assert not (tmp_path / "run").exists()
