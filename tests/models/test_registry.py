@@ -19,6 +19,7 @@ from seqlab.models import (
     Bert,
     BertConfig,
     BertForMaskedLM,
+    BertForMeanPooledClassification,
     BertForPreTraining,
     BertForSequenceClassification,
     BertForTokenClassification,
@@ -42,6 +43,7 @@ from seqlab.models import (
     TransformerSeq2SeqConfig,
     load_pretrained,
 )
+from seqlab.models.forecaster import Forecaster, ForecasterConfig
 from seqlab.models.pretrained import LEGACY_MODEL_TYPES, PretrainedMixin
 
 TINY = {
@@ -53,12 +55,20 @@ TINY = {
     "seq2vec_classifier": Seq2VecClassifierConfig(num_classes=3, input_size=2, hidden_size=4),
     "rnn_language_model": RNNLanguageModelConfig(7, embedding_size=4, hidden_size=4, tie_embeddings=True),
     **dict.fromkeys(
-        ("bert", "bert_mlm", "bert_pretraining", "bert_sequence_classification", "bert_token_classification"),
+        (
+            "bert",
+            "bert_mlm",
+            "bert_pretraining",
+            "bert_sequence_classification",
+            "bert_token_classification",
+            "bert_mean_pooled_classification",
+        ),
         BertConfig(vocab_size=7, d_model=8, num_heads=2, num_layers=1, d_ff=12, max_positions=6, num_labels=3),
     ),
     "t5": T5Config(vocab_size=7, d_model=8, d_kv=4, d_ff=12, num_layers=1, num_decoder_layers=1, num_heads=2),
     "rnn_sequence_tagger": RNNSequenceTaggerConfig(7, 3, embedding_size=4, hidden_size=4),
     "conditioned_rnn_generator": ConditionedRNNGeneratorConfig(7, 3, class_embedding_size=2, hidden_size=4),
+    "forecaster": ForecasterConfig(channels=2, horizon=3, hidden_size=4, num_layers=1),
 }
 CLASSES = {
     "elmo": ELMo,
@@ -76,6 +86,8 @@ CLASSES = {
     "t5": T5,
     "rnn_sequence_tagger": RNNSequenceTagger,
     "conditioned_rnn_generator": ConditionedRNNGenerator,
+    "bert_mean_pooled_classification": BertForMeanPooledClassification,
+    "forecaster": Forecaster,
 }
 
 
