@@ -25,7 +25,14 @@ from seqlab.recipes import (
     vec2seq,
     vowels,
 )
-from seqlab.recipes.base import RECIPE_FILE, RECIPE_MEMBERS, Recipe, load_recipe_config, save_recipe_file
+from seqlab.recipes.base import (
+    RECIPE_FILE,
+    RECIPE_MEMBERS,
+    Recipe,
+    load_recipe_config,
+    read_json_list,
+    save_recipe_file,
+)
 from seqlab.training.trainer import TrainConfig
 
 
@@ -113,3 +120,17 @@ def test_the_g2p_model_section_checks_its_own_fields(changes, message):
     """Checked on the section itself (no dummy model config), for either arch."""
     with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
         g2p.G2PModelConfig(**changes)
+
+
+def test_read_json_list_names_the_file_and_what_is_wrong(tmp_path):
+    path = tmp_path / "labels.json"
+    with pytest.raises(CheckpointError, match=f"^{re.escape(str(path))}: missing$"):
+        read_json_list(path, "labels")
+    for text, reason in (("{", "Expecting"), ('{"other": []}', "'labels'"), ('{"labels": 3}', "labels is not a list")):
+        path.write_text(text)
+        with pytest.raises(CheckpointError) as error:
+            read_json_list(path, "labels")
+        message = str(error.value)
+        assert message.startswith(f"{path}: bad labels file (") and reason in message and "\n" not in message
+    path.write_text('{"labels": ["a", "b"]}')
+    assert read_json_list(path, "labels") == ["a", "b"]

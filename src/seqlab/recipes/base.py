@@ -314,6 +314,22 @@ def load_recipe_config(directory: Path, config_class: type[ConfigT]) -> ConfigT:
         raise CheckpointError(f"{path}: bad recipe config ({e!s})") from None
 
 
+def read_json_list(path: Path, key: str) -> list[Any]:
+    """The list stored under ``key`` in the JSON object file ``path`` (a run's labels, vowels, ...).
+
+    Raises: CheckpointError (one line naming the file) if it is missing, not JSON, or has no list under ``key``.
+    """
+    try:
+        value = json.loads(path.read_text())[key]
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{path}: bad {key} file ({e!s})") from None
+    if not isinstance(value, list):
+        raise CheckpointError(f"{path}: bad {key} file ({key} is not a list)")
+    return value
+
+
 def check_model_config(directory: Path, from_recipe: Any, from_weights: Any) -> None:
     """Refuse a run directory whose ``recipe.json`` describes another model than its ``config.json``.
 

@@ -37,7 +37,7 @@ from seqlab.files import atomic_write
 from seqlab.models.bert import BertTaskModel
 from seqlab.models.pretrained import load_pretrained
 from seqlab.nn.pooling import POOLING_NAMES, PoolingName
-from seqlab.recipes.base import Report, TrainingRun, load_recipe_config, model_device, run_training
+from seqlab.recipes.base import Report, TrainingRun, load_recipe_config, model_device, read_json_list, run_training
 from seqlab.recipes.classify_models import BUILDERS, PAD_ID, BuildContext, arch_tokenizer, pretrained_names
 from seqlab.recipes.init_from import InitFromConfig
 from seqlab.recipes.run_directory import RunMode
@@ -153,12 +153,7 @@ class ClassifySystem:
     @classmethod
     def load(cls, directory: Path) -> ClassifySystem:
         load_recipe_config(directory, Config)
-        try:
-            labels = list(json.loads((directory / LABELS_FILE).read_text())["labels"])
-        except FileNotFoundError as e:
-            raise CheckpointError(f"{e.filename}: missing") from None
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise CheckpointError(f"{directory / LABELS_FILE}: bad labels file ({e!s})") from None
+        labels = read_json_list(directory / LABELS_FILE, "labels")
         if (directory / TOKENIZER_FILE).is_file():
             vocab = load_tokenizer(directory)
         else:

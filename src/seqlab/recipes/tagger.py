@@ -36,13 +36,13 @@ from torch import nn
 from seqlab.data.cmudict import Pronunciation, read_cmudict
 from seqlab.data.labelled_text import token_batches
 from seqlab.data.vocab import Vocabulary
-from seqlab.errors import CheckpointError, DataError
+from seqlab.errors import DataError
 from seqlab.files import atomic_write
 from seqlab.models.bert import BertConfig, BertForTokenClassification
 from seqlab.models.pretrained import load_pretrained
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
 from seqlab.models.tagger import RNNSequenceTagger, RNNSequenceTaggerConfig
-from seqlab.recipes.base import Report, TrainingRun, load_recipe_config, model_device, run_training
+from seqlab.recipes.base import Report, TrainingRun, load_recipe_config, model_device, read_json_list, run_training
 from seqlab.recipes.g2p import G2PDataConfig, load_splits
 from seqlab.recipes.run_directory import RunMode
 from seqlab.training.trainer import LossOutput, TrainConfig
@@ -230,12 +230,7 @@ class TaggerSystem:
     @classmethod
     def load(cls, directory: Path) -> TaggerSystem:
         load_recipe_config(directory, Config)
-        try:
-            vowels = frozenset(json.loads((directory / VOWELS_FILE).read_text())["vowels"])
-        except FileNotFoundError as e:
-            raise CheckpointError(f"{e.filename}: missing") from None
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise CheckpointError(f"{directory / VOWELS_FILE}: bad vowels file ({e!s})") from None
+        vowels = frozenset(read_json_list(directory / VOWELS_FILE, "vowels"))
         return cls(load_pretrained(directory), Vocabulary.load(directory / VOCAB_FILE), vowels)
 
     def encode(self, inputs: Sequence[Sequence[str]], *, source: str) -> list[list[int]]:

@@ -29,11 +29,11 @@ from torch import nn
 from seqlab.data.labelled_text import LabelledText, read_labelled_file, token_batches
 from seqlab.data.vocab import Vocabulary
 from seqlab.decoding.generate import generate as generate_ids
-from seqlab.errors import CheckpointError, ConfigError, DataError
+from seqlab.errors import ConfigError, DataError
 from seqlab.files import atomic_write
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
 from seqlab.models.vec2seq import CONDITIONS, ConditionedRNNGenerator, ConditionedRNNGeneratorConfig, ConditionName
-from seqlab.recipes.base import Report, TrainingRun, load_recipe_config, model_device, run_training
+from seqlab.recipes.base import Report, TrainingRun, load_recipe_config, model_device, read_json_list, run_training
 from seqlab.recipes.class_checker import class_accuracies, train_class_checker
 from seqlab.recipes.classify import ClassifyDataConfig, ClassifyModelConfig, ClassifySystem, read_data
 from seqlab.recipes.run_directory import RunMode
@@ -123,12 +123,7 @@ class Vec2SeqSystem:
     @classmethod
     def load(cls, directory: Path) -> Vec2SeqSystem:
         config = load_recipe_config(directory, Config)
-        try:
-            labels = list(json.loads((directory / LABELS_FILE).read_text())["labels"])
-        except FileNotFoundError as e:
-            raise CheckpointError(f"{e.filename}: missing") from None
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise CheckpointError(f"{directory / LABELS_FILE}: bad labels file ({e!s})") from None
+        labels = read_json_list(directory / LABELS_FILE, "labels")
         model = ConditionedRNNGenerator.from_pretrained(directory)
         return cls(model, Vocabulary.load(directory / VOCAB_FILE), labels, config)
 
