@@ -45,6 +45,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from datetime import timedelta
 from typing import Any, NamedTuple
 
 import torch
@@ -86,12 +87,14 @@ def is_writer() -> bool:
 
 
 @contextlib.contextmanager
-def process_group() -> Iterator[None]:
+def process_group(timeout: timedelta | None = None) -> Iterator[None]:
     """Join the process group described by torchrun's environment for the ``with`` block, then leave it.
 
     Outside torchrun (no RANK, WORLD_SIZE, ...) it does nothing, so one code path serves both. The backend
     is gloo for CPU tensors and, where CUDA is usable, NCCL for CUDA tensors with this process on device
-    ``cuda:LOCAL_RANK``. The group is destroyed when the block ends, by an exception too.
+    ``cuda:LOCAL_RANK``. The group is destroyed when the block ends, by an exception too. ``timeout`` bounds
+    the wait for the other ranks at the rendezvous and in each collective (torch's default, 30 minutes for
+    gloo and 10 for NCCL, when None); a rank that waits longer raises torch's error.
 
     Raises:
         ConfigError: the environment's LOCAL_RANK names a GPU this machine does not have.
@@ -109,7 +112,7 @@ def process_group() -> Iterator[None]:
             )
         torch.cuda.set_device(local_rank)
         backend = "cpu:gloo,cuda:nccl"
-    dist.init_process_group(backend=backend)
+    dist.init_process_group(backend=backend, timeout=timeout)
     try:
         yield
     finally:
