@@ -20,8 +20,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from seqlab.nn.cells import RECURRENT_INITS, LSTMState, check_input_dtype
+from seqlab.nn.cell_parameters import RECURRENT_INITS, check_input_dtype
 from seqlab.nn.functional.fused_rnn import fused_kernels_available, fused_rnn, fused_rnn_packed
+from seqlab.nn.functional.recurrence import LSTMState
 from seqlab.validation import check_bool, check_choice, check_int, check_probability
 
 State = Tensor | LSTMState

@@ -35,7 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqlab.nn.cells import GRU_VARIANTS, _CellParameters
+from seqlab.nn.cell_parameters import CellParameters
+from seqlab.nn.cells import GRU_VARIANTS
 from seqlab.nn.functional.recurrence import LSTMState, dropped, orthogonal_gate_blocks_
 from seqlab.validation import check_choice, check_real
 
@@ -117,8 +118,8 @@ def layer_norm_gru_textbook_step(
     return torch.lerp(h, h_tilde, z_t)  # (1 - z_t) * h_{t-1} + z_t * h~_t, the seeds' z
 
 
-class _LayerNormCell(_CellParameters):
-    """The plain cells' parameters (``_CellParameters``: weight_ih, weight_hh, and bias_ih, bias_hh here used as LN
+class _LayerNormCell(CellParameters):
+    """The plain cells' parameters (``CellParameters``: weight_ih, weight_hh, and bias_ih, bias_hh here used as LN
     shifts) plus the LN gains of both terms, shared by the LN-LSTM and LN-GRU cells."""
 
     def __init__(
