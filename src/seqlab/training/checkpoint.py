@@ -31,6 +31,7 @@ from seqlab.errors import CheckpointError
 from seqlab.files import atomic_write
 from seqlab.nn.functional.recurrence import LSTMState
 from seqlab.training.device import move_to_device
+from seqlab.training.run_state import RunState
 
 if TYPE_CHECKING:
     from seqlab.training.trainer import Trainer
@@ -56,7 +57,7 @@ __all__ = [
 ]
 
 
-def training_state(trainer: Trainer, run: Any, *, epoch: int, stopped_by: str | None) -> dict[str, Any]:
+def training_state(trainer: Trainer, run: RunState, *, epoch: int, stopped_by: str | None) -> dict[str, Any]:
     """The state of ``trainer`` after a step of ``epoch``: what ``Trainer(checkpoint=...)`` receives.
 
     Keys: epoch, stopped_by (the stop reason decided at this step, or None), elapsed (seconds of training so
@@ -81,7 +82,7 @@ def training_state(trainer: Trainer, run: Any, *, epoch: int, stopped_by: str | 
 
 
 def restore_training_state(
-    trainer: Trainer, state: dict[str, Any], run: Any, generator: torch.Generator
+    trainer: Trainer, state: dict[str, Any], run: RunState, generator: torch.Generator
 ) -> tuple[int, Any]:
     """Load ``training_state``'s value into ``trainer``, the fit's bookkeeping ``run`` and the data ``generator``
     (set to its state when the checkpoint's epoch began); the global RNG states wait in ``run.resume_rng``

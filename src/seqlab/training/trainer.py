@@ -17,7 +17,6 @@ import math
 import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from seqlab.training.distributed import data_parallel
 from seqlab.training.objectives import LossOutput
 from seqlab.training.optim import build_optimizer
 from seqlab.training.records import RECORD_KEYS, StepRecord, StopReason, TrainResult, summary_line
+from seqlab.training.run_state import RunState, StepTotals
 from seqlab.training.schedules import lambda_lr, lr_multiplier
 from seqlab.training.seeding import seed_everything
 from seqlab.training.strategies import FullSequence, Strategy
@@ -51,45 +51,6 @@ def _write_to_stderr(line: str) -> None:
 def _all_finite(model: nn.Module) -> bool:
     """True if no parameter or buffer of ``model`` holds a NaN or an infinity."""
     return all(bool(torch.isfinite(t).all()) for t in model.state_dict().values() if t.is_floating_point())
-
-
-@dataclass
-class _Run:
-    """Bookkeeping of one fit() call."""
-
-    start: float
-    step: int = 0
-    history: list[dict[str, float]] = field(default_factory=list)
-    best: dict[str, float] | None = None
-    best_state: dict[str, torch.Tensor] | None = None
-    stale: int = 0  # validations in a row without improvement
-    validated_at: int = 0  # step of the latest validation
-    # Sums over the steps since the latest validation, reported in the next history record.
-    loss_sum: float = 0.0  # token-weighted: sum of loss * num_tokens
-    tokens: int = 0
-    grad_norm_sum: float = 0.0
-    applied_steps: int = 0  # steps whose update was applied (fp16 may skip some)
-    skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient norm
-    nonfinite_in_row: int = 0  # the latest steps that were skipped so, in a row
-    lr: float = 0.0  # learning rate of the latest step
-    segment_start: float = 0.0  # when training resumed after the latest validation
-    step_start: float = 0.0  # when the latest step ended, or training resumed
-    epoch_batches: int = 0  # micro-batches of the current epoch read so far
-    epoch_generator: torch.Tensor | None = None  # the data generator's state when the current epoch began
-    resume_rng: dict[str, Any] | None = None  # global RNG states to restore once a resumed epoch is replayed
-
-    def tokens_per_s(self) -> float:
-        return self.tokens / max(time.perf_counter() - self.segment_start, 1e-9)
-
-
-@dataclass
-class _Step:
-    """The micro-batches of the optimizer step being accumulated."""
-
-    micro_batches: int = 0
-    tokens: int = 0
-    loss_sum: float = 0.0  # sum of loss * num_tokens
-    weight_base: int = 0  # c: micro-batch i's loss is backpropagated with weight num_tokens_i / c
 
 
 class Trainer:
@@ -237,7 +198,7 @@ class Trainer:
             CheckpointError: ``resume_from`` does not fit this model, optimizer or data (one line).
         """
         generator = seed_everything(self.config.seed)
-        run = _Run(start=time.perf_counter())
+        run = RunState(start=time.perf_counter())
         run.segment_start = run.step_start = run.start
         self.model.train()
         stopped_by: StopReason | None = None
@@ -267,7 +228,7 @@ class Trainer:
             callback.on_train_end(self.model, result)
         return result
 
-    def _run_epoch(self, epoch: int, generator: torch.Generator, run: _Run) -> StopReason | None:
+    def _run_epoch(self, epoch: int, generator: torch.Generator, run: RunState) -> StopReason | None:
         """Train one epoch with its validations; return why training must stop, or None to go on."""
         if run.resume_rng is None:
             run.epoch_generator, run.epoch_batches = generator.get_state(), 0
@@ -288,12 +249,12 @@ class Trainer:
             disable=None if self.progress else True,
         )
         with bar:
-            step: _Step | None = None
+            step: StepTotals | None = None
             for batch in bar:
                 run.epoch_batches += 1
                 if step is None:
                     run.step += 1
-                    step = _Step()
+                    step = StepTotals()
                 self._accumulate(batch, step, run)
                 if step.micro_batches == self.config.grad_accumulation_steps:
                     stop = self._finish_step(step, epoch, run, bar)
@@ -312,7 +273,7 @@ class Trainer:
         self._checkpoint(run, epoch, stop)
         return stop
 
-    def _accumulate(self, batch: Any, step: _Step, run: _Run) -> None:
+    def _accumulate(self, batch: Any, step: StepTotals, run: RunState) -> None:
         """Forward, loss and weighted backward of one micro-batch."""
         if step.micro_batches == 0:
             self.optimizer.zero_grad(set_to_none=True)
@@ -338,7 +299,7 @@ class Trainer:
         step.tokens += num_tokens
         step.micro_batches += 1
 
-    def _finish_step(self, step: _Step, epoch: int, run: _Run, bar: tqdm) -> StopReason | None:
+    def _finish_step(self, step: StepTotals, epoch: int, run: RunState, bar: tqdm) -> StopReason | None:
         """Unscale, correct, clip and apply the accumulated gradient; report the step; validate if due."""
         self.scaler.unscale_(self.optimizer)
         if step.weight_base != step.tokens:  # sum_i (n_i / c) grad l_i  ->  sum_i (n_i / N) grad l_i
@@ -399,11 +360,11 @@ class Trainer:
             self._checkpoint(run, epoch, stop)
         return stop
 
-    def _checkpoint(self, run: _Run, epoch: int, stop: StopReason | None) -> None:
+    def _checkpoint(self, run: RunState, epoch: int, stop: StopReason | None) -> None:
         if self.checkpoint is not None:
             self.checkpoint(training_state(self, run, epoch=epoch, stopped_by=stop))
 
-    def _skip_step(self, loss: float, grad_norm: float, epoch: int, run: _Run) -> None:
+    def _skip_step(self, loss: float, grad_norm: float, epoch: int, run: RunState) -> None:
         """Drop the gradient of a step with a non-finite loss or gradient norm; stop once too many in a row."""
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.update()  # closes the step that unscale_ opened (a no-op unless fp16)
@@ -416,21 +377,21 @@ class Trainer:
                 f"(epoch {epoch}) with loss {loss} and grad_norm {grad_norm}; lower train.lr or check the data"
             )
 
-    def _limit_reached(self, run: _Run) -> StopReason | None:
+    def _limit_reached(self, run: RunState) -> StopReason | None:
         if self.config.max_steps is not None and run.step >= self.config.max_steps:
             return "max_steps"
         if self._out_of_time(run):
             return "time_budget"
         return None
 
-    def _out_of_time(self, run: _Run) -> bool:
+    def _out_of_time(self, run: RunState) -> bool:
         budget = self.config.time_budget
         if budget is None:
             return False
         out = time.perf_counter() - run.start >= budget
         return out if self.parallel is None else self.parallel.rank0_decides(out)
 
-    def _validate(self, epoch: int, run: _Run) -> StopReason | None:
+    def _validate(self, epoch: int, run: RunState) -> StopReason | None:
         """Validate, record, keep the best state, call back and log; return why training must stop, or None."""
         record: dict[str, float] = {
             "epoch": epoch,
