@@ -55,7 +55,7 @@ from seqlab.training.trainer import TrainConfig
 from seqlab.validation import check_choice, check_int, check_probability, check_real
 
 NAME = "protein"
-DESCRIPTION = "a causal (GPT) or masked (BERT) language model of proteins; perplexity per residue vs the unigram"
+DESCRIPTION = "causal GPT or masked BERT over a 2,100-protein proteome (pyhmmer); perplexity per residue vs unigram"
 PREDICT_OPTIONS: tuple[str, ...] = ()
 OBJECTIVES = ("causal", "masked")
 FILL = "_"  # marks a residue for ``predict`` to fill (masked objective)
@@ -330,8 +330,9 @@ def predict(checkpoint: Path, inputs: Sequence[str]) -> list[str]:
     for text in inputs:
         if FILL not in text:
             raise DataError(f"input {text[:40]!r} has no {FILL} to fill")
-        residues = masked_stream(tokenizer, [text.replace(FILL, "X")], source="input")[:-1]
-        residues[torch.tensor([c == FILL for c in text])] = tokenizer.mask_id
+        residues_given = masked_stream(tokenizer, [text.upper().replace(FILL, "")], source="input")[:-1]
+        filled = iter(residues_given.tolist())
+        residues = torch.tensor([tokenizer.mask_id if c == FILL else next(filled) for c in text])
         input_ids = torch.cat([torch.tensor([tokenizer.cls_id]), residues, torch.tensor([tokenizer.sep_id])])[None]
         if input_ids.shape[1] > model.config.max_positions:
             raise DataError(f"input {text[:40]!r}... is longer than the model's {model.config.max_positions - 2}")
