@@ -230,12 +230,15 @@ def _causal_run(config: Config, splits, tokenizer: CharTokenizer, source: str, s
 
 
 def _samples(model: GPT, tokenizer: CharTokenizer, config: Config) -> list[tuple[str, str, str]]:
-    prompt = tokenizer.encode(SEPARATOR + "M")
+    start = "M" if "M" in tokenizer.chars else ""  # a user's set may lack methionine
+    prompt = tokenizer.encode(SEPARATOR + start)
     generator = torch.Generator().manual_seed(config.sample.seed)
     settings = sampling_settings(config.sample, config.model.context_length)
     eos_id = prompt[0]
     rows = sample(model, prompt, eos_id=eos_id, count=config.sample.count, generator=generator, settings=settings)
-    return [(f"sample {i + 1}", "M", ("M" + tokenizer.decode(row))[:EXAMPLE_RESIDUES]) for i, row in enumerate(rows)]
+    return [
+        (f"sample {i + 1}", start, (start + tokenizer.decode(row))[:EXAMPLE_RESIDUES]) for i, row in enumerate(rows)
+    ]
 
 
 def _masked_run(config: Config, splits, tokenizer: WordPieceTokenizer, source: str, summary: str) -> TrainingRun:

@@ -13,7 +13,8 @@ Metrics: the test stream's loss (nats per token, each molecule's end token count
 add-one unigram model of the training tokens on the same tokens; and ``sample.count`` molecules sampled from the
 model (SELFIES decoded to SMILES) scored for validity, uniqueness and novelty (%, MOSES / GuacaMol definitions,
 ``seqlab.data.molecules.molecule_scores``), beside the same scores of as many samples from the unigram model (a
-sampler that knows token frequencies but no syntax: what the model's validity must be compared with).
+sampler that knows token frequencies but no syntax: what the model's validity must be compared with); the
+report's examples are samples with their canonical SMILES (or ``(invalid)``).
 ``predict`` gives each input SMILES its loss under the model (nats per token); ``seqlab generate --prompt PREFIX``
 completes a SMILES prefix into molecules.
 """
@@ -157,7 +158,8 @@ def train(
             )  # fmt: skip
             results |= _scores("unigram_", [tokenizer.decode(row) for row in baseline], known, data.representation)
             shown = [
-                (f"sample {i + 1}", text, to_smiles(text, data.representation)) for i, text in enumerate(texts[:5])
+                (f"sample {i + 1}", text, canonical_smiles(to_smiles(text, data.representation)) or "(invalid)")
+                for i, text in enumerate(texts[:5])
             ]
             return Report(results, shown)
 
