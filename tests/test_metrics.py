@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqlab.data.vocab import Vocabulary
-from seqlab.metrics import G2PScores, g2p_scores, perplexity, phoneme_error_rate, word_error_rate
+from seqlab.metrics import G2PScores, g2p_scores, perplexity, phoneme_error_rate, unigram_score, word_error_rate
 
 
 def brute_force_edit_distance(a, b):
@@ -158,3 +158,19 @@ def test_any_reference_rule_is_the_minimum_over_references(hypothesis, variants)
     distance, length, _ = min(alone, key=lambda score: (round(score[0]), score[1]))
     assert phoneme_error_rate([hypothesis], [variants]) == pytest.approx(100 * distance / length)
     assert word_error_rate([hypothesis], [variants]) == min(wer for _, _, wer in alone)
+
+
+def test_unigram_score_by_hand():
+    """Train a a b over V = 3 types: add-one p(a) = 3/6, p(b) = 2/6, p(c) = 1/6; test a c: loss = -(ln 1/2 +
+    ln 1/6) / 2 nats, perplexity sqrt(2 * 6), accuracy 50% (a, the most frequent, is right once)."""
+    score = unigram_score("aab", "ac", vocab_size=3)
+    assert score.loss == pytest.approx(-(math.log(1 / 2) + math.log(1 / 6)) / 2)
+    assert score.perplexity == pytest.approx(math.sqrt(12))
+    assert (score.accuracy, score.tokens) == (50.0, 2)
+
+
+def test_unigram_score_refuses_no_test_tokens_and_too_small_a_vocabulary():
+    with pytest.raises(ValueError, match=r"^no test tokens"):
+        unigram_score("ab", "", vocab_size=2)
+    with pytest.raises(ValueError, match=r"^vocab_size \(2\) is smaller than the 3 token types seen$"):
+        unigram_score("ab", "c", vocab_size=2)

@@ -1,4 +1,5 @@
-"""Evaluation metrics: perplexity, and phoneme / word error rates for grapheme-to-phoneme conversion.
+"""Evaluation metrics: perplexity, the unigram baseline, and phoneme / word error rates for grapheme-to-phoneme
+conversion.
 
 Edit distances come from ``rapidfuzz.distance.Levenshtein`` (unit-cost insertions, deletions and
 substitutions), which compares sequences of any hashable symbols, here phoneme strings.
@@ -7,7 +8,8 @@ substitutions), which compares sequences of any hashable symbols, here phoneme s
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Hashable, Iterable, Sequence
 from typing import NamedTuple
 
 from rapidfuzz.distance import Levenshtein
@@ -103,3 +105,41 @@ def perplexity(total_nll_nats: float, num_tokens: int) -> float:
         return math.exp(total_nll_nats / num_tokens)
     except OverflowError:
         return math.inf
+
+
+class UnigramScore(NamedTuple):
+    """A unigram model's score on test tokens: loss (nats/token), perplexity, accuracy (%) and tokens scored."""
+
+    loss: float
+    perplexity: float
+    accuracy: float
+    tokens: int
+
+
+def unigram_score(
+    train_tokens: Iterable[Hashable], test_tokens: Sequence[Hashable], *, vocab_size: int
+) -> UnigramScore:
+    """The add-one smoothed unigram model of ``train_tokens`` scored on ``test_tokens``: the baseline that knows
+    only how often each token occurs.
+
+    p(w) = (c(w) + 1) / (N + V), c(w) the count of w among the N training tokens and V = ``vocab_size`` the types
+    (Laplace smoothing, Jurafsky & Martin, Speech and Language Processing, 3rd ed., eq. 3.23). Loss is the mean
+    -ln p(w) over the test tokens; accuracy is the % of test tokens equal to the most frequent training token
+    (what the unigram model predicts everywhere).
+
+    Raises:
+        ValueError: no test tokens, or more token types than ``vocab_size``.
+    """
+    counts = Counter(train_tokens)
+    if not test_tokens:
+        raise ValueError("no test tokens to score")
+    types = len(set(counts) | set(test_tokens))
+    if types > vocab_size:
+        raise ValueError(f"vocab_size ({vocab_size}) is smaller than the {types} token types seen")
+    total = sum(counts.values()) + vocab_size
+    nll = -sum(math.log((counts[token] + 1) / total) for token in test_tokens)
+    best = counts.most_common(1)[0][0] if counts else None
+    hits = sum(token == best for token in test_tokens)
+    return UnigramScore(
+        nll / len(test_tokens), perplexity(nll, len(test_tokens)), 100.0 * hits / len(test_tokens), len(test_tokens)
+    )

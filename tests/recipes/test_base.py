@@ -17,8 +17,10 @@ from seqlab.recipes import (
     g2p,
     get_recipe,
     lm,
+    protein,
     recipe_of_checkpoint,
     register_recipe,
+    smiles,
     t5_g2p,
     tagger,
     translate,
@@ -61,6 +63,8 @@ def test_the_registry_holds_the_shipped_recipes_by_name():
         "forecast": forecast,
         "g2p": g2p,
         "lm": lm,
+        "protein": protein,
+        "smiles": smiles,
         "t5-g2p": t5_g2p,
         "tagger": tagger,
         "translate": translate,
@@ -69,7 +73,7 @@ def test_the_registry_holds_the_shipped_recipes_by_name():
     }
     assert shipped == RECIPES
     assert get_recipe("vowels") is vowels
-    available = "bert-mlm, classify, forecast, g2p, lm, t5-g2p, tagger, translate, vec2seq, vowels"
+    available = "bert-mlm, classify, forecast, g2p, lm, protein, smiles, t5-g2p, tagger, translate, vec2seq, vowels"
     with pytest.raises(ConfigError, match=rf"^unknown recipe 'gpt'; available: {available}$"):
         get_recipe("gpt")
 

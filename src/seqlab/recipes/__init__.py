@@ -10,7 +10,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from seqlab.errors import CheckpointError, ConfigError
-from seqlab.recipes import bert_mlm, classify, forecast, g2p, lm, t5_g2p, tagger, translate, vec2seq, vowels
+from seqlab.recipes import (
+    bert_mlm,
+    classify,
+    forecast,
+    g2p,
+    lm,
+    protein,
+    smiles,
+    t5_g2p,
+    tagger,
+    translate,
+    vec2seq,
+    vowels,
+)
 from seqlab.recipes.base import RECIPE_FILE, RECIPE_MEMBERS, Recipe, Report, recipe_name_of
 
 RECIPES: dict[str, Recipe] = {}
@@ -60,6 +73,8 @@ register_recipe(classify)
 register_recipe(forecast)
 register_recipe(g2p)
 register_recipe(lm)
+register_recipe(protein)
+register_recipe(smiles)
 register_recipe(t5_g2p)
 register_recipe(tagger)
 register_recipe(translate)
