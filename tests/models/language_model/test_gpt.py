@@ -92,6 +92,9 @@ def test_steps_without_gradients_take_the_fast_path_and_equal_the_module_path(po
     assert torch.equal(fast_state.keep_mask, module_state.keep_mask)
     for fast, module in zip(fast_state.caches, module_state.caches, strict=True):
         assert_close(fast.keys, module.keys.detach())
+    with torch.no_grad():
+        reordered = model.reorder_state(fast_state, torch.tensor([2, 2, 0]))
+        assert reordered.incremental_step is fast_state.incremental_step  # gathered once per decoding run
     with torch.no_grad():  # a state without one (from forward) still steps by the fast path
         state = model(input_ids).state
         assert state.incremental_step is None

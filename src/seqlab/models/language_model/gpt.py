@@ -246,7 +246,8 @@ class GPT(PretrainedMixin, nn.Module):
         """The state of rows ``index`` (B',), in that order; the caches keep their spare capacity
         (``KVCache.select_rows``), so the next step still appends in place."""
         caches = [cache.select_rows(index) for cache in state.caches]
-        return GPTState(caches, select_rows(state.next_position, index), select_rows(state.keep_mask, index))
+        next_position, keep_mask = select_rows(state.next_position, index), select_rows(state.keep_mask, index)
+        return GPTState(caches, next_position, keep_mask, state.incremental_step)
 
     @classmethod
     def from_hf(cls, directory: str | Path) -> GPT:
