@@ -138,17 +138,33 @@ class TransformerDecoderOnly(nn.Module):
         return DecoderOnlyOutput(x, None if caches is None else new_caches)
 
 
+class _NormWeights(NamedTuple):
+    shape: tuple[int, ...]
+    weight: Tensor | None
+    bias: Tensor | None
+    eps: float
+
+
+def _norm_weights(norm: nn.LayerNorm) -> _NormWeights:
+    return _NormWeights(tuple(norm.normalized_shape), norm.weight, norm.bias, norm.eps)
+
+
+def _layer_norm(x: Tensor, norm: _NormWeights) -> Tensor:
+    """``F.layer_norm`` without its Python wrapper's checks (a step calls it 2 L + 1 times)."""
+    return torch.layer_norm(x, norm.shape, norm.weight, norm.bias, norm.eps)
+
+
 class _LayerWeights(NamedTuple):
     """One layer's parameters as ``IncrementalStep`` reads them; w_qkv (3 D, D) and b_qkv (3 D,) stack W^Q, W^K,
     W^V (a copy), everything else is the layer's own parameter."""
 
     norm_first: bool
-    norm1: tuple[Tensor, Tensor | None, float]  # weight, bias, eps
+    norm1: _NormWeights
     w_qkv: Tensor
     b_qkv: Tensor | None
     w_o: Tensor
     b_o: Tensor | None
-    norm2: tuple[Tensor, Tensor | None, float]
+    norm2: _NormWeights
     w_1: Tensor
     b_1: Tensor | None
     w_2: Tensor
@@ -156,10 +172,6 @@ class _LayerWeights(NamedTuple):
     activation: Callable[[Tensor], Tensor]
     num_heads: int
     rotary: RotaryEmbedding | None
-
-
-def _norm_weights(norm: nn.LayerNorm) -> tuple[Tensor, Tensor | None, float]:
-    return norm.weight, norm.bias, norm.eps
 
 
 def _stacked(*tensors: Tensor | None) -> Tensor | None:
@@ -187,7 +199,7 @@ class IncrementalStep:
         wrong shape or dtype.
     """
 
-    def __init__(self, layers: Sequence[_LayerWeights], final_norm: tuple[Tensor, Tensor | None, float] | None):
+    def __init__(self, layers: Sequence[_LayerWeights], final_norm: _NormWeights | None) -> None:
         self.layers, self.final_norm = tuple(layers), final_norm
 
     def __call__(self, x: Tensor, *, caches: Sequence[KVCache], keep_mask: Tensor | None = None) -> DecoderOnlyOutput:
@@ -198,7 +210,7 @@ class IncrementalStep:
         new_caches = []
         for w, cache in zip(self.layers, caches, strict=True):
             N = w.num_heads
-            h = F.layer_norm(x, (D,), *w.norm1[:2], w.norm1[2]) if w.norm_first else x
+            h = _layer_norm(x, w.norm1) if w.norm_first else x
             qkv = F.linear(h, w.w_qkv, w.b_qkv).view(B, 3, N, D // N)  # (B, 3, N, Dh)
             q, k, v = qkv.unsqueeze(3).unbind(1)  # (B, N, 1, Dh) each
             if w.rotary is not None:
@@ -207,10 +219,10 @@ class IncrementalStep:
             new_caches.append(cache)
             attended = F.scaled_dot_product_attention(q, cache.keys, cache.values, attn_mask=mask)  # (B, N, 1, Dh)
             x = x + F.linear(attended.view(B, 1, D), w.w_o, w.b_o)
-            x = x if w.norm_first else F.layer_norm(x, (D,), *w.norm1[:2], w.norm1[2])
-            h = F.layer_norm(x, (D,), *w.norm2[:2], w.norm2[2]) if w.norm_first else x
+            x = x if w.norm_first else _layer_norm(x, w.norm1)
+            h = _layer_norm(x, w.norm2) if w.norm_first else x
             x = x + F.linear(w.activation(F.linear(h, w.w_1, w.b_1)), w.w_2, w.b_2)
-            x = x if w.norm_first else F.layer_norm(x, (D,), *w.norm2[:2], w.norm2[2])
+            x = x if w.norm_first else _layer_norm(x, w.norm2)
         if self.final_norm is not None:
-            x = F.layer_norm(x, (D,), *self.final_norm[:2], self.final_norm[2])
+            x = _layer_norm(x, self.final_norm)
         return DecoderOnlyOutput(x, new_caches)
