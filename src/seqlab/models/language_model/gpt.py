@@ -24,8 +24,7 @@ from torch import Tensor, nn
 from seqlab.models.interfaces import LanguageModelOutput, StepOutput, select_rows
 from seqlab.models.language_model import convert_hf
 from seqlab.models.pretrained import PretrainedMixin
-from seqlab.nn import KVCache, RotaryEmbedding, TransformerDecoderOnly, TransformerDecoderOnlyLayer
-from seqlab.nn.decoder_only import IncrementalStep
+from seqlab.nn import IncrementalStep, KVCache, RotaryEmbedding, TransformerDecoderOnly, TransformerDecoderOnlyLayer
 from seqlab.nn.transformer_sublayers import drop
 from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
 
