@@ -77,6 +77,7 @@ def beam_search(
     done = torch.zeros(B, dtype=torch.bool, device=device)
     pooled = False  # whether any hypothesis has joined the pool; until one has, no row can stop early
     row_offset = torch.arange(B, device=device).unsqueeze(1) * K  # (B, 1)
+    rows = torch.arange(B * K, device=device)
     for t in range(1, max_length + 1):
         logits, state = model.step(tokens, state)
         log_probs = next_token_log_probs(logits, rows=B * K, eos_id=eos_id)  # (B * K, V)
@@ -110,7 +111,9 @@ def beam_search(
             done |= pool.scores[:, -1] >= bound.amax(dim=1)
             if done.all():
                 break
-        state = model.reorder_state(state, (origin + row_offset).view(B * K))
+        parents = (origin + row_offset).view(B * K)
+        if not torch.equal(parents, rows):  # every beam extends itself: the state is already in order
+            state = model.reorder_state(state, parents)
         tokens = next_tokens.view(B * K)
 
     tokens, lengths, scores, log_probs = (x[:, :num_return_sequences] for x in pool)

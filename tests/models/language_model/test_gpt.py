@@ -95,6 +95,10 @@ def test_steps_without_gradients_take_the_fast_path_and_equal_the_module_path(po
     with torch.no_grad():
         reordered = model.reorder_state(fast_state, torch.tensor([2, 2, 0]))
         assert reordered.incremental_step is fast_state.incremental_step  # gathered once per decoding run
+    dropping = tiny(positional, dropout=0.5).train()
+    with torch.no_grad():  # dropout in effect: the modules, which drop
+        assert dropping.step(following[:, 0], dropping.prefill(input_ids).state).state.incremental_step is None
+        assert dropping.step(following[:, 0], fast_state).state.incremental_step is None
     with torch.no_grad():  # a state without one (from forward) still steps by the fast path
         state = model(input_ids).state
         assert state.incremental_step is None

@@ -225,21 +225,25 @@ class GPT(PretrainedMixin, nn.Module):
         """Feed tokens (B,), one per row; return the next token's logits (B, V) and the state.
 
         Without gradients (``torch.no_grad`` / ``inference_mode``) and with no dropout in effect, the decoder runs
-        its fast path, ``IncrementalStep`` (the state's, else gathered here); otherwise ``forward``'s modules.
+        its fast path, ``IncrementalStep`` (the state's, else gathered here); otherwise ``forward``'s modules
+        (``state.incremental_step`` of the result says which ran: None for the modules).
         """
-        fast = None if torch.is_grad_enabled() else state.incremental_step or self.decoder.incremental_step()
+        fast = None
+        if not torch.is_grad_enabled() and not (self.training and self.drop.p > 0.0):
+            fast = state.incremental_step or self.decoder.incremental_step()
         if fast is None:
             h, new_state = self._hidden(tokens[:, None], state, None)
             return StepOutput(self._project(h[:, 0]), new_state)
         caches, next_position, keep_mask, _ = state
+        following = next_position + 1
         x = F.embedding(tokens, self.wte.weight)  # (B, D)
         if self.wpe is not None:
-            self._check_reach(caches[0].length + 1, next_position + 1)
+            self._check_reach(caches[0].length + 1, following)
             x = x + F.embedding(next_position, self.wpe.weight)
         if keep_mask is not None:
             keep_mask = torch.cat([keep_mask, keep_mask.new_ones(keep_mask.shape[0], 1)], dim=1)  # (B, S + 1)
         out = fast(x.unsqueeze(1), caches=caches, keep_mask=keep_mask)
-        return StepOutput(self._project(out.output[:, 0]), GPTState(out.caches, next_position + 1, keep_mask, fast))
+        return StepOutput(self._project(out.output[:, 0]), GPTState(out.caches, following, keep_mask, fast))
 
     def reorder_state(self, state: GPTState, index: Tensor) -> GPTState:
         """The state of rows ``index`` (B',), in that order; the caches keep their spare capacity
