@@ -135,9 +135,10 @@ class KVCache(NamedTuple):
         _, N, S, Dh = keys.shape
         shape = (index.shape[0], N, buffer.capacity, Dh)
         selected = KVBuffer(keys.new_empty(shape), values.new_empty(shape), S)
-        torch.index_select(keys, 0, index, out=selected.keys[:, :, :S])
-        torch.index_select(values, 0, index, out=selected.values[:, :, :S])
-        return selected.cache()
+        cache = selected.cache()
+        torch.index_select(keys, 0, index, out=cache.keys)
+        torch.index_select(values, 0, index, out=cache.values)
+        return cache
 
     def _owns(self, buffer: KVBuffer | None) -> bool:
         """Whether this cache may write in place into ``buffer``: its keys and values are the buffer's first S steps
