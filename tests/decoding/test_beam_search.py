@@ -247,3 +247,28 @@ def test_errors(toy):
         _search(toy, ROWS, max_length=0)
     with pytest.raises(ValueError, match=r"eos_id \(9\) is outside the vocabulary \[0, \d\)"):
         beam_search(toy, toy.initial_state(ROWS), torch.full((3,), toy.bos_id), eos_id=9, max_length=3)
+
+
+def test_without_an_eos_every_hypothesis_runs_max_length_and_a_wide_beam_enumerates_them(toy):
+    """eos_id=None: no token ends a hypothesis, so a beam of V ** n holds every sequence of n tokens, best first."""
+    V, n = toy.vocab_size, 3
+    start = torch.full((len(ROWS),), toy.bos_id)
+    out = beam_search(
+        toy, toy.initial_state(ROWS), start, eos_id=None, max_length=n, beam_size=V**n, num_return_sequences=V**n
+    )
+    assert torch.all(out.lengths == n)
+    for b, row in enumerate(ROWS):
+        scored = []
+        for k in range(V**n):
+            sequence = [k // V**i % V for i in reversed(range(n))]
+            state, token, log_prob = toy.initial_state([row]), toy.bos_id, 0.0
+            with torch.no_grad():
+                for y in sequence:
+                    logits, state = toy.step(torch.tensor([token]), state)
+                    log_prob += float(torch.log_softmax(logits[0].double(), dim=-1)[y])
+                    token = y
+            scored.append((log_prob, sequence))
+        scored.sort(key=lambda pair: -pair[0])
+        assert_close(out.log_probs[b].double(), torch.tensor([lp for lp, _ in scored], dtype=torch.float64))
+        assert out.tokens[b].tolist() == [sequence for _, sequence in scored]
+        assert_close(out.scores[b], out.log_probs[b] / n)

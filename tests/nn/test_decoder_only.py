@@ -101,3 +101,38 @@ def test_stack_errors():
     stack = _stack(True)
     with pytest.raises(ValueError, match=r"^got 1 caches for a decoder of 2 layers$"):
         stack(_x(1), caches=stack.empty_caches(B, dtype=torch.float64)[:1])
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("options", [{}, {"rotary": RotaryEmbedding(D // N)}])
+@pytest.mark.parametrize("padded", [False, True])
+def test_incremental_step_equals_a_one_position_forward(norm_first, options, padded):
+    """The fast path against the modules (the reference), after a prompt, with and without left pads."""
+    stack = _stack(norm_first, dropout=0.0, **options)
+    x = _x()
+    keep_mask = torch.ones(B, T, dtype=torch.bool)
+    if padded:
+        keep_mask[0, :2] = False  # row 0 starts with two pads
+    prompt = stack(x[:, :4], keep_mask=keep_mask[:, :4], caches=stack.empty_caches(B, dtype=torch.float64))
+    fast_step = stack.incremental_step()
+    with torch.no_grad():
+        fast, reference = prompt.caches, prompt.caches
+        for t in (4, 5):
+            mask = keep_mask[:, : t + 1] if padded else None
+            got = fast_step(x[:, t : t + 1], caches=fast, keep_mask=mask)
+            expected = stack(x[:, t : t + 1], keep_mask=mask, caches=reference)
+            assert_close(got.output, expected.output, rtol=1e-10, atol=1e-10)
+            for mine, theirs in zip(got.caches, expected.caches, strict=True):
+                assert_close(mine.keys, theirs.keys, rtol=1e-10, atol=1e-10)
+                assert_close(mine.values, theirs.values, rtol=1e-10, atol=1e-10)
+            fast, reference = got.caches, expected.caches
+
+
+def test_incremental_step_is_none_where_it_would_differ_from_forward():
+    assert _stack(True, dropout=0.0, attention_kind="local", window=2).incremental_step() is None
+    dropping = _stack(True, dropout=0.1)
+    assert dropping.incremental_step() is not None  # eval: dropout is the identity
+    assert dropping.train().incremental_step() is None
+    assert _stack(True, dropout=0.0).train().incremental_step() is not None
+    with pytest.raises(ValueError, match=r"^got 1 caches for a decoder of 2 layers$"):
+        _stack(True).incremental_step()(_x(1), caches=_stack(True).empty_caches(B)[:1])

@@ -154,3 +154,20 @@ def test_a_buffer_made_in_inference_mode_is_copied_when_appended_to_outside_it()
 def test_empty_rejects_a_nonpositive_capacity():
     with pytest.raises(ValueError, match=r"^capacity \(0\) must be None or an integer >= 1$"):
         KVCache.empty(B, N, DH, capacity=0)
+
+
+def test_select_rows_of_a_state_reorders_its_caches_in_their_buffers_as_index_select_would():
+    """The generic ``select_rows`` hands a KVCache to ``KVCache.select_rows`` (capacity kept, so the next no-grad
+    append writes in place); the rows equal plain indexing."""
+    torch.manual_seed(6)
+    k, v, k_new = _rand(B, N, 3, DH), _rand(B, N, 3, DH), _rand(3, N, 1, DH)
+    index = torch.tensor([1, 1, 0])
+    with torch.no_grad():
+        cache = KVCache.empty(B, N, DH, dtype=torch.float64, capacity=10).append(k, v)
+        picked = select_rows({"caches": [cache], "position": torch.arange(B)}, index)
+        beams = picked["caches"][0]
+        assert beams.buffer.capacity == 10
+        assert torch.equal(beams.keys, k[index]) and torch.equal(beams.values, v[index])
+        assert torch.equal(picked["position"], index)
+        assert beams.append(k_new, k_new).buffer is beams.buffer
+    assert torch.equal(cache.keys, k)

@@ -6,7 +6,9 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torch.testing import assert_close
 
+from seqlab.nn import recurrent_paths
 from seqlab.nn.cells import GRUCell, LSTMState, flip_update_gate
+from seqlab.nn.functional.fused_rnn import fused_cell
 from seqlab.nn.layer_norm_cells import LayerNormGRUCell, LayerNormLSTMCell
 from seqlab.nn.recurrent import GRU, LSTM, RNN, RecurrentOutput
 
@@ -644,3 +646,28 @@ def test_residual_needs_stacked_layers_and_has_no_torch_equivalent():
         GRU(E, H, residual=True)
     with pytest.raises(ValueError, match=r"^torch.nn.LSTM has no equivalent of residual=True$"):
         LSTM(E, H, num_layers=2, residual=True).to_torch()
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_one_step_by_the_single_step_kernels_matches_torch_and_its_gradients(kind, batch_first, monkeypatch):
+    """T = 1 runs the kernels' single-step form layer by layer (not for a projection): same outputs, states and
+    gradients as torch.nn's sequence kernel."""
+    calls = []
+    monkeypatch.setattr(recurrent_paths, "fused_cell", lambda *args: calls.append(args[0]) or fused_cell(*args))
+    layer = make_layer(kind, num_layers=2, batch_first=batch_first)
+    reference = torch_copy(layer, kind)
+    x = torch.randn(B, 1, E) if batch_first else torch.randn(1, B, E)
+    state = random_state(layer)
+    out = layer(x, state=state)
+    assert len(calls) == (0 if kind == "lstm_proj" else 2)  # one per layer
+    expected_outputs, expected_state = reference(x, tuple(state) if isinstance(state, LSTMState) else state)
+    assert_close(out.outputs, expected_outputs, **EXACT)
+    for part, expected in zip(state_parts(out.state), state_parts(expected_state), strict=True):
+        assert_close(part, expected, **EXACT)
+    weights = [torch.randn_like(t) for t in (out.outputs, *state_parts(out.state))]
+    weighted_loss(out.outputs, out.state, weights).backward()
+    weighted_loss(expected_outputs, expected_state, weights).backward()
+    expected_grads = dict(reference.named_parameters())
+    for name, grad in grads_by_torch_name(layer).items():
+        assert_close(grad, expected_grads[name].grad, **EXACT)

@@ -17,7 +17,7 @@ def beam_search(
     state: Any,
     start_tokens: Tensor,
     *,
-    eos_id: int,
+    eos_id: int | None,
     max_length: int,
     beam_size: int = 4,
     length_penalty: float = 1.0,
@@ -39,7 +39,8 @@ def beam_search(
         model: implements the ``StepModel`` interface.
         state: the model's initial state for the B rows; expanded once to B * K rows by ``reorder_state``.
         start_tokens: (B,) the first input token: BOS for seq2seq, the last prompt token for a language model.
-        eos_id: the end-of-sequence token; it ends hypotheses and pads them.
+        eos_id: the end-of-sequence token; it ends hypotheses and pads them. None: no token ends a hypothesis
+            (every one runs max_length steps, e.g. a language model's continuation) and padding is 0.
         max_length: the most tokens generated per hypothesis (EOS included).
         beam_size: K, live prefixes kept per row.
         length_penalty: exponent of the length normaliser; 0 ranks by the raw sum of log-probs, > 0 favours
@@ -60,12 +61,13 @@ def beam_search(
     if not 1 <= num_return_sequences <= beam_size:
         raise ValueError(f"num_return_sequences ({num_return_sequences}) must be in [1, {beam_size}] (beam_size)")
     B, K, device = start_tokens.shape[0], beam_size, start_tokens.device
+    pad = 0 if eos_id is None else eos_id
     state = model.reorder_state(state, torch.arange(B, device=device).repeat_interleave(K))  # B * K rows
     tokens = start_tokens.repeat_interleave(K)  # (B * K,)
     # Only the first copy of each row is live at first, or the first top-k would pick K identical hypotheses.
     live_log_probs = torch.full((B, K), float("-inf"), device=device)
     live_log_probs[:, 0] = 0.0
-    history = torch.full((B, K, max_length), eos_id, device=device)  # live prefixes; columns >= t hold eos_id
+    history = torch.full((B, K, max_length), pad, device=device)  # live prefixes; columns >= t hold the pad
     pool = SearchOutput(
         tokens=history.clone(),
         lengths=torch.zeros(B, K, dtype=torch.long, device=device),
@@ -75,6 +77,7 @@ def beam_search(
     done = torch.zeros(B, dtype=torch.bool, device=device)
     pooled = False  # whether any hypothesis has joined the pool; until one has, no row can stop early
     row_offset = torch.arange(B, device=device).unsqueeze(1) * K  # (B, 1)
+    rows = torch.arange(B * K, device=device)
     for t in range(1, max_length + 1):
         logits, state = model.step(tokens, state)
         log_probs = next_token_log_probs(logits, rows=B * K, eos_id=eos_id)  # (B * K, V)
@@ -82,16 +85,16 @@ def beam_search(
             log_probs = logits_processor(log_probs, history[:, :, : t - 1].reshape(B * K, t - 1))
         V = log_probs.shape[1]
         total = (live_log_probs.view(B * K, 1) + log_probs).view(B, K, V)
-        # EOS joins the pool only from among the K best extensions (as in Hugging Face): beam 1 is greedy.
-        best, flat = total.view(B, K * V).topk(K, dim=1)  # (B, K)
-        ends = (flat % V == eos_id) & ~done.unsqueeze(1)
-        if ends.any():  # (a -inf hypothesis is never returned, so a step that ends none leaves the pool as it is)
-            finished = best.masked_fill(~ends, float("-inf"))
-            # Column t - 1 of each prefix still holds eos_id, which is the hypothesis' last token.
-            pool = _add_to_pool(pool, _take(history, flat // V), finished, t, length_penalty)
-            pooled = True
-
-        total[:, :, eos_id] = float("-inf")
+        if eos_id is not None:
+            # EOS joins the pool only from among the K best extensions (as in Hugging Face): beam 1 is greedy.
+            best, flat = total.view(B, K * V).topk(K, dim=1)  # (B, K)
+            ends = (flat % V == eos_id) & ~done.unsqueeze(1)
+            if ends.any():  # (a -inf hypothesis is never returned: a step that ends none leaves the pool as it is)
+                finished = best.masked_fill(~ends, float("-inf"))
+                # Column t - 1 of each prefix still holds eos_id, which is the hypothesis' last token.
+                pool = _add_to_pool(pool, _take(history, flat // V), finished, t, length_penalty)
+                pooled = True
+            total[:, :, eos_id] = float("-inf")
         live_log_probs, flat = total.view(B, K * V).topk(K, dim=1)  # (B, K)
         origin, next_tokens = flat // V, flat % V
         history = _take(history, origin)
@@ -108,14 +111,16 @@ def beam_search(
             done |= pool.scores[:, -1] >= bound.amax(dim=1)
             if done.all():
                 break
-        state = model.reorder_state(state, (origin + row_offset).view(B * K))
+        parents = (origin + row_offset).view(B * K)
+        if not torch.equal(parents, rows):  # every beam extends itself: the state is already in order
+            state = model.reorder_state(state, parents)
         tokens = next_tokens.view(B * K)
 
     tokens, lengths, scores, log_probs = (x[:, :num_return_sequences] for x in pool)
     impossible = scores.isneginf()  # slots never filled, or filled from the -inf copies of the first step
     lengths = lengths.masked_fill(impossible, 0)
     T = max(int(lengths.max()), 1)
-    tokens = tokens[:, :, :T].masked_fill(impossible.unsqueeze(-1), eos_id)
+    tokens = tokens[:, :, :T].masked_fill(impossible.unsqueeze(-1), pad)
     return SearchOutput(tokens, lengths, scores, log_probs)
 
 

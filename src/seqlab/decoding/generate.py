@@ -262,19 +262,16 @@ class _PrefilledStepModel:
     """The step interface that ``beam_search`` drives, over a model that has already read the prompts.
 
     State: (model state, the prefill's logits until the first step returns them; the start tokens are already
-    consumed). Without an eos_id, an impossible extra token V (logit -inf) serves as the search's end token.
+    consumed).
     """
 
-    def __init__(self, model: LanguageModelStepModel, V: int, add_end_token: bool) -> None:
-        self.model, self.V, self.add_end_token = model, V, add_end_token
+    def __init__(self, model: LanguageModelStepModel) -> None:
+        self.model = model
 
     def step(self, tokens: Tensor, state: tuple[Any, Tensor | None]) -> StepOutput:
         model_state, logits = state
         if logits is None:
-            # Dead beams (log-prob -inf) may hold the extra token V; they are never returned, feed them token 0.
-            logits, model_state = self.model.step(tokens.masked_fill(tokens >= self.V, 0), model_state)
-        if self.add_end_token:
-            logits = torch.cat([logits, torch.full_like(logits[:, :1], float("-inf"))], dim=1)
+            logits, model_state = self.model.step(tokens, model_state)
         return StepOutput(logits, (model_state, None))
 
     def reorder_state(self, state: tuple[Any, Tensor | None], index: Tensor) -> tuple[Any, Tensor | None]:
@@ -294,7 +291,6 @@ def _beam(
     """The best beam of each row, by ``beam_search`` from the prefilled state; the processors (None: none)
     act on the log-probabilities, as in transformers' beam search."""
     input_ids, keep_mask, (logits, state) = prompts
-    V = logits.shape[-1]
     prompt = input_ids.repeat_interleave(num_beams, dim=0)  # (B * K, T), row b's beams are rows b * K + k
     prompt_keep = keep_mask.repeat_interleave(num_beams, dim=0)
 
@@ -304,10 +300,10 @@ def _beam(
         return process(log_probs, tokens, keep)
 
     out = beam_search(
-        _PrefilledStepModel(model, V, add_end_token=eos_id is None),
+        _PrefilledStepModel(model),
         (state, logits),
         input_ids[:, -1],  # already consumed: the first step returns the prefill's logits
-        eos_id=eos_id if eos_id is not None else V,
+        eos_id=eos_id,
         max_length=max_length,
         beam_size=num_beams,
         length_penalty=length_penalty,

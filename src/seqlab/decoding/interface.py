@@ -41,13 +41,13 @@ def check_search_inputs(start_tokens: Tensor, max_length: int) -> None:
         raise ValueError(f"max_length must be >= 1, got {max_length}")
 
 
-def next_token_log_probs(logits: Tensor, *, rows: int, eos_id: int) -> Tensor:
+def next_token_log_probs(logits: Tensor, *, rows: int, eos_id: int | None) -> Tensor:
     """log softmax of a step's logits (B, V), in float32 at least, after checking the model's output shape.
 
-    Raises: ValueError if logits are not (rows, V) or eos_id is not in [0, V).
+    Raises: ValueError if logits are not (rows, V) or eos_id is not None and not in [0, V).
     """
     if logits.dim() != 2 or logits.shape[0] != rows:
         raise ValueError(f"model.step must return logits of shape ({rows}, V), got {tuple(logits.shape)}")
-    if not 0 <= eos_id < logits.shape[1]:
+    if eos_id is not None and not 0 <= eos_id < logits.shape[1]:
         raise ValueError(f"eos_id ({eos_id}) is outside the vocabulary [0, {logits.shape[1]})")
     return torch.log_softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))

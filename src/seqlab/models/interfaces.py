@@ -12,6 +12,8 @@ from typing import Any, NamedTuple, Protocol
 
 from torch import Tensor
 
+from seqlab.nn.kv_cache import KVCache
+
 
 class StepOutput(NamedTuple):
     """What one decoder step returns."""
@@ -80,10 +82,14 @@ def select_rows(state: Any, index: Tensor, dim: int = 0) -> Any:
             strings) are returned unchanged, as they are not per-row.
         index: (B',) long, the rows to keep, in order; repeats expand the state (e.g. into beams).
         dim: the batch dimension of every tensor (1 for a (L, B, H) RNN state).
-    Returns: a state of the same structure whose tensors have B' rows along ``dim``.
+    Returns: a state of the same structure whose tensors have B' rows along ``dim``. A ``KVCache`` (batch at
+        dimension 0) is reordered by ``KVCache.select_rows``, which keeps its spare capacity, so the next step
+        still appends in place instead of copying the cache into a new buffer.
     """
     if isinstance(state, Tensor):
         return state.index_select(dim, index.to(state.device))
+    if isinstance(state, KVCache) and dim == 0:
+        return state.select_rows(index.to(state.keys.device))
     if isinstance(state, tuple) and hasattr(state, "_fields"):
         return type(state)(*(select_rows(x, index, dim) for x in state))
     if isinstance(state, (tuple, list)):

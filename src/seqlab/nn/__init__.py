@@ -2,7 +2,12 @@
 
 from seqlab.nn.attention import AdditiveAttention, Attention, BilinearAttention, DotProductAttention
 from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState, RNNCell, flip_update_gate
-from seqlab.nn.decoder_only import DecoderOnlyOutput, TransformerDecoderOnly, TransformerDecoderOnlyLayer
+from seqlab.nn.decoder_only import (
+    DecoderOnlyOutput,
+    IncrementalStep,
+    TransformerDecoderOnly,
+    TransformerDecoderOnlyLayer,
+)
 from seqlab.nn.functional.attention import (
     AttentionOutput,
     causal_keep_mask,
@@ -48,6 +53,7 @@ __all__ = [
     "DotProductAttention",
     "FeedForward",
     "GRUCell",
+    "IncrementalStep",
     "KVCache",
     "LSTMCell",
     "LSTMState",

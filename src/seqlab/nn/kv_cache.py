@@ -109,16 +109,16 @@ class KVCache(NamedTuple):
         """
         keys, values, buffer = self
         B, N, S, Dh = keys.shape
-        if k.dim() != 4 or k.shape != v.shape or (k.shape[0], k.shape[1], k.shape[3]) != (B, N, Dh):
+        shape = k.shape
+        if len(shape) != 4 or shape != v.shape or shape[0] != B or shape[1] != N or shape[3] != Dh:
             raise ValueError(
-                f"k {tuple(k.shape)} and v {tuple(v.shape)} must both be (B, N, t, Dh) "
-                f"with (B, N, Dh) = ({B}, {N}, {Dh})"
+                f"k {tuple(shape)} and v {tuple(v.shape)} must both be (B, N, t, Dh) with (B, N, Dh) = ({B}, {N}, {Dh})"
             )
         if k.dtype != keys.dtype or v.dtype != keys.dtype:
             raise ValueError(f"k ({k.dtype}) and v ({v.dtype}) must have the cache's dtype ({keys.dtype})")
         if torch.is_grad_enabled() and (keys.requires_grad or k.requires_grad or v.requires_grad):
             return KVCache(torch.cat([keys, k], dim=2), torch.cat([values, v], dim=2))  # (B, N, S + t, Dh)
-        t = k.shape[2]
+        t = shape[2]
         if not self._owns(buffer) or S + t > buffer.capacity:
             buffer = KVBuffer.holding(keys, values, max(2 * (S + t), MIN_CAPACITY))
         buffer.keys.narrow(2, S, t).copy_(k)
@@ -133,11 +133,12 @@ class KVCache(NamedTuple):
         if buffer is None or keys.requires_grad:
             return KVCache(keys.index_select(0, index), values.index_select(0, index))
         _, N, S, Dh = keys.shape
-        shape = (len(index), N, buffer.capacity, Dh)
+        shape = (index.shape[0], N, buffer.capacity, Dh)
         selected = KVBuffer(keys.new_empty(shape), values.new_empty(shape), S)
-        torch.index_select(keys, 0, index, out=selected.keys[:, :, :S])
-        torch.index_select(values, 0, index, out=selected.values[:, :, :S])
-        return selected.cache()
+        cache = selected.cache()
+        torch.index_select(keys, 0, index, out=cache.keys)
+        torch.index_select(values, 0, index, out=cache.values)
+        return cache
 
     def _owns(self, buffer: KVBuffer | None) -> bool:
         """Whether this cache may write in place into ``buffer``: its keys and values are the buffer's first S steps

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from seqlab.nn.functional.fused_rnn import fused_rnn, fused_rnn_packed
+from seqlab.nn.functional.fused_rnn import fused_cell, fused_rnn, fused_rnn_packed
 from seqlab.nn.functional.recurrence import LSTMState
 
 State = Tensor | LSTMState
@@ -192,7 +192,18 @@ def run_fused(
     """The fused path: ``kernel`` ("lstm", "gru", "rnn_tanh" or "rnn_relu", see ``seqlab.nn.functional.fused_rnn``)
     on the cells' parameters in torch's flat order,
     on packed sequences when lengths are given; same inputs and results as ``run_reference``. A merge mode
-    other than concat is applied to the kernel's [forward, backward] output, which is exact for one layer."""
+    other than concat is applied to the kernel's [forward, backward] output, which is exact for one layer.
+    A single step (T = 1) of a unidirectional stack without lengths, projection or dropout in effect runs the
+    kernel's single-step form layer by layer (``fused_cell``): the same step without the sequence kernel's set-up."""
+    T = x.shape[1] if batch_first else x.shape[0]
+    if (
+        T == 1
+        and lengths is None
+        and not bidirectional
+        and not (training and dropout > 0.0)
+        and getattr(cells[0], "weight_hr", None) is None
+    ):
+        return _run_one_step(kernel, cells, x, state, batch_first=batch_first)
     weights = [getattr(cell, name, None) for cell in cells for name in _FLAT_WEIGHT_NAMES]
     weights = [w for w in weights if w is not None]
     # The kernel reads a projection from h and c having different sizes.
@@ -222,3 +233,22 @@ def run_fused(
     if bidirectional and merge_mode != "concat":
         outputs = merge_directions(*outputs.chunk(2, dim=-1), merge_mode)  # (..., 2H) -> (..., H)
     return outputs, LSTMState(result[1], result[2]) if isinstance(state, LSTMState) else result[1]
+
+
+def _run_one_step(
+    kernel: str, cells: Sequence[nn.Module], x: Tensor, state: State, *, batch_first: bool
+) -> tuple[Tensor, State]:
+    """One time step, x (B, 1, E) or (1, B, E), through the L unidirectional layers by ``fused_cell``."""
+    inputs = x[:, 0] if batch_first else x[0]  # (B, E)
+    lstm = isinstance(state, LSTMState)
+    h, c = [], []
+    for layer, cell in enumerate(cells):
+        hx = (state.h[layer], state.c[layer]) if lstm else state[layer]
+        bias_ih, bias_hh = getattr(cell, "bias_ih", None), getattr(cell, "bias_hh", None)
+        out = fused_cell(kernel, inputs, hx, cell.weight_ih, cell.weight_hh, bias_ih, bias_hh)
+        inputs = out[0] if lstm else out  # (B, H), the next layer's input
+        h.append(inputs)
+        if lstm:
+            c.append(out[1])
+    outputs = inputs.unsqueeze(1 if batch_first else 0)
+    return outputs, LSTMState(torch.stack(h), torch.stack(c)) if lstm else torch.stack(h)

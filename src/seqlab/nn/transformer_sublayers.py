@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 # "gelu_tanh" is GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Hendrycks & Gimpel,
 # 2016, sec. 2), which GPT-2 uses (Hugging Face's "gelu_new").
-_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh")}
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh")}
 
 MemoryKV = tuple[Tensor, Tensor]
 """Cross-attention keys and values of one decoder layer, each (B, N, S, Dh), from ``project_memory``."""
@@ -57,15 +57,15 @@ class FeedForward(nn.Module):
         self, d_model: int, d_ff: int, *, activation: str = "relu", dropout: float = 0.0, bias: bool = True
     ) -> None:
         super().__init__()
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be one of {', '.join(map(repr, _ACTIVATIONS))}, got {activation!r}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
         self.activation = activation
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W_1, b_1
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2, b_2
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(drop(self.dropout, _ACTIVATIONS[self.activation](self.linear1(x))))
+        return self.linear2(drop(self.dropout, ACTIVATIONS[self.activation](self.linear1(x))))
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"

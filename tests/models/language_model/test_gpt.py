@@ -70,6 +70,42 @@ def test_left_padded_prefill_and_steps_equal_each_prompt_alone(positional):
 
 
 @pytest.mark.parametrize("positional", POSITIONALS)
+def test_steps_without_gradients_take_the_fast_path_and_equal_the_module_path(positional):
+    model = tiny(positional)
+    input_ids, keep_mask = tokens(3, 4), torch.ones(3, 4, dtype=torch.bool)
+    keep_mask[1, :3] = False  # left pads in row 1 keep a keep_mask in the state
+    following = tokens(3, 3, seed=5)
+    runs = []
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad):
+            out = model.prefill(input_ids, keep_mask)
+            assert (out.state.incremental_step is None) == grad
+            logits = [out.logits]
+            for t in range(3):
+                out = model.step(following[:, t], out.state)
+                assert (out.state.incremental_step is None) == grad
+                logits.append(out.logits)
+        runs.append((torch.stack(logits, 1), out.state))
+    (module_logits, module_state), (fast_logits, fast_state) = runs
+    assert_close(fast_logits, module_logits.detach())
+    assert torch.equal(fast_state.next_position, module_state.next_position)
+    assert torch.equal(fast_state.keep_mask, module_state.keep_mask)
+    for fast, module in zip(fast_state.caches, module_state.caches, strict=True):
+        assert_close(fast.keys, module.keys.detach())
+    with torch.no_grad():
+        reordered = model.reorder_state(fast_state, torch.tensor([2, 2, 0]))
+        assert reordered.incremental_step is fast_state.incremental_step  # gathered once per decoding run
+    dropping = tiny(positional, dropout=0.5).train()
+    with torch.no_grad():  # dropout in effect: the modules, which drop
+        assert dropping.step(following[:, 0], dropping.prefill(input_ids).state).state.incremental_step is None
+        assert dropping.step(following[:, 0], fast_state).state.incremental_step is None
+    with torch.no_grad():  # a state without one (from forward) still steps by the fast path
+        state = model(input_ids).state
+        assert state.incremental_step is None
+        assert model.step(following[:, 0], state).state.incremental_step is not None
+
+
+@pytest.mark.parametrize("positional", POSITIONALS)
 def test_logits_at_t_do_not_depend_on_later_tokens(positional):
     model = tiny(positional)
     x = tokens(1, 8)

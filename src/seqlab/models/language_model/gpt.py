@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from seqlab.models.interfaces import LanguageModelOutput, StepOutput, select_rows
 from seqlab.models.language_model import convert_hf
 from seqlab.models.pretrained import PretrainedMixin
-from seqlab.nn import KVCache, RotaryEmbedding, TransformerDecoderOnly, TransformerDecoderOnlyLayer
+from seqlab.nn import IncrementalStep, KVCache, RotaryEmbedding, TransformerDecoderOnly, TransformerDecoderOnlyLayer
 from seqlab.nn.transformer_sublayers import drop
 from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
 
@@ -76,11 +76,14 @@ class GPTConfig:
 class GPTState(NamedTuple):
     """What continues a GPT's streams: one KVCache per layer, keys and values (B, N, S, Dh); next_position (B,)
     long, the position of each row's next real token; keep_mask (B, S) bool, True at cached real tokens, or None
-    when every cached token is real. Batch dimension 0 everywhere, so ``select_rows`` reorders it."""
+    when every cached token is real; incremental_step: the decoder's ``IncrementalStep`` (its weights gathered
+    once) that ``step`` runs without gradients, made by ``prefill`` and passed on by ``step``, or None (``step``
+    then gathers them itself). Batch dimension 0 everywhere, so ``select_rows`` reorders it."""
 
     caches: list[KVCache]
     next_position: Tensor
     keep_mask: Tensor | None
+    incremental_step: IncrementalStep | None = None
 
 
 class GPT(PretrainedMixin, nn.Module):
@@ -171,14 +174,7 @@ class GPT(PretrainedMixin, nn.Module):
         next_position = state.next_position + counts
         x = self.wte(input_ids)  # (B, T, D)
         if self.wpe is not None:
-            # No row reaches past S + T positions (pads take cache slots, not positions): only a call that might
-            # overflow reads the exact maximum back from the device.
-            reach = state.caches[0].length + T
-            last = reach if reach <= self.config.context_length else int(next_position.max()) if B else 0
-            if last > self.config.context_length:
-                raise ValueError(
-                    f"a row reaches {last} tokens, past the context length ({self.config.context_length}) of this GPT"
-                )
+            self._check_reach(state.caches[0].length + T, next_position)
             x = x + self.wpe(positions)
         # Rotary positions need no per-row shift: <R(m) q, R(n) k> depends on m - n only, the same with or without
         # a row's left pads, and pads are never attended.
@@ -190,6 +186,20 @@ class GPT(PretrainedMixin, nn.Module):
             cache_mask = torch.cat([old, new], dim=1)  # (B, S + T)
         out = self.decoder(drop(self.drop, x), keep_mask=cache_mask, caches=state.caches)
         return out.output, GPTState(out.caches, next_position, cache_mask)
+
+    def _check_reach(self, reach: int, next_position: Tensor) -> None:
+        """Refuse positions past the learned context. No row reaches past ``reach`` = S + T positions (pads take
+        cache slots, not positions): only a call that might overflow reads the exact maximum next_position (B,)
+        back from the device.
+
+        Raises: ValueError naming the row's length and the context length.
+        """
+        B = next_position.shape[0]
+        last = reach if reach <= self.config.context_length else int(next_position.max()) if B else 0
+        if last > self.config.context_length:
+            raise ValueError(
+                f"a row reaches {last} tokens, past the context length ({self.config.context_length}) of this GPT"
+            )
 
     def _project(self, h: Tensor) -> Tensor:
         """Logits (..., V) = h W_e^T (tied) or h W_out^T."""
@@ -208,18 +218,39 @@ class GPT(PretrainedMixin, nn.Module):
         if keep_mask is not None and keep_mask.shape == input_ids.shape and bool(keep_mask.all()):
             keep_mask = None
         h, state = self._hidden(input_ids, None, keep_mask)
-        return StepOutput(self._project(h[:, -1]), state)
+        fast = None if torch.is_grad_enabled() else self.decoder.incremental_step()
+        return StepOutput(self._project(h[:, -1]), state._replace(incremental_step=fast))
 
     def step(self, tokens: Tensor, state: GPTState) -> StepOutput:
-        """Feed tokens (B,), one per row; return the next token's logits (B, V) and the state."""
-        h, state = self._hidden(tokens[:, None], state, None)
-        return StepOutput(self._project(h[:, 0]), state)
+        """Feed tokens (B,), one per row; return the next token's logits (B, V) and the state.
+
+        Without gradients (``torch.no_grad`` / ``inference_mode``) and with no dropout in effect, the decoder runs
+        its fast path, ``IncrementalStep`` (the state's, else gathered here); otherwise ``forward``'s modules
+        (``state.incremental_step`` of the result says which ran: None for the modules).
+        """
+        fast = None
+        if not torch.is_grad_enabled() and not (self.training and self.drop.p > 0.0):
+            fast = state.incremental_step or self.decoder.incremental_step()
+        if fast is None:
+            h, new_state = self._hidden(tokens[:, None], state, None)
+            return StepOutput(self._project(h[:, 0]), new_state)
+        caches, next_position, keep_mask, _ = state
+        following = next_position + 1
+        x = F.embedding(tokens, self.wte.weight)  # (B, D)
+        if self.wpe is not None:
+            self._check_reach(caches[0].length + 1, following)
+            x = x + F.embedding(next_position, self.wpe.weight)
+        if keep_mask is not None:
+            keep_mask = torch.cat([keep_mask, keep_mask.new_ones(keep_mask.shape[0], 1)], dim=1)  # (B, S + 1)
+        out = fast(x.unsqueeze(1), caches=caches, keep_mask=keep_mask)
+        return StepOutput(self._project(out.output[:, 0]), GPTState(out.caches, following, keep_mask, fast))
 
     def reorder_state(self, state: GPTState, index: Tensor) -> GPTState:
         """The state of rows ``index`` (B',), in that order; the caches keep their spare capacity
         (``KVCache.select_rows``), so the next step still appends in place."""
         caches = [cache.select_rows(index) for cache in state.caches]
-        return GPTState(caches, select_rows(state.next_position, index), select_rows(state.keep_mask, index))
+        next_position, keep_mask = select_rows(state.next_position, index), select_rows(state.keep_mask, index)
+        return GPTState(caches, next_position, keep_mask, state.incremental_step)
 
     @classmethod
     def from_hf(cls, directory: str | Path) -> GPT:

@@ -8,6 +8,12 @@ recurrent layers run their reference path instead (``layer.fused`` is False).
 
     padded:  kernel(x, hx, weights, bias, num_layers, dropout, training, bidirectional, batch_first)
     packed:  kernel(data, batch_sizes, hx, weights, bias, num_layers, dropout, training, bidirectional)
+    one step of one layer:  cell_kernel(x, hx, weight_ih, weight_hh, bias_ih, bias_hh)
+
+The single-step kernels (``torch._VF.lstm_cell``, ``gru_cell``, ``rnn_tanh_cell``, ``rnn_relu_cell``, which
+torch.nn.LSTMCell / GRUCell / RNNCell call) compute the same step as the sequence kernels; for T = 1 they avoid the
+sequence kernels' per-call set-up (oneDNN's LSTM re-lays out its weights on every call), which costs more than the
+step itself when decoding one token at a time.
 
 ``weights`` lists, per layer and direction in torch's order, weight_ih, weight_hh, then bias_ih, bias_hh (with
 bias) and weight_hr (with a projection). ``hx`` is h_0 (L*C, B, H), or (h_0, c_0) for the LSTM.
@@ -23,6 +29,7 @@ import torch
 from torch import Tensor
 
 KERNEL_NAMES = ("rnn_tanh", "rnn_relu", "lstm", "gru")
+_CELL_KERNELS = {"rnn_tanh": "rnn_tanh_cell", "rnn_relu": "rnn_relu_cell", "lstm": "lstm_cell", "gru": "gru_cell"}
 _GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
 
 Hidden = Tensor | tuple[Tensor, Tensor]
@@ -79,6 +86,25 @@ def fused_rnn_packed(
     )
 
 
+def fused_cell(
+    name: str,
+    x: Tensor,
+    hx: Hidden,
+    weight_ih: Tensor,
+    weight_hh: Tensor,
+    bias_ih: Tensor | None,
+    bias_hh: Tensor | None,
+) -> Hidden:
+    """One time step of one layer by the single-step form of kernel ``name``: x (B, E), hx h (B, H) or (h, c) for
+    "lstm"; returns h_t (B, H), or (h_t, c_t) for "lstm".
+
+    Raises: ValueError for a name not in ``KERNEL_NAMES``.
+    """
+    if name not in KERNEL_NAMES:
+        raise ValueError(f"kernel must be one of {KERNEL_NAMES}, got {name!r}")
+    return getattr(torch._VF, _CELL_KERNELS[name])(x, hx, weight_ih, weight_hh, bias_ih, bias_hh)
+
+
 def _probe(name: str) -> bool:
     """One tiny padded and one tiny packed call of kernel ``name``: True if both return the expected shapes."""
     E, H, B, T, G = 2, 3, 2, 3, _GATES[name]
@@ -90,8 +116,13 @@ def _probe(name: str) -> bool:
     batch_sizes = torch.tensor([2, 1, 1])  # lengths 3 and 1
     packed = fused_rnn_packed(name, torch.zeros(4, E), batch_sizes, hx, weights, **options)
     states = 2 if name == "lstm" else 1
+    cell_hx: Hidden = (h0[0], h0[0]) if name == "lstm" else h0[0]
+    cell = fused_cell(name, torch.zeros(B, E), cell_hx, *weights)
+    cell_states = cell if isinstance(cell, tuple) else (cell,)
     return (
-        len(padded) == 1 + states
+        len(cell_states) == states
+        and all(tuple(s.shape) == (B, H) for s in cell_states)
+        and len(padded) == 1 + states
         and tuple(padded[0].shape) == (B, T, H)
         and all(tuple(s.shape) == (1, B, H) for s in padded[1:])
         and len(packed) == 1 + states
