@@ -1,5 +1,7 @@
 """N-best rescoring: sequence log-probabilities against step-by-step decoding, and the re-ranking rule."""
 
+import math
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -55,6 +57,7 @@ def test_rerank_orders_by_the_weighted_sum():
         expected = sorted(range(3), key=lambda i: -combined[i])
         assert rerank(search, second, weight=weight) == (expected, [combined[i] for i in expected])
     assert rerank([-1.0, -2.0], [-2.0, -1.0], weight=0.5).order == [0, 1]  # a tie keeps the search's order
+    assert rerank([-1.0, -math.inf], [-2.0, -1.0], weight=1.0) == ([0, 1], [-2.0, -math.inf])  # unfilled stays last
 
 
 def test_rerank_refuses_a_weight_outside_0_1_or_missing_scores():

@@ -11,6 +11,7 @@ search's order is kept exactly: the sort is stable and the second model's scores
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -56,7 +57,8 @@ def rerank(search_scores: Sequence[float], second_scores: Sequence[float] | None
         search_scores: N scores of the first search, in its order.
         second_scores: the second model's N scores of the same hypotheses; may be None when ``weight`` is 0.
         weight: w in [0, 1]; 0 keeps the search's order and scores exactly.
-    Returns: Reranked(order, scores); ties keep the search's order.
+    Returns: Reranked(order, scores); ties keep the search's order, and -inf search scores (slots the search
+        could not fill) stay -inf.
     Raises:
         ConfigError: (a ValueError) ``weight`` is not in [0, 1].
         ValueError: ``second_scores`` is missing while ``weight`` > 0, or has another length than ``search_scores``.
@@ -67,6 +69,8 @@ def rerank(search_scores: Sequence[float], second_scores: Sequence[float] | None
     if second_scores is None or len(second_scores) != len(search_scores):
         got = None if second_scores is None else len(second_scores)
         raise ValueError(f"need {len(search_scores)} second scores for weight {weight}, got {got}")
-    combined = [(1 - weight) * a + weight * b for a, b in zip(search_scores, second_scores, strict=True)]
+    # a slot the search could not fill (-inf) stays last, even at weight 1 where 0 * -inf would be NaN
+    pairs = zip(search_scores, second_scores, strict=True)
+    combined = [a if a == -math.inf else (1 - weight) * a + weight * b for a, b in pairs]
     order = sorted(range(len(combined)), key=lambda i: -combined[i])
     return Reranked(order, [combined[i] for i in order])
