@@ -91,6 +91,8 @@ def test_a_right_to_left_run_learns_reversed_pronunciations_and_rescores(tmp_pat
     assert _predict(out, *WORDS) == expected
     assert _evaluate(RNN, "--rescore", out, "--rescore-weight", "0") == _evaluate(RNN)
     assert 0 <= _evaluate(RNN, "--rescore", out)["wer"] <= 100
+    message = f"--ensemble {out}: reads pronunciations in another order than {RNN}"
+    assert_error(run_cli("predict", RNN, "cat", "--ensemble", out), message)  # a mixture would mix directions
 
 
 def test_bad_rescoring_options_are_refused_in_one_line():
