@@ -12,6 +12,7 @@ checkpoints (every 3 steps), the validations (every 5 steps) and the epoch ends.
 import json
 
 import pytest
+import torch
 from faults.helpers import (
     Killed,
     assert_equal_tensors,
@@ -113,3 +114,20 @@ def test_resuming_a_finished_run_changes_nothing(setups, uninterrupted, tmp_path
     before = weights(out)
     resume(recipe, out)
     assert_equal_tensors(weights(out), before)
+
+
+def test_a_resumed_run_averages_the_same_validations_as_an_uninterrupted_one(dictionary, tmp_path, monkeypatch):
+    """train.average_last=2, validations at steps 5, 10 and 14, killed after step 12's checkpoint: the weights of
+    step 10's validation come back from the checkpoint, so the saved average is that of steps 10 and 14."""
+    config = g2p_config(dictionary, average_last=2)
+    whole, out = tmp_path / "whole", tmp_path / "run"
+    train("g2p", config, whole)
+    with monkeypatch.context() as patch:
+        kill_at_micro_batch(patch, 13)
+        with pytest.raises(Killed):
+            train("g2p", config, out)
+    resume("g2p", out)
+    assert_equal_tensors(weights(out), weights(whole))
+    best = tmp_path / "best"
+    train("g2p", g2p_config(dictionary), best)  # the same steps without averaging: other saved weights
+    assert any(not torch.equal(a, b) for a, b in zip(weights(best).values(), weights(whole).values(), strict=True))

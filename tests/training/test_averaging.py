@@ -9,6 +9,7 @@ from seqlab.errors import CheckpointError
 from seqlab.models.seq2seq.rnn import RNNSeq2Seq, RNNSeq2SeqConfig
 from seqlab.training.averaging import AverageLastValidated, average_checkpoints, average_state_dicts
 from seqlab.training.callbacks import Callback
+from seqlab.training.checkpoint import load_training_state, save_training_state
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
 
 
@@ -122,3 +123,18 @@ def test_average_last_needs_a_validation_and_a_positive_k():
         AverageLastValidated(2).average()
     with pytest.raises(ValueError, match="average_last"):
         AverageLastValidated(0)
+
+
+def test_average_last_state_round_trips_through_a_training_checkpoint(tmp_path):
+    """state_dict -> save_training_state -> load_training_state -> load_state_dict keeps the last k copies."""
+    averager = AverageLastValidated(2)
+    for seed in range(3):
+        averager.on_validation_end(_model(seed), {})
+    save_training_state(tmp_path / "state.safetensors", {"averaged": averager.state_dict()})
+    restored = AverageLastValidated(2)
+    restored.load_state_dict(load_training_state(tmp_path / "state.safetensors")["averaged"])
+    expected = average_state_dicts([_model(1).state_dict(), _model(2).state_dict()])
+    for key, tensor in restored.average().items():
+        assert torch.equal(tensor, expected[key])
+    with pytest.raises(CheckpointError, match="missing"):
+        restored.load_state_dict({})

@@ -18,9 +18,12 @@ from seqlab.recipes.run_directory import RunMode
 from seqlab.training.distributed import is_writer, launch, launched_by_torchrun, process_group, record_error
 
 # The options a recipe's predict may declare in PREDICT_OPTIONS, and its evaluate in EVALUATE_OPTIONS, and their flags.
-PREDICT_FLAGS = {"beam_size": "--beam-size", "nbest": "--nbest", "ensemble": "--ensemble"}
-EVALUATE_FLAGS = {"ensemble": "--ensemble", "errors": "--errors"}
+RESCORE_FLAGS = {"rescore": "--rescore", "rescore_weight": "--rescore-weight"}
+PREDICT_FLAGS = {"beam_size": "--beam-size", "nbest": "--nbest", "ensemble": "--ensemble", **RESCORE_FLAGS}
+EVALUATE_FLAGS = {"ensemble": "--ensemble", "errors": "--errors", **RESCORE_FLAGS}
 ENSEMBLE_HELP = "more run directories of the same recipe and vocabularies, decoded together with CHECKPOINT"
+RESCORE_HELP = "a run of the same vocabularies (e.g. trained right to left) that re-ranks CHECKPOINT's beam"
+WEIGHT_HELP = "weight w in [0, 1] of --rescore's scores: (1 - w) * beam score + w * its score (default 0.5)"
 # The largest value of each integer option: beyond it a command would only run out of memory or time.
 MAX_BEAMS = 1_000
 MAX_NEW_TOKENS = 1_000_000
@@ -67,6 +70,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
     evaluate.add_argument("--ensemble", type=Path, nargs="+", metavar="DIR", help=ENSEMBLE_HELP)
     evaluate.add_argument("--errors", type=Path, metavar="FILE", help="write every wrong prediction to a new TSV file")
+    evaluate.add_argument("--rescore", type=Path, metavar="DIR", help=RESCORE_HELP)
+    evaluate.add_argument("--rescore-weight", type=float, metavar="W", help=WEIGHT_HELP)
     evaluate.set_defaults(handler=_evaluate)
 
     predict = commands.add_parser("predict", help="run a checkpoint on inputs given on the command line")
@@ -75,6 +80,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("--beam-size", type=int, help="beam width (default: the checkpoint's; 1 = greedy)")
     predict.add_argument("--nbest", type=int, help="hypotheses printed per input (default: 1)")
     predict.add_argument("--ensemble", type=Path, nargs="+", metavar="DIR", help=ENSEMBLE_HELP)
+    predict.add_argument("--rescore", type=Path, metavar="DIR", help=RESCORE_HELP)
+    predict.add_argument("--rescore-weight", type=float, metavar="W", help=WEIGHT_HELP)
     predict.set_defaults(handler=_predict)
 
     generate = commands.add_parser("generate", help="continue a prompt with a language model, streaming the text")

@@ -104,6 +104,8 @@ class Recipe(Protocol):
         ...
 
 
+# Key of the training state under which a run with train.average_last keeps the weights it will average.
+AVERAGED_KEY = "averaged_validations"
 RECIPE_MEMBERS = ("NAME", "DESCRIPTION", "Config", "PREDICT_OPTIONS", "train", "evaluate", "predict")  # of Recipe
 
 
@@ -146,7 +148,8 @@ def run_training(
     the run (``run.save`` and ``recipe.json``) each time validation improves and the training state
     (``training_state.safetensors``) at each checkpoint (the first one swaps an overwriting run in); saves the
     best model, or with ``train.average_last`` = k the average of the weights at the last k validations
-    (``seqlab.training.averaging``); tests it; writes ``results.json``. Every file is written atomically
+    (``seqlab.training.averaging``; kept in the training state under ``AVERAGED_KEY``, so a resumed run averages
+    the same validations); tests it; writes ``results.json``. Every file is written atomically
     (``seqlab.files``).
 
     In data-parallel training (``seqlab.training.distributed``) rank 0 does all of this; the other ranks
@@ -185,7 +188,16 @@ def run_training(
             run.save(directory.path)
             save_recipe_file(directory.path, name, config)
 
+        averager = None if train_config.average_last is None else AverageLastValidated(train_config.average_last)
+        if averager is not None and resume_from is not None:
+            if AVERAGED_KEY in resume_from:
+                averager.load_state_dict(resume_from[AVERAGED_KEY])
+            else:
+                log("the training checkpoint predates saved averages: averaging the validations after the resume")
+
         def checkpoint(state: dict[str, Any]) -> None:
+            if averager is not None:
+                state = {**state, AVERAGED_KEY: averager.state_dict()}
             save_training_state(directory.path / STATE_FILE, state)
             if not directory.committed:
                 moved_to = directory.commit()
@@ -193,7 +205,6 @@ def run_training(
                     if isinstance(callback, MetricsLog):
                         callback.path = moved_to / callback.path.name
 
-        averager = None if train_config.average_last is None else AverageLastValidated(train_config.average_last)
         trainer = Trainer(
             run.model,
             train_config,

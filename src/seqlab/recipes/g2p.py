@@ -11,9 +11,8 @@ Yao & Zweig (2015). Training uses teacher forcing, or scheduled sampling with ``
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 
@@ -25,20 +24,11 @@ from seqlab.decoding.ensemble import EnsembleStepModel
 from seqlab.decoding.greedy import greedy_search
 from seqlab.errors import CheckpointError, ConfigError, DataError, UnknownSymbolError
 from seqlab.metrics import g2p_scores
-from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
 from seqlab.models.seq2seq.rnn import (
-    ATTENTION_NAMES,
-    ATTENTION_PLACEMENTS,
-    AttentionName,
-    PlacementName,
     RNNSeq2Seq,
-    RNNSeq2SeqConfig,
 )
 from seqlab.models.seq2seq.transformer import (
-    AttentionKind,
-    PositionalName,
     TransformerSeq2Seq,
-    TransformerSeq2SeqConfig,
 )
 from seqlab.recipes.base import (
     Report,
@@ -50,119 +40,44 @@ from seqlab.recipes.base import (
     recipe_name_of,
     run_training,
 )
+from seqlab.recipes.g2p_config import MAX_DECODE, Config, G2PDecodeConfig, G2PModelConfig
 from seqlab.recipes.g2p_data import G2PDataConfig, load_splits, read_entries
 from seqlab.recipes.g2p_errors import check_errors_path, error_categories, write_errors
+from seqlab.recipes.g2p_rescoring import TargetOrder, rescore_nbest, target_ids
 from seqlab.recipes.run_directory import RunMode
 from seqlab.training.objectives import teacher_forcing_loss
 from seqlab.training.scheduled_sampling import ScheduledSampling, scheduled_sampling_loss
-from seqlab.training.trainer import TrainConfig
 from seqlab.validation import (
-    MAX_DEPTH,
-    MAX_WIDTH,
-    check_bool,
-    check_choice,
-    check_int,
-    check_probability,
     check_real,
 )
 
 NAME = "g2p"
+# The recipe's members, and its sections' configs (defined in g2p_config and g2p_data) under the recipe's name.
+__all__ = [
+    "DESCRIPTION",
+    "EVALUATE_OPTIONS",
+    "MAX_DECODE",
+    "NAME",
+    "PREDICT_OPTIONS",
+    "Config",
+    "G2PDataConfig",
+    "G2PDecodeConfig",
+    "G2PModelConfig",
+    "G2PSystem",
+    "encode_pairs",
+    "evaluate",
+    "examples",
+    "load_system",
+    "predict",
+    "read_entries",
+    "train",
+]
 DESCRIPTION = "English grapheme-to-phoneme on CMUdict: attention RNN or Transformer seq2seq, PER/WER (%)"
-PREDICT_OPTIONS = ("beam_size", "nbest", "ensemble")
-EVALUATE_OPTIONS = ("ensemble", "errors")
+PREDICT_OPTIONS = ("beam_size", "nbest", "ensemble", "rescore", "rescore_weight")
+EVALUATE_OPTIONS = ("ensemble", "errors", "rescore", "rescore_weight")
+RESCORE_WEIGHT = 0.5  # the weight of --rescore when --rescore-weight is not given
 SOURCE_VOCAB = "source_vocab.json"
 TARGET_VOCAB = "target_vocab.json"
-# The largest values a config may set: beyond them a run would only run out of memory or time.
-MAX_DECODE = {"beam_size": 1_000, "max_length": 10_000, "batch_size": 100_000}
-
-
-_RNN_FIELDS = ("embedding_size", "hidden_size", "cell", "bidirectional", "attention", "attention_placement")
-_TRANSFORMER_FIELDS = ("d_model", "num_heads", "d_ff", "norm_first", "positional", "attention_kind", "window")
-
-
-@dataclass(frozen=True)
-class G2PModelConfig:
-    """Architecture of the encoder-decoder: arch "rnn" (seqlab.models.seq2seq) or "transformer"
-    (seqlab.models.seq2seq.transformer). Layers, dropout and label smoothing apply to both."""
-
-    arch: Literal["rnn", "transformer"] = "rnn"  # attention RNN seq2seq or Transformer
-    encoder_layers: int = 2  # stacked encoder layers
-    decoder_layers: int = 1  # stacked decoder layers
-    dropout: float = 0.1  # embeddings, between layers / sublayers, before the output layer
-    label_smoothing: float = 0.0  # eps of the smoothed cross-entropy
-    embedding_size: int = 64  # rnn: E, letter and phoneme embeddings
-    hidden_size: int = 128  # rnn: H, per encoder direction and in the decoder
-    cell: CellName = "lstm"  # rnn: rnn | gru | lstm
-    bidirectional: bool = True  # rnn: bidirectional encoder
-    attention: AttentionName = "additive"  # rnn: additive | dot | scaled_dot | bilinear | none (fixed context)
-    attention_placement: PlacementName = "luong"  # rnn: luong | luong_input_feeding | bahdanau
-    d_model: int = 256  # transformer: D
-    num_heads: int = 4  # transformer: N
-    d_ff: int = 1024  # transformer: feed-forward inner size
-    norm_first: bool = True  # transformer: pre-LN (False: post-LN as in Vaswani et al.)
-    positional: PositionalName = "rotary"  # transformer: sinusoidal | learned | rotary
-    attention_kind: AttentionKind = "full"  # transformer self-attention: full | local | linear
-    window: int | None = None  # transformer: keys per query when attention_kind is local
-
-    def __post_init__(self) -> None:
-        # Every field is checked, whichever arch is chosen, so a bad --set fails before any data is read.
-        check_choice("arch", self.arch, ("rnn", "transformer"))
-        for name in ("encoder_layers", "decoder_layers", "num_heads"):
-            check_int(name, getattr(self, name), maximum=MAX_DEPTH)
-        for name in ("embedding_size", "hidden_size", "d_model", "d_ff"):
-            check_int(name, getattr(self, name), maximum=MAX_WIDTH)
-        check_probability("dropout", self.dropout)
-        check_probability("label_smoothing", self.label_smoothing)
-        check_choice("cell", self.cell, RECURRENT_LAYERS)
-        check_bool("bidirectional", self.bidirectional)
-        check_choice("attention", self.attention, ATTENTION_NAMES)
-        check_choice("attention_placement", self.attention_placement, ATTENTION_PLACEMENTS)
-        check_bool("norm_first", self.norm_first)
-        check_choice("positional", self.positional, ("sinusoidal", "learned", "rotary"))
-        check_choice("attention_kind", self.attention_kind, ("full", "local", "linear"))
-        check_int("window", self.window, optional=True)
-        if self.d_model % self.num_heads:
-            raise ConfigError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
-        if self.positional == "rotary" and (self.d_model // self.num_heads) % 2:
-            raise ConfigError(f"rotary positions need an even head_dim, got {self.d_model // self.num_heads}")
-        if (self.attention_kind == "local") != (self.window is not None):
-            raise ConfigError(f"window ({self.window}) must be set exactly when attention_kind is 'local'")
-
-    @property
-    def model_class(self) -> type[RNNSeq2Seq] | type[TransformerSeq2Seq]:
-        return TransformerSeq2Seq if self.arch == "transformer" else RNNSeq2Seq
-
-    def model_config(self, *, src_vocab_size: int, tgt_vocab_size: int) -> RNNSeq2SeqConfig | TransformerSeq2SeqConfig:
-        """The model config of these hyperparameters for the given vocabulary sizes."""
-        shared = ("encoder_layers", "decoder_layers", "dropout")
-        own = _TRANSFORMER_FIELDS if self.arch == "transformer" else _RNN_FIELDS
-        fields = {k: getattr(self, k) for k in (*shared, *own)}
-        return self.model_class.config_class(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **fields)
-
-
-@dataclass(frozen=True)
-class G2PDecodeConfig:
-    """How test words are decoded."""
-
-    beam_size: int = 5  # 1 = greedy search
-    length_penalty: float = 0.0  # score = log p / length**length_penalty; 0 ranks by log p itself
-    max_length: int = 32  # most phonemes per word, EOS included (CMUdict has up to 28)
-    batch_size: int = 256  # words decoded together
-
-    def __post_init__(self) -> None:
-        for name, maximum in MAX_DECODE.items():
-            check_int(name, getattr(self, name), maximum=maximum)
-        check_real("length_penalty", self.length_penalty)
-
-
-@dataclass(frozen=True)
-class Config:
-    """The whole recipe: sections data, model, train, decode."""
-
-    data: G2PDataConfig = field(default_factory=G2PDataConfig)
-    model: G2PModelConfig = field(default_factory=G2PModelConfig)
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(lr=2e-3, batch_size=64, time_budget=480.0))
-    decode: G2PDecodeConfig = field(default_factory=G2PDecodeConfig)
 
 
 @dataclass
@@ -171,6 +86,8 @@ class G2PSystem:
 
     ``ensemble`` holds further models over the same vocabularies (``seqlab evaluate --ensemble``); when it is not
     empty, ``transcribe`` decodes ``model`` and them together (``EnsembleStepModel``, mean probability).
+    ``rescorer``, another system over the same vocabularies (``--rescore``), re-ranks the beam's hypotheses with
+    weight ``rescore_weight`` (``g2p_rescoring``).
     """
 
     model: RNNSeq2Seq | TransformerSeq2Seq
@@ -178,6 +95,8 @@ class G2PSystem:
     phonemes: Vocabulary
     config: Config
     ensemble: tuple[RNNSeq2Seq | TransformerSeq2Seq, ...] = ()
+    rescorer: G2PSystem | None = None
+    rescore_weight: float = 0.0
 
     def save(self, directory: Path) -> None:
         """Write the model and both vocabularies (``run_training`` adds ``recipe.json``, which ``load`` reads)."""
@@ -224,7 +143,8 @@ class G2PSystem:
     def transcribe(
         self, words: Sequence[str], *, source: str, beam_size: int | None = None, nbest: int = 1
     ) -> list[list[tuple[tuple[str, ...], float]]]:
-        """The ``nbest`` pronunciations of each word, best first, with their log-probabilities (nats)."""
+        """The ``nbest`` pronunciations of each word, best first, with their log-probabilities (nats); with a
+        ``rescorer``, the ``beam_size`` hypotheses re-ranked, with their combined scores (``g2p_rescoring``)."""
         decode = self.config.decode
         beam_size = decode.beam_size if beam_size is None else beam_size
         if nbest > beam_size:
@@ -234,6 +154,9 @@ class G2PSystem:
             model.eval()
         decoder = EnsembleStepModel((self.model, *self.ensemble)) if self.ensemble else self.model
         device = model_device(self.model)
+        rescoring = self.rescorer is not None and self.rescore_weight > 0 and beam_size > 1
+        returned = beam_size if rescoring else nbest
+        order = self.config.model.target_order
         results: list[list[tuple[tuple[str, ...], float]]] = []
         for start in range(0, len(ids), decode.batch_size):
             chunk = ids[start : start + decode.batch_size]
@@ -251,11 +174,28 @@ class G2PSystem:
                     max_length=decode.max_length,
                     beam_size=beam_size,
                     length_penalty=decode.length_penalty,
-                    num_return_sequences=nbest,
+                    num_return_sequences=returned,
                 )
-            for tokens, log_probs in zip(out.tokens.tolist(), out.log_probs.tolist(), strict=True):
-                results.append([(tuple(self.phonemes.decode(t)), lp) for t, lp in zip(tokens, log_probs, strict=True)])
-        return results
+            ranked = out.scores if rescoring else out.log_probs
+            for tokens, scores in zip(out.tokens.tolist(), ranked.tolist(), strict=True):
+                results.append([(self._phonemes_of(t, order), s) for t, s in zip(tokens, scores, strict=True)])
+        if rescoring:
+            results = rescore_nbest(
+                results,
+                ids,
+                self.rescorer.model,
+                self.phonemes,
+                order=self.rescorer.config.model.target_order,
+                weight=self.rescore_weight,
+                length_penalty=decode.length_penalty,
+                batch_size=decode.batch_size,
+            )
+        return [hyps[:nbest] for hyps in results]
+
+    def _phonemes_of(self, ids: Sequence[int], order: TargetOrder) -> tuple[str, ...]:
+        """The pronunciation of decoded ids, in reading order (a right-to-left model's output is reversed)."""
+        phonemes = tuple(self.phonemes.decode(list(ids)))
+        return phonemes[::-1] if order == "right_to_left" else phonemes
 
     def score(
         self, entries: Sequence[Pronunciation], *, source: str, errors_path: Path | None = None
@@ -360,37 +300,66 @@ def train(
     return run_training(NAME, config, out_dir, prepare, progress=progress, log=log, mode=mode)
 
 
-def load_system(checkpoint: Path, ensemble: Sequence[Path] = ()) -> G2PSystem:
-    """The run in ``checkpoint``, with the models of the runs ``ensemble`` to decode together with its own.
+def load_system(
+    checkpoint: Path,
+    ensemble: Sequence[Path] = (),
+    *,
+    rescore: Path | None = None,
+    rescore_weight: float | None = None,
+) -> G2PSystem:
+    """The run in ``checkpoint``, with the models of the runs ``ensemble`` to decode together with its own, and
+    the run ``rescore`` to re-rank the beam with weight ``rescore_weight`` (default ``RESCORE_WEIGHT``).
 
     Raises:
         CheckpointError: a run is unreadable, is not a g2p run, or has other letter or phoneme vocabularies
-            than ``checkpoint`` (one line naming it).
+            than ``checkpoint``, or an ensemble member reads pronunciations in another order (one line naming it).
+        ConfigError: ``rescore_weight`` without ``rescore``, or outside [0, 1].
     """
+    if rescore is None and rescore_weight is not None:
+        raise ConfigError("--rescore-weight needs --rescore, the run whose scores it weighs")
+    weight = RESCORE_WEIGHT if rescore_weight is None else rescore_weight
+    check_real("--rescore-weight", weight, at_least=0.0, at_most=1.0)
     system = G2PSystem.load(checkpoint)
     for other in ensemble:
-        name = recipe_name_of(other)
-        if name != NAME:
-            raise CheckpointError(f"--ensemble {other}: a {name} run, not a {NAME} run")
-        member = G2PSystem.load(other)
-        if member.letters != system.letters or member.phonemes != system.phonemes:
-            raise CheckpointError(f"--ensemble {other}: its letter or phoneme vocabulary differs from {checkpoint}'s")
+        member = _load_member(other, system, checkpoint, "--ensemble")
+        if member.config.model.target_order != system.config.model.target_order:
+            raise CheckpointError(f"--ensemble {other}: reads pronunciations in another order than {checkpoint}")
         system.ensemble += (member.model,)
+    if rescore is not None:
+        system.rescorer, system.rescore_weight = _load_member(rescore, system, checkpoint, "--rescore"), weight
     return system
 
 
+def _load_member(other: Path, system: G2PSystem, checkpoint: Path, flag: str) -> G2PSystem:
+    """The g2p run ``other``, refused unless its vocabularies are ``system``'s. Raises: CheckpointError."""
+    name = recipe_name_of(other)
+    if name != NAME:
+        raise CheckpointError(f"{flag} {other}: a {name} run, not a {NAME} run")
+    member = G2PSystem.load(other)
+    if member.letters != system.letters or member.phonemes != system.phonemes:
+        raise CheckpointError(f"{flag} {other}: its letter or phoneme vocabulary differs from {checkpoint}'s")
+    return member
+
+
 def evaluate(
-    checkpoint: Path, data_path: str, *, ensemble: Sequence[Path] = (), errors: Path | None = None
+    checkpoint: Path,
+    data_path: str,
+    *,
+    ensemble: Sequence[Path] = (),
+    errors: Path | None = None,
+    rescore: Path | None = None,
+    rescore_weight: float | None = None,
 ) -> dict[str, float]:
-    """PER and WER (%) of a checkpoint (and the ``ensemble`` runs decoded with it) on a CMUdict-format file,
-    with the checkpoint's decode settings, and WER by category; ``errors``: a new TSV file of the wrong words.
+    """PER and WER (%) of a checkpoint (and the ``ensemble`` runs decoded with it, and its beam re-ranked by the
+    run ``rescore``, see ``load_system``) on a CMUdict-format file, with the checkpoint's decode settings, and WER
+    by category; ``errors``: a new TSV file of the wrong words.
 
     Raises:
         DataError: the file is malformed, or has letters or phonemes the checkpoint never saw (as a valid file
             would be refused in training).
         CheckpointError: a run directory is incomplete or inconsistent (see ``G2PSystem.load``, ``load_system``).
     """
-    system = load_system(checkpoint, ensemble)
+    system = load_system(checkpoint, ensemble, rescore=rescore, rescore_weight=rescore_weight)
     entries = read_entries(data_path, system.config.data)
     encode_pairs(system, entries, source=data_path)  # letters and phonemes the model never saw are an error
     return system.score(entries, source=data_path, errors_path=errors)
@@ -403,9 +372,12 @@ def predict(
     beam_size: int | None = None,
     nbest: int = 1,
     ensemble: Sequence[Path] = (),
+    rescore: Path | None = None,
+    rescore_weight: float | None = None,
 ) -> list[str]:
-    """CMUdict-format lines ``word  P H O N E S`` (``word(2)`` for the second-best and so on)."""
-    system = load_system(checkpoint, ensemble)
+    """CMUdict-format lines ``word  P H O N E S`` (``word(2)`` for the second-best and so on); ``ensemble``,
+    ``rescore`` and ``rescore_weight`` as in ``load_system``."""
+    system = load_system(checkpoint, ensemble, rescore=rescore, rescore_weight=rescore_weight)
     words = [w.lower() for w in words]
     lines = []
     for word, hyps in zip(
@@ -427,14 +399,15 @@ def examples(system: G2PSystem, entries: Sequence[Pronunciation], *, count: int 
 def encode_pairs(
     system: G2PSystem, entries: Sequence[Pronunciation], *, source: str
 ) -> list[tuple[list[int], list[int]]]:
-    """(letter ids, phoneme ids) per pronunciation, for ``batch_iterator``.
+    """(letter ids, phoneme ids) per pronunciation, for ``batch_iterator``; the phonemes reversed for a
+    ``model.target_order`` of "right_to_left".
 
     Raises: DataError naming ``source`` and the word if a phoneme never occurred in the training data.
     """
     pairs = []
     for letters, p in zip(system.encode_words([p.word for p in entries], source=source), entries, strict=True):
         try:
-            pairs.append((letters, system.phonemes.encode(p.phonemes)))
+            pairs.append((letters, target_ids(system.phonemes, p.phonemes, system.config.model.target_order)))
         except UnknownSymbolError as e:
             raise DataError(f"{source}: word {p.word!r}: {e}; every phoneme must occur in the training data") from None
     return pairs

@@ -119,7 +119,8 @@ class AverageLastValidated(Callback):
     The weights at a validation are the checkpoint that validation scores, so this averages the last k validated
     checkpoints of a run (Vaswani et al. 2017's "last k checkpoints", at the trainer's validation interval).
     ``run_training`` loads the average into the model after training when ``TrainConfig.average_last`` is k.
-    The copies live in memory: a resumed run averages the validations since it resumed.
+    The copies live in memory; ``state_dict()`` goes into every training checkpoint and ``load_state_dict``
+    restores it, so a resumed run averages the same validations as an uninterrupted one.
 
     Raises: ConfigError (a ValueError) if k is not an integer >= 1.
     """
@@ -130,6 +131,21 @@ class AverageLastValidated(Callback):
 
     def on_validation_end(self, model: nn.Module, record: dict[str, float]) -> None:
         self.kept.append({name: t.detach().to("cpu", copy=True) for name, t in model.state_dict().items()})
+
+    def state_dict(self) -> dict[str, list[dict[str, Tensor]]]:
+        """``{"kept": [weights, ...]}``, oldest first: the copies themselves, for a training checkpoint."""
+        return {"kept": list(self.kept)}
+
+    def load_state_dict(self, state: Mapping[str, Sequence[Mapping[str, Tensor]]]) -> None:
+        """Replace the kept copies by those of ``state_dict()`` (the last k of them, oldest first).
+
+        Raises: CheckpointError if ``state`` has no ``kept`` list.
+        """
+        kept = state.get("kept") if isinstance(state, Mapping) else None
+        if not isinstance(kept, (list, tuple)):
+            raise CheckpointError("the averaged validations' weights are missing from the training checkpoint")
+        self.kept.clear()
+        self.kept.extend({name: t.detach().to("cpu", copy=True) for name, t in weights.items()} for weights in kept)
 
     def average(self) -> dict[str, Tensor]:
         """The mean of the kept weights (fewer than k if the run validated fewer times).
