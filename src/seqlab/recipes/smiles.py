@@ -89,11 +89,11 @@ class Config:
     """The whole recipe: sections data, model, sample, train."""
 
     data: SmilesDataConfig = field(default_factory=SmilesDataConfig)
-    model: GPTSectionConfig = field(default_factory=GPTSectionConfig)
+    model: GPTSectionConfig = field(default_factory=lambda: GPTSectionConfig(dropout=0.0))
     sample: SampleConfig = field(default_factory=SampleConfig)
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(
-            lr=1e-3, batch_size=32, max_epochs=10_000, time_budget=420.0, optimizer="adamw", warmup_steps=100
+            lr=3e-3, batch_size=32, max_epochs=10_000, time_budget=420.0, optimizer="adamw", warmup_steps=100
         )
     )
 
