@@ -5,14 +5,22 @@ classification task (the PyTorch char-RNN tutorial classifies surnames into 18 l
 languages from the ``nameCreator`` package (``seqlab.data.names``: 14,100 first and last names), split
 80/10/10 per class with a fixed seed; or the user's own ``TEXT<TAB>LABEL`` files. Models (``model.arch``, see
 ``seqlab.recipes.classify_models``): on characters, ``bilstm`` (BiLSTM baseline), ``static`` (static embeddings as
-wide as ELMo's features) and ``elmo`` (a biLM pre-trained on the training texts, frozen, ScalarMix features), each
-ending in the same BiLSTM + pooling + softmax; on MiniLM's WordPiece pieces, ``minilm`` (the pretrained MiniLM-L6
-fine-tuned with a mean-pooled softmax head) and ``bert`` (the same architecture, small and from scratch). The run
+wide as ELMo's features) and ``elmo`` (a biLM pre-trained on unlabelled names, ``model.elmo_corpus``, or loaded
+from ``model.elmo_path``, frozen, ScalarMix features), each ending in the same BiLSTM + pooling + softmax; on
+MiniLM's WordPiece pieces, ``minilm`` (the pretrained MiniLM-L6 fine-tuned with a mean-pooled softmax head) and
+``bert`` (the same architecture, small and from scratch). The run
 directory keeps the arm's vocabulary: ``vocab.json`` (characters) or ``tokenizer.json`` (WordPiece). Metric: test
 accuracy (%). ``model.init_from`` starts from another run or a Hugging Face folder.
 
 Fine-tuning MiniLM wants a small learning rate for the body and a larger one for the new head, e.g.
 ``--set model.arch=minilm train.lr=1e-3 train.body_lr_scale=0.05``; ``train.freeze=bert`` trains the head alone.
+
+ELMo against static embeddings of the same width, the biLM's pre-training the only difference (same head, same
+labelled data, same head budget): pre-train once, then train heads from that biLM with any seed::
+
+    seqlab train classify --out runs/elmo --set model.arch=elmo pretrain.time_budget=2400
+    seqlab train classify --out runs/elmo-1 --set model.arch=elmo model.elmo_path=runs/elmo train.seed=1
+    seqlab train classify --out runs/static-1 --set model.arch=static train.seed=1
 """
 
 from __future__ import annotations
@@ -28,13 +36,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqlab.data.labelled_text import LabelledText, read_labelled_file, stratified_split, token_batches
-from seqlab.data.names import name_origin_examples
+from seqlab.data.names import name_origin_examples, unlabelled_names
 from seqlab.data.tokenizers import load_tokenizer
 from seqlab.data.vocab import Vocabulary
 from seqlab.data.wordpiece import WordPieceTokenizer
 from seqlab.errors import CheckpointError, ConfigError, DataError, UnknownSymbolError
 from seqlab.files import atomic_write
 from seqlab.models.bert import BertTaskModel
+from seqlab.models.elmo import ELMo
+from seqlab.models.elmo.sentences import load_elmo_encoder
 from seqlab.models.pretrained import load_pretrained
 from seqlab.nn.pooling import POOLING_NAMES, PoolingName
 from seqlab.recipes.base import Report, TrainingRun, load_recipe_config, model_device, read_json_list, run_training
@@ -53,6 +63,7 @@ VOCAB_FILE = "vocab.json"
 LABELS_FILE = "labels.json"
 TOKENIZER_FILE = "tokenizer.json"
 ARCHS = ("bilstm", "static", "elmo", "minilm", "bert")
+ELMO_CORPORA = ("names", "train")
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,8 @@ class ClassifyModelConfig(InitFromConfig):
     elmo_num_layers: int = 2  # elmo: biLSTM layers of the biLM
     elmo_residual: bool = True  # elmo: residual connection between the biLM's layers
     elmo_dropout: float = 0.1  # elmo: dropout of the biLM during its pre-training
+    elmo_corpus: Literal["names", "train"] = "names"  # elmo: the biLM's unlabelled text (pretraining_texts)
+    elmo_path: str | None = None  # elmo: a pre-trained biLM to use as it is (an elmo run, or an ELMo + vocab.json)
     mix_layer_norm: bool = False  # elmo: layer-normalise each biLM layer before the ScalarMix
     minilm_path: str | None = None  # minilm, bert: Hugging Face BERT folder (weights, tokenizer); None = MiniLM's
     bert_d_model: int = 128  # bert (from scratch): D
@@ -105,8 +118,11 @@ class ClassifyModelConfig(InitFromConfig):
             check_int(name, getattr(self, name))
         check_int("bert_max_positions", self.bert_max_positions, minimum=3)
         check_probability("bert_dropout", self.bert_dropout)
-        if self.minilm_path is not None and not isinstance(self.minilm_path, str):
-            raise ValueError(f"minilm_path must be a directory path or None, got {self.minilm_path!r}")
+        for name in ("minilm_path", "elmo_path"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"{name} must be a directory path or None, got {value!r}")
+        check_choice("elmo_corpus", self.elmo_corpus, ELMO_CORPORA)
         if self.bert_d_model % self.bert_num_heads:
             raise ValueError(
                 f"bert_d_model ({self.bert_d_model}) must be divisible by bert_num_heads ({self.bert_num_heads})"
@@ -245,6 +261,27 @@ def read_data(config: ClassifyDataConfig) -> tuple[list[LabelledText], list[Labe
     return train, valid, test, source
 
 
+def pretraining_texts(
+    model: ClassifyModelConfig, train_set: Sequence[LabelledText], *, held_out: Sequence[LabelledText]
+) -> list[str]:
+    """The unlabelled texts the ``elmo`` arm's biLM pre-trains on; none for other arms or with ``model.elmo_path``.
+
+    ``model.elmo_corpus``: ``names``, every name of nameCreator's and the census lists
+    (``seqlab.data.names.unlabelled_names``) and the training texts, less the ``held_out`` texts (validation and
+    test), about 14 times the names data's training texts; ``train``, the training texts alone (the biLM then
+    reads nothing the task's labels do not cover).
+
+    Raises: ConfigError as ``unlabelled_names`` (a package missing).
+    """
+    if model.arch != "elmo" or model.elmo_path is not None:
+        return []
+    texts = [e.text for e in train_set]
+    if model.elmo_corpus == "train":
+        return texts
+    held = {e.text for e in held_out}
+    return sorted(set(unlabelled_names(exclude=held)) | set(texts))
+
+
 def train(
     config: Config,
     out_dir: Path,
@@ -266,13 +303,21 @@ def train(
         labels = sorted({e.label for e in train_set})
         if len(labels) < 2:
             raise DataError(f"{source}: needs at least 2 classes, found {len(labels)}")
-        vocab = arch_tokenizer(config.model) or Vocabulary.build(e.text for e in (*train_set, *valid_set, *test_set))
+        corpus = pretraining_texts(config.model, train_set, held_out=(*valid_set, *test_set))
+        bilm: ELMo | None = None
+        vocab = arch_tokenizer(config.model)
+        if config.model.arch == "elmo" and config.model.elmo_path is not None:
+            bilm, _, vocab = load_elmo_encoder(Path(config.model.elmo_path))
+        elif vocab is None:
+            vocab = Vocabulary.build([*corpus, *(e.text for e in (*train_set, *valid_set, *test_set))])
         vocab_size = vocab.vocab_size if isinstance(vocab, WordPieceTokenizer) else len(vocab)
         system = ClassifySystem(nn.Identity(), vocab, labels)
         splits = {}
         for name, part in (("train", train_set), ("valid", valid_set), ("test", test_set)):
             ids = system.encode([e.text for e in part], source=f"{source} ({name})")
             splits[name] = (ids, system.targets(part, source=f"{source} ({name})"))
+        if corpus:
+            log(f"biLM corpus: {len(corpus)} unlabelled texts ({config.model.elmo_corpus})")
         context = BuildContext(
             config.model,
             vocab_size,
@@ -282,6 +327,8 @@ def train(
             pretrain=config.pretrain,
             progress=progress,
             log=log,
+            pretrain_ids=system.encode(corpus, source=f"biLM corpus ({config.model.elmo_corpus})"),
+            bilm=bilm,
         )
         system.model = BUILDERS[config.model.arch](context)
         for name, (ids, _) in splits.items():

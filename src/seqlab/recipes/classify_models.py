@@ -6,8 +6,10 @@ pooling and a softmax (``seqlab.models.classifier``); they differ in what the en
 - ``bilstm``: a learned character embedding of ``embedding_size``: the usual BiLSTM baseline;
 - ``static``: a learned (static) embedding as wide as ELMo's features, 2 * ``elmo_hidden_size``, trained from
   scratch with the classifier: the control for ELMo (Peters et al., 2018, compare GloVe-only baselines);
-- ``elmo``: ELMo features: a biLM (``seqlab.models.elmo``) first pre-trained as a language model on the
-  training texts (section ``pretrain``), then frozen, its layers mixed by a learned ``ScalarMix``.
+- ``elmo``: ELMo features: a biLM (``seqlab.models.elmo``) first pre-trained as a language model on unlabelled
+  texts (``BuildContext.pretrain_ids``, section ``pretrain``), or a pre-trained one (``BuildContext.bilm``),
+  then frozen, its layers mixed by a learned ``ScalarMix`` (Peters et al., 2018, section 3.3). With the same
+  head, labelled data and head budget as ``static``, the biLM's pre-training is the only difference.
 
 The BERT arms read WordPiece ids, ``[CLS]`` + the pieces of the text + ``[SEP]``, with MiniLM's uncased tokenizer
 (``arch_tokenizer``), and end in a linear softmax over the mean of the last hidden states at the real tokens
@@ -61,6 +63,8 @@ class BuildContext(NamedTuple):
     pretrain: TrainConfig  # the recipe's pretrain section
     progress: bool
     log: Callable[[str], None]
+    pretrain_ids: Sequence[Sequence[int]] = ()  # the elmo arm's biLM corpus; () = train_ids
+    bilm: ELMo | None = None  # the elmo arm's pre-trained biLM, used as it is instead of pre-training one
 
 
 def build_bilstm(context: BuildContext) -> nn.Module:
@@ -74,7 +78,11 @@ def build_static(context: BuildContext) -> nn.Module:
 
 
 def build_elmo(context: BuildContext) -> nn.Module:
-    """Pre-train a biLM on the training ids (``pretrain_bilm``), then an ELMoClassifier that holds it, frozen."""
+    """An ELMoClassifier holding, frozen, ``context.bilm`` or a biLM pre-trained by ``pretrain_bilm`` on
+    ``context.pretrain_ids`` (the training ids if empty), validated on the validation ids.
+
+    Raises: ConfigError if ``context.bilm``'s sizes are not the model section's ``elmo_*`` (both shown).
+    """
     model, vocab_size = context.model, context.vocab_size
     config = ELMoClassifierConfig(
         vocab_size=vocab_size,
@@ -90,20 +98,22 @@ def build_elmo(context: BuildContext) -> nn.Module:
         dropout=model.dropout,
     )
     classifier = ELMoClassifier(config)
-    bilm = ELMo(
-        ELMoConfig(
-            vocab_size=vocab_size,
-            hidden_size=model.elmo_hidden_size,
-            num_layers=model.elmo_num_layers,
-            dropout=model.elmo_dropout,
-            residual=model.elmo_residual,
-        )
-    )
-    pretrain_bilm(
-        bilm, context.train_ids, context.valid_ids, context.pretrain, progress=context.progress, log=context.log
-    )
+    bilm = context.bilm
+    if bilm is None:
+        bilm = ELMo(replace(config.elmo_config(), dropout=model.elmo_dropout))
+        corpus = context.pretrain_ids or context.train_ids
+        pretrain_bilm(bilm, corpus, context.valid_ids, context.pretrain, progress=context.progress, log=context.log)
+    else:
+        _check_bilm_sizes(bilm.config, config.elmo_config())
     classifier.elmo.load_state_dict(bilm.state_dict())
     return classifier
+
+
+def _check_bilm_sizes(found: ELMoConfig, wanted: ELMoConfig) -> None:
+    names = ("vocab_size", "hidden_size", "num_layers", "residual", "tie_embeddings")
+    if any(getattr(found, n) != getattr(wanted, n) for n in names):
+        show = ", ".join(f"{n}={getattr(found, n)} (model: {getattr(wanted, n)})" for n in names)
+        raise ConfigError(f"model.elmo_path holds a biLM of other sizes: {show}; set model.elmo_* to its sizes")
 
 
 def minilm_folder(model: Any) -> Path:
