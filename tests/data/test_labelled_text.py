@@ -3,7 +3,13 @@ import collections
 import pytest
 import torch
 
-from seqlab.data.labelled_text import LabelledText, read_labelled_file, stratified_split, token_batches
+from seqlab.data.labelled_text import (
+    LabelledText,
+    read_labelled_file,
+    stratified_sample,
+    stratified_split,
+    token_batches,
+)
 from seqlab.data.names import name_origin_examples
 from seqlab.errors import DataError
 
@@ -38,6 +44,27 @@ def test_stratified_split_is_deterministic_disjoint_and_per_class():
     assert collections.Counter(e.label for e in splits.test) == {"a": 10, "b": 4}
     with pytest.raises(DataError, match=r"the valid split is empty: too few examples \(2\)"):
         stratified_split(examples[:1] + examples[-1:], valid_fraction=0.1, test_fraction=0.1, seed=0)
+
+
+def test_stratified_sample_keeps_each_class_share_in_the_original_order():
+    examples = [LabelledText(f"a{i}", "a") for i in range(60)] + [LabelledText(f"b{i}", "b") for i in range(40)]
+    examples = examples[::2] + examples[1::2]  # classes interleaved
+    sample = stratified_sample(examples, 25, seed=4)
+    assert sample == stratified_sample(examples, 25, seed=4) != stratified_sample(examples, 25, seed=5)
+    assert collections.Counter(e.label for e in sample) == {"a": 15, "b": 10}  # 25 * 60/100 and 25 * 40/100
+    assert sample == [e for e in examples if e in set(sample)]
+    rare = [*examples, LabelledText("c0", "c")]
+    assert (
+        collections.Counter(e.label for e in stratified_sample(rare, 10, seed=0))["c"] == 1
+    )  # a class is never left out
+    assert stratified_sample(examples, 100, seed=0) == examples
+
+
+@pytest.mark.parametrize("size", [1, 102])
+def test_a_stratified_sample_that_cannot_hold_every_class_or_exceeds_the_examples_is_one_error(size):
+    examples = [LabelledText(f"a{i}", "a") for i in range(60)] + [LabelledText(f"b{i}", "b") for i in range(41)]
+    with pytest.raises(DataError, match=rf"cannot sample {size} of 101 examples in 2 classes: .* \[2, 101\]"):
+        stratified_sample(examples, size, seed=0)
 
 
 def test_read_labelled_file_and_its_errors(tmp_path):

@@ -95,6 +95,20 @@ def test_init_from_a_run_of_another_arch_names_the_tensors_that_do_not_fit(runs,
     assert len(result.err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
 
 
+def test_train_size_trains_on_a_stratified_sample_and_elmo_concat_reads_the_embedding_beside_elmo(data, tmp_path):
+    settings = [f"data.train_path={data}", "data.train_size=30", *TINY, *STEPS]
+    for arch, extra in (("static", []), ("elmo", ["model.elmo_concat=true"])):
+        result = run_cli(
+            "train", "classify", "--out", tmp_path / arch, "--set", f"model.arch={arch}", *settings, *extra
+        )
+        assert result.code == 0, result.err
+        results = json.loads((tmp_path / arch / "results.json").read_text())
+        assert results["train_texts"] == 30 and results["test_texts"] == 18  # 144 training texts without the option
+    model = load_pretrained(tmp_path / "elmo")
+    assert model.embedding.weight.shape == (len(Vocabulary.load(tmp_path / "elmo" / "vocab.json")), 2 * 8)
+    assert model.classifier.rnn.input_size == 2 * 8 + 2 * 8
+
+
 def test_bad_input_is_one_line(data, tmp_path):
     bad = tmp_path / "bad.tsv"
     bad.write_text("Petrov\trussian\nSato japanese\n")
@@ -102,5 +116,11 @@ def test_bad_input_is_one_line(data, tmp_path):
     assert_error(result, f"{bad}:2: expected TEXT<TAB>LABEL, got 'Sato japanese'")
     result = run_cli("train", "classify", "--out", tmp_path / "run", "--set", f"data.test_path={data}")
     assert_error(result, "data.test_path needs data.train_path (the names data is split into all three)")
+    result = run_cli(
+        "train", "classify", "--out", tmp_path / "run", "--set", f"data.train_path={data}", "data.train_size=2"
+    )
+    assert_error(
+        result, f"{data}: data.train_size: cannot sample 2 of 144 examples in 3 classes: the size must lie in [3, 144]"
+    )
     result = run_cli("train", "classify", "--set", "model.arch=gpt")
     assert result.code == 2 and "'gpt' is not one of bilstm, static, elmo, minilm, bert" in result.err

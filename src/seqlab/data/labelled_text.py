@@ -1,4 +1,5 @@
-"""Labelled short texts (names, sentences) for classification: a TSV reader, a stratified split, padded batches.
+"""Labelled short texts (names, sentences) for classification: a TSV reader, a stratified split and sample, padded
+batches.
 
 The file format is one example per line, ``TEXT<TAB>LABEL`` (UTF-8); blank lines are skipped. Unlabelled input
 (``seqlab predict``) is one text per line.
@@ -93,6 +94,29 @@ def stratified_split(
         if not part and (name != "test" or test_fraction > 0):
             raise DataError(f"the {name} split is empty: too few examples ({len(examples)}) for the fractions")
     return splits
+
+
+def stratified_sample(examples: Sequence[LabelledText], size: int, *, seed: int) -> list[LabelledText]:
+    """About ``size`` of the examples, each class alike: round(size * n_c / n) of class c's n_c examples (at
+    least one), shuffled with ``seed``; the sample keeps the examples' original order. For learning curves: the
+    same model trained on fewer labelled examples.
+
+    Raises:
+        DataError: ``size`` is below the number of classes or above the number of examples (both shown).
+    """
+    labels = sorted({e.label for e in examples})
+    if not len(labels) <= size <= len(examples):
+        raise DataError(
+            f"cannot sample {size} of {len(examples)} examples in {len(labels)} classes: "
+            f"the size must lie in [{len(labels)}, {len(examples)}]"
+        )
+    rng = random.Random(seed)
+    kept: list[int] = []
+    for label in labels:
+        rows = [i for i, e in enumerate(examples) if e.label == label]
+        rng.shuffle(rows)
+        kept.extend(rows[: max(1, round(size * len(rows) / len(examples)))])
+    return [examples[i] for i in sorted(kept)]
 
 
 def token_batches(

@@ -35,7 +35,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqlab.data.labelled_text import LabelledText, read_labelled_file, stratified_split, token_batches
+from seqlab.data.labelled_text import (
+    LabelledText,
+    read_labelled_file,
+    stratified_sample,
+    stratified_split,
+    token_batches,
+)
 from seqlab.data.names import name_origin_examples, unlabelled_names
 from seqlab.data.tokenizers import load_tokenizer
 from seqlab.data.vocab import Vocabulary
@@ -77,8 +83,10 @@ class ClassifyDataConfig:
     split_seed: int = 0  # seed of the stratified split (and of the names data's per-class sample)
     min_per_class: int = 100  # names data: languages with fewer unambiguous names are left out
     max_per_class: int = 2500  # names data: at most this many names per language
+    train_size: int | None = None  # labelled training texts kept: a class-stratified sample (a learning curve)
 
     def __post_init__(self) -> None:
+        check_int("train_size", self.train_size, optional=True)
         check_real("valid_fraction", self.valid_fraction, greater_than=0.0, below=0.5)
         check_real("test_fraction", self.test_fraction, greater_than=0.0, below=0.5)
         check_int("split_seed", self.split_seed, minimum=0)
@@ -102,6 +110,7 @@ class ClassifyModelConfig(InitFromConfig):
     elmo_corpus: Literal["names", "train"] = "names"  # elmo: the biLM's unlabelled text (pretraining_texts)
     elmo_path: str | None = None  # elmo: a pre-trained biLM to use as it is (an elmo run, or an ELMo + vocab.json)
     mix_layer_norm: bool = False  # elmo: layer-normalise each biLM layer before the ScalarMix
+    elmo_concat: bool = False  # elmo: also read the static arm's own embedding (2H wide) beside ELMo, [x_t; ELMo_t]
     minilm_path: str | None = None  # minilm, bert: Hugging Face BERT folder (weights, tokenizer); None = MiniLM's
     bert_d_model: int = 128  # bert (from scratch): D
     bert_num_heads: int = 4  # bert: N
@@ -132,6 +141,7 @@ class ClassifyModelConfig(InitFromConfig):
         check_probability("elmo_dropout", self.elmo_dropout)
         check_bool("elmo_residual", self.elmo_residual)
         check_bool("mix_layer_norm", self.mix_layer_norm)
+        check_bool("elmo_concat", self.elmo_concat)
 
 
 @dataclass(frozen=True)
@@ -239,7 +249,23 @@ def class_logits(model: nn.Module, x: torch.Tensor, lengths: torch.Tensor) -> to
 
 
 def read_data(config: ClassifyDataConfig) -> tuple[list[LabelledText], list[LabelledText], list[LabelledText], str]:
-    """(train, valid, test, description of the source) as the data section says."""
+    """(train, valid, test, description of the source) as the data section says; with ``data.train_size``, the
+    training texts are a class-stratified sample of that size (seeded by ``split_seed``, so every arm gets the
+    same sample), while valid and test stay whole.
+
+    Raises: DataError naming the source if ``data.train_size`` does not fit the training texts.
+    """
+    train, valid, test, source = _read_splits(config)
+    if config.train_size is None:
+        return train, valid, test, source
+    try:
+        sample = stratified_sample(train, config.train_size, seed=config.split_seed)
+    except DataError as e:
+        raise DataError(f"{source}: data.train_size: {e}") from None
+    return sample, valid, test, source
+
+
+def _read_splits(config: ClassifyDataConfig) -> tuple[list[LabelledText], list[LabelledText], list[LabelledText], str]:
     if config.train_path is None and config.test_path is not None:
         raise ConfigError("data.test_path needs data.train_path (the names data is split into all three)")
     if config.train_path is None:
@@ -363,7 +389,8 @@ def train(
                 (test_set[i].text, labels[targets[i]], labels[predictions[i]])
                 for i in range(0, len(test_set), max(1, len(test_set) // 10))
             ]
-            return Report({"accuracy": 100.0 * correct / len(targets), "test_texts": float(len(targets))}, examples)
+            counts = {"test_texts": float(len(targets)), "train_texts": float(len(train_set))}
+            return Report({"accuracy": 100.0 * correct / len(targets), **counts}, examples)
 
         return TrainingRun(
             system.model,

@@ -9,7 +9,9 @@ pooling and a softmax (``seqlab.models.classifier``); they differ in what the en
 - ``elmo``: ELMo features: a biLM (``seqlab.models.elmo``) first pre-trained as a language model on unlabelled
   texts (``BuildContext.pretrain_ids``, section ``pretrain``), or a pre-trained one (``BuildContext.bilm``),
   then frozen, its layers mixed by a learned ``ScalarMix`` (Peters et al., 2018, section 3.3). With the same
-  head, labelled data and head budget as ``static``, the biLM's pre-training is the only difference.
+  head, labelled data and head budget as ``static``, the biLM's pre-training is the only difference. With
+  ``model.elmo_concat`` the head reads the ``static`` arm's embedding beside ELMo, [x_t; ELMo_t], as the paper
+  enhances its baselines (its control is ``static`` twice as wide: ``model.elmo_hidden_size`` doubled).
 
 The BERT arms read WordPiece ids, ``[CLS]`` + the pieces of the text + ``[SEP]``, with MiniLM's uncased tokenizer
 (``arch_tokenizer``), and end in a linear softmax over the mean of the last hidden states at the real tokens
@@ -92,6 +94,7 @@ def build_elmo(context: BuildContext) -> nn.Module:
         elmo_residual=model.elmo_residual,
         freeze_elmo=True,
         mix_layer_norm=model.mix_layer_norm,
+        embedding_size=2 * model.elmo_hidden_size if model.elmo_concat else 0,
         hidden_size=model.hidden_size,
         cell="lstm",
         pooling=model.pooling,

@@ -44,3 +44,21 @@ def test_biLM_weights_load_into_the_classifier_by_name(tmp_path):
     x = torch.randint(0, 9, (2, 5))
     torch.testing.assert_close(loaded(x).logits, model(x).logits)
     torch.testing.assert_close(loaded.elmo.embedding.weight, elmo.embedding.weight)
+
+
+def test_a_token_embedding_beside_elmo_is_read_concatenated_and_learns_while_the_biLM_stays_frozen():
+    model = make_classifier(embedding_size=3)
+    x = torch.randint(0, 9, (2, 6))
+    logits = model(x, torch.tensor([4, 6])).logits
+    layers = model.elmo.elmo_representations(x[:1, :4]).layers  # (L+1, 1, 4, 2H)
+    features = torch.cat([model.embedding(x[:1, :4]), model.mix(layers)], dim=-1)  # [x_t; ELMo_t]
+    torch.testing.assert_close(logits[:1], model.classifier(features).logits)
+    model.train()
+    model(x).logits.sum().backward()
+    assert model.embedding.weight.grad is not None and all(p.grad is None for p in model.elmo.parameters())
+    assert model.classifier.rnn.input_size == 3 + 8
+
+
+def test_without_a_token_embedding_the_classifier_has_none():
+    assert make_classifier().embedding is None
+    assert not any(name.startswith("embedding.") for name in make_classifier().state_dict())

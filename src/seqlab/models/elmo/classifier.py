@@ -7,6 +7,10 @@ vectors is the input of a seq2vec classifier (a recurrent encoder, pooling, soft
     ELMo_t = gamma * sum_j softmax(w)_j R_{t,j}         (2H,)
     p(y | x) = Seq2VecClassifier(ELMo_1..ELMo_n)
 
+With ``embedding_size`` E > 0 the task model also learns its own context-independent token embedding x_t (E,)
+and reads [x_t; ELMo_t] (E + 2H,), as Peters et al. feed the task RNN with the baseline's input enhanced by
+ELMo ("we concatenate the ELMo vector ELMo_k with x_k", section 3.3).
+
 With ``freeze_elmo`` (the paper's setting) the biLM's weights stay fixed: its parameters do not require
 gradients and its representations are computed without a graph; only the mix and the classifier learn.
 """
@@ -38,6 +42,7 @@ class ELMoClassifierConfig:
     elmo_num_layers: int = 2  # the biLM's L
     elmo_residual: bool = True  # the biLM's residual connection
     elmo_tie_embeddings: bool = False  # the biLM's tied softmax
+    embedding_size: int = 0  # E of a learned token embedding read beside ELMo, [x_t; ELMo_t]; 0 = ELMo alone
     freeze_elmo: bool = True  # keep the biLM fixed; only the mix and the classifier learn
     mix_layer_norm: bool = False  # layer-normalise each biLM layer before mixing
     hidden_size: int = 64  # H of the classifier's encoder, per direction
@@ -51,6 +56,7 @@ class ELMoClassifierConfig:
         check_int("num_classes", self.num_classes, minimum=2)
         check_int("elmo_hidden_size", self.elmo_hidden_size)
         check_int("elmo_num_layers", self.elmo_num_layers)
+        check_int("embedding_size", self.embedding_size, minimum=0)
         for name in ("elmo_residual", "elmo_tie_embeddings", "freeze_elmo", "mix_layer_norm"):
             check_bool(name, getattr(self, name))
         check_int("hidden_size", self.hidden_size)
@@ -72,7 +78,7 @@ class ELMoClassifierConfig:
 
 
 class ELMoClassifier(PretrainedMixin, nn.Module):
-    """biLM -> ScalarMix -> dropout -> Seq2VecClassifier (module docstring).
+    """biLM -> ScalarMix -> dropout -> (beside a learned token embedding) -> Seq2VecClassifier (module docstring).
 
     Args:
         config: ELMoClassifierConfig.
@@ -95,10 +101,11 @@ class ELMoClassifier(PretrainedMixin, nn.Module):
             self.elmo.requires_grad_(False)
         self.mix = ScalarMix(config.elmo_num_layers + 1, layer_norm=config.mix_layer_norm)
         self.dropout = nn.Dropout(config.dropout)
+        self.embedding = nn.Embedding(config.vocab_size, config.embedding_size) if config.embedding_size else None
         self.classifier = Seq2VecClassifier(
             Seq2VecClassifierConfig(
                 num_classes=config.num_classes,
-                input_size=2 * config.elmo_hidden_size,
+                input_size=config.embedding_size + 2 * config.elmo_hidden_size,
                 hidden_size=config.hidden_size,
                 cell=config.cell,
                 num_layers=config.num_layers,
@@ -120,4 +127,7 @@ class ELMoClassifier(PretrainedMixin, nn.Module):
         keep_mask = torch.arange(T, device=x.device) < lengths.to(x.device).unsqueeze(1)  # (B, T)
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.config.freeze_elmo):
             layers = self.elmo.elmo_representations(x, keep_mask).layers  # (L+1, B, T, 2H)
-        return self.classifier(self.dropout(self.mix(layers)), lengths)
+        features = self.dropout(self.mix(layers))  # (B, T, 2H)
+        if self.embedding is not None:
+            features = torch.cat([self.embedding(x), features], dim=-1)  # (B, T, E + 2H)
+        return self.classifier(features, lengths)
