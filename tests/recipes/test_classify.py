@@ -122,5 +122,7 @@ def test_bad_input_is_one_line(data, tmp_path):
     assert_error(
         result, f"{data}: data.train_size: cannot sample 2 of 144 examples in 3 classes: the size must lie in [3, 144]"
     )
+    result = run_cli("train", "classify", "--set", "model.arch=static", "model.elmo_concat=true")
+    assert_error(result, "--set: [model] elmo_concat reads an embedding beside ELMo: it needs arch=elmo, not static")
     result = run_cli("train", "classify", "--set", "model.arch=gpt")
     assert result.code == 2 and "'gpt' is not one of bilstm, static, elmo, minilm, bert" in result.err

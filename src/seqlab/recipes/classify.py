@@ -142,6 +142,8 @@ class ClassifyModelConfig(InitFromConfig):
         check_bool("elmo_residual", self.elmo_residual)
         check_bool("mix_layer_norm", self.mix_layer_norm)
         check_bool("elmo_concat", self.elmo_concat)
+        if self.elmo_concat and self.arch != "elmo":
+            raise ConfigError(f"elmo_concat reads an embedding beside ELMo: it needs arch=elmo, not {self.arch}")
 
 
 @dataclass(frozen=True)
