@@ -40,6 +40,10 @@ SMOKE = {
         flags({"--batch": 2, "--length": 8, "--repeats": 1, "--threads": 1}),
         ["seqlab Bert", "transformers BertModel", "sentences/s IQR", "of the sentence embeddings"],
     ),
+    "g2p_training.py": (
+        flags({"--batch": 2, "--repeats": 1, "--threads": 1}),
+        ["model    parameters precision", "default     834,730      fp32", "preset    3,965,482      bf16"],
+    ),
     "attention.py": (
         flags(
             {"--max-T": 8, "--batch": 1, "--heads": 1, "--head-dim": 2, "--window": 2, "--decode-batch": 2}
