@@ -137,8 +137,8 @@ class Config:
     machine earlier, where the cosine is low already (past 83% of the steps the valid loss is within 0.001 nats of
     its end). Test decoding and set-up add under a minute. At a constant rate the valid loss stalls at the noise
     floor of the step size: the decay took the test WER from 30.7% to 28.4%, and ending it at 16,000 steps rather
-    than 13,000 to 27.4%, at 20,000 to 26.9% (issue 12's
-    levers table). Training checkpoints every 500 steps (each writes 13 MB).
+    than 13,000 to 27.4%, at 20,000 to 26.9% (issue 12's levers table). Training checkpoints every 500 steps
+    (each writes 13 MB).
     """
 
     data: G2PDataConfig = field(default_factory=G2PDataConfig)
