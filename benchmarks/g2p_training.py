@@ -34,7 +34,7 @@ from seqlab.config import apply_overrides, flatten, load_toml
 from seqlab.data.batching import batch_iterator
 from seqlab.data.vocab import Vocabulary
 from seqlab.recipes import g2p
-from seqlab.recipes.g2p_data import load_splits
+from seqlab.data.pronunciations import load_splits
 from seqlab.training.device import autocast
 from seqlab.training.scheduled_sampling import scheduled_sampling_loss
 

@@ -258,7 +258,7 @@ def test_flatten_goes_any_depth_and_drops_empty_tables():
 
 def test_describe_lists_every_key_in_declaration_order():
     rows = describe(Setup(window=Window(high=9)))
-    assert rows == [
+    assert [(key, value) for key, value, _ in rows] == [
         ("net.size", 4),
         ("net.rate", 0.5),
         ("net.name", "net"),
@@ -271,6 +271,7 @@ def test_describe_lists_every_key_in_declaration_order():
         ("window.low", 0),
         ("window.high", 9),
     ]
+    assert {applies for _, _, applies in rows} == {""}
 
 
 # --- load_toml ------------------------------------------------------------------------------------------
@@ -317,3 +318,73 @@ def test_load_toml_invalid_content_is_one_line_naming_the_file(tmp_path, content
     assert message.startswith(f"{path}: not valid TOML (")
     assert message.endswith(")")
     assert "\n" not in message
+
+
+# --- choice sections: model.arch selects its own config class ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recurrent:
+    arch: Literal["rnn"] = "rnn"
+    hidden_size: int = 8
+    dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.arch != "rnn":
+            raise ValueError(f"arch ({self.arch!r}) must be 'rnn'")
+
+
+@dataclass(frozen=True)
+class Attention:
+    arch: Literal["transformer"] = "transformer"
+    num_heads: int = 2
+    dropout: float = 0.0
+
+
+@dataclass(frozen=True)
+class Choice:
+    model: Recurrent | Attention = field(default_factory=Recurrent)
+    window: Window = field(default_factory=Window)
+
+
+def test_arch_selects_its_class_with_its_own_defaults():
+    config = apply_overrides(Choice(), {"model.arch": "transformer", "model.num_heads": "4"})
+    assert config.model == Attention(num_heads=4)
+    assert apply_overrides(Choice(model=Attention()), {"model.arch": "rnn"}).model == Recurrent()
+
+
+def test_a_key_of_another_arch_is_refused_naming_both():
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides(Choice(), {"model.num_heads": "8"})
+    assert (
+        str(caught.value) == "--set model.num_heads: does not apply to model.arch=rnn (a key of model.arch=transformer)"
+    )
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides(Choice(), {"model.arch": "transformer", "model.hidden_size": "8"}, source="a.toml")
+    assert (
+        str(caught.value)
+        == "a.toml model.hidden_size: does not apply to model.arch=transformer (a key of model.arch=rnn)"
+    )
+
+
+def test_an_unknown_arch_and_an_unknown_key_are_refused():
+    with pytest.raises(ConfigError, match=r"^--set model.arch: 'mamba' is not one of rnn, transformer$"):
+        apply_overrides(Choice(), {"model.arch": "mamba"})
+    with pytest.raises(ConfigError, match=r"unknown key in \[model\]; valid keys are arch, hidden_size, dropout$"):
+        apply_overrides(Choice(), {"model.heads": "8"})
+
+
+def test_switching_arch_keeps_shared_values_and_refuses_values_it_would_drop():
+    # A TOML file set the dropout, then --set switches the arch: the shared field keeps the file's value.
+    from_file = apply_overrides(Choice(), {"model.dropout": 0.3}, source="a.toml")
+    assert apply_overrides(from_file, {"model.arch": "transformer"}).model == Attention(dropout=0.3)
+    sized = apply_overrides(Choice(), {"model.hidden_size": 16}, source="a.toml")
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides(sized, {"model.arch": "transformer"})
+    assert str(caught.value) == "--set model.arch=transformer: model.hidden_size (set to 16) does not apply to it"
+
+
+def test_describe_lists_the_other_archs_keys_with_their_arch():
+    rows = describe(Choice())
+    assert rows[:3] == [("model.arch", "rnn", ""), ("model.hidden_size", 8, ""), ("model.dropout", 0.1, "")]
+    assert rows[3:5] == [("model.num_heads", 2, "arch=transformer"), ("model.dropout", 0.0, "arch=transformer")]

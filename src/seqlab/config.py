@@ -16,7 +16,7 @@ import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from seqlab.errors import ConfigError
 
@@ -30,6 +30,7 @@ ConfigT = TypeVar("ConfigT")
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 _NONE = {"none", "null"}
+ARCH = "arch"  # the field that names a choice section's architecture
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -90,6 +91,11 @@ def flatten(nested: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def apply_overrides(config: ConfigT, overrides: Mapping[str, Any], *, source: str = "--set") -> ConfigT:
     """Return a copy of a sectioned config with dotted-key overrides applied and validated.
 
+    A section declared as a union of config classes (``model: RNNConfig | TransformerConfig``), each naming its
+    architecture in the default of an ``arch`` field, is a choice (``architectures``): ``section.arch=X`` selects
+    X's class, and the section then takes X's keys only. Fields the old and new class share keep the values given
+    earlier (a TOML file, then ``--set``); a value given earlier for a key the new class lacks is refused.
+
     Args:
         config: a frozen dataclass whose fields are frozen dataclasses (the sections).
         overrides: ``{"section.key": value}``; string values are converted to the field's type
@@ -97,37 +103,122 @@ def apply_overrides(config: ConfigT, overrides: Mapping[str, Any], *, source: st
         source: where the overrides came from, for messages (``--set`` or a file name).
 
     Raises:
-        ConfigError: unknown section or key (the message lists the valid ones), a value that does not convert,
-            or a value the section's validation rejects.
+        ConfigError: unknown section or key (the message lists the valid ones), a key of another architecture
+            (``--set model.num_heads: does not apply to model.arch=rnn``), a value that does not convert, or a
+            value the section's validation rejects.
     """
     sections = {f.name: f for f in dataclasses.fields(config)}
-    changes: dict[str, dict[str, Any]] = {}
+    section_hints = typing.get_type_hints(type(config))
+    grouped: dict[str, dict[str, Any]] = {}
     for dotted, raw in overrides.items():
         section, _, key = dotted.partition(".")
         if section not in sections or not key:
             raise ConfigError(f"{source} {dotted}: unknown key; sections are {', '.join(sections)}")
-        section_config = getattr(config, section)
-        hints = typing.get_type_hints(type(section_config))
-        field_names = [f.name for f in dataclasses.fields(section_config)]
-        if key not in field_names:
-            raise ConfigError(f"{source} {dotted}: unknown key in [{section}]; valid keys are {', '.join(field_names)}")
-        changes.setdefault(section, {})[key] = _convert(raw, hints[key], f"{source} {dotted}")
+        grouped.setdefault(section, {})[key] = raw
     replaced = {}
-    for section, fields in changes.items():
+    for section, given in grouped.items():
+        choices = architectures(section_hints[section])
+        current = getattr(config, section)
+        if choices is not None and ARCH in given:
+            arch = _convert(given.pop(ARCH), Literal[tuple(choices)], f"{source} {section}.{ARCH}")
+            current = _switch(current, choices[arch], section, source)
+        hints = typing.get_type_hints(type(current))
+        fields: dict[str, Any] = {}
+        for key, raw in given.items():
+            if key not in hints:
+                raise _unknown_key(source, section, key, current, choices)
+            fields[key] = _convert(raw, hints[key], f"{source} {section}.{key}")
         try:
-            replaced[section] = dataclasses.replace(getattr(config, section), **fields)
+            replaced[section] = dataclasses.replace(current, **fields)
         except (ValueError, TypeError) as e:
             raise ConfigError(f"{source}: [{section}] {e}") from None
     return dataclasses.replace(config, **replaced)
 
 
-def describe(config: Any) -> list[tuple[str, Any]]:
-    """``[("section.key", value), ...]`` for every field of a sectioned config, in declaration order."""
+def architectures(annotation: Any) -> dict[str, type] | None:
+    """``{arch: config class}`` of a section annotated as a union of dataclasses whose ``arch`` field defaults to
+    their architecture's name (a choice section), or None for a plain section."""
+    if not _is_union(annotation):
+        return None
+    classes = [c for c in typing.get_args(annotation) if c is not type(None)]
+    if not all(dataclasses.is_dataclass(c) and ARCH in {f.name for f in dataclasses.fields(c)} for c in classes):
+        return None
+    return {_arch_of(c): c for c in classes}
+
+
+def section_class(annotation: Any, saved: Mapping[str, Any]) -> type:
+    """The class of a section whose saved fields are ``saved`` (a choice section's by its ``arch`` value).
+
+    Raises: ConfigError if a choice section's ``arch`` names none of its classes.
+    """
+    choices = architectures(annotation)
+    if choices is None:
+        return annotation
+    arch = saved.get(ARCH)
+    if arch not in choices:
+        raise ConfigError(f"{ARCH} {arch!r} is not one of {', '.join(choices)}")
+    return choices[arch]
+
+
+def describe(config: Any) -> list[tuple[str, Any, str]]:
+    """``[("section.key", value, applies_to), ...]`` for every field of a sectioned config, in declaration order.
+
+    ``applies_to`` is "" for a key of a plain section or of the chosen architecture; a choice section's other
+    architectures follow with their keys' defaults and ``"arch=X"``.
+    """
+    hints = typing.get_type_hints(type(config))
     rows = []
     for section in dataclasses.fields(config):
         value = getattr(config, section.name)
-        rows.extend((f"{section.name}.{f.name}", getattr(value, f.name)) for f in dataclasses.fields(value))
+        rows.extend((f"{section.name}.{f.name}", getattr(value, f.name), "") for f in dataclasses.fields(value))
+        for arch, other in (architectures(hints[section.name]) or {}).items():
+            if other is not type(value):
+                default = other()
+                rows.extend(
+                    (f"{section.name}.{f.name}", getattr(default, f.name), f"{ARCH}={arch}")
+                    for f in dataclasses.fields(other)
+                    if f.name != ARCH
+                )
     return rows
+
+
+def _arch_of(cls: type) -> str:
+    default = next(f.default for f in dataclasses.fields(cls) if f.name == ARCH)
+    if not isinstance(default, str):
+        raise TypeError(f"{cls.__name__}.{ARCH} must default to its architecture's name")
+    return default
+
+
+def _switch(current: Any, chosen: type, section: str, source: str) -> Any:
+    """``chosen``'s defaults with the values given earlier for the fields of ``current`` (another class, perhaps)."""
+    if type(current) is chosen:
+        return current
+    defaults, fresh = type(current)(), chosen()
+    carried = {}
+    for f in dataclasses.fields(current):
+        value = getattr(current, f.name)
+        if f.name == ARCH or value == getattr(defaults, f.name):
+            continue
+        if not hasattr(fresh, f.name):
+            raise ConfigError(
+                f"{source} {section}.{ARCH}={_arch_of(chosen)}: {section}.{f.name} (set to {value!r}) "
+                f"does not apply to it"
+            )
+        carried[f.name] = value
+    return dataclasses.replace(fresh, **carried)
+
+
+def _unknown_key(source: str, section: str, key: str, current: Any, choices: dict[str, type] | None) -> ConfigError:
+    if choices is not None:
+        owners = [arch for arch, c in choices.items() if key in {f.name for f in dataclasses.fields(c)}]
+        if owners:
+            arch = getattr(current, ARCH)
+            return ConfigError(
+                f"{source} {section}.{key}: does not apply to {section}.{ARCH}={arch} "
+                f"(a key of {section}.{ARCH}={' | '.join(owners)})"
+            )
+    valid = ", ".join(f.name for f in dataclasses.fields(current))
+    return ConfigError(f"{source} {section}.{key}: unknown key in [{section}]; valid keys are {valid}")
 
 
 def _convert(raw: Any, annotation: Any, where: str) -> Any:

@@ -39,6 +39,23 @@ class AttentionMap(NamedTuple):
     weights: Tensor
 
 
+class LabelledAttention(NamedTuple):
+    """A model's attention maps on one input, with the symbols of their axes, as a system offers them.
+
+    Attributes:
+        maps: every map (``attention_maps``).
+        labels: (stack, kind) -> (query symbols, key symbols), where stack is the first part of a map's module
+            name ("encoder", "decoder", "layers") and kind "self" or "cross".
+        caption: a one-line title (the input, and the output where the model decodes).
+        output: the model's output symbols ([] where it only reads).
+    """
+
+    maps: list[AttentionMap]
+    labels: dict[tuple[str, str], tuple[list[str], list[str]]]
+    caption: str
+    output: list[str]
+
+
 def _collect(model: nn.Module, run: Callable[[], Any]) -> list[AttentionMap]:
     """Every head of every MultiHeadAttention in ``model`` during ``run()``, batch row 0, in call order."""
     maps: list[AttentionMap] = []

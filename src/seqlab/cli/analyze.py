@@ -20,11 +20,11 @@ from seqlab.analysis import attention, complexity, curves, exposure, gradients, 
 from seqlab.cli.tables import table
 from seqlab.data.batching import batch_iterator
 from seqlab.data.cmudict import read_cmudict
+from seqlab.data.pronunciations import load_splits
 from seqlab.errors import ConfigError, SeqlabError
 from seqlab.models import GPT, load_pretrained
 from seqlab.recipes import recipe_of_checkpoint
 from seqlab.recipes.g2p import G2PSystem, encode_pairs
-from seqlab.recipes.g2p_data import load_splits
 from seqlab.recipes.lm import LanguageModelSystem
 
 

@@ -1,8 +1,8 @@
 """Named, ready-to-run task setups: data + model + training configuration, run by ``seqlab train NAME``.
 
 A recipe is a module satisfying :class:`seqlab.recipes.base.Recipe` (``NAME``, ``DESCRIPTION``, ``Config``,
-``PREDICT_OPTIONS``, ``train``, ``evaluate``, ``predict``), registered here by its ``NAME``. A run directory
-records its recipe in ``recipe.json``, so ``seqlab evaluate`` and ``seqlab predict`` find the right one.
+``System``, ``prepare``), registered here by its ``NAME``. A run directory records its recipe in ``recipe.json``,
+so ``load_system(run_dir)`` finds the ``System`` class that loads it (``seqlab.recipes.system``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from seqlab.recipes import (
     vowels,
 )
 from seqlab.recipes.base import RECIPE_FILE, RECIPE_MEMBERS, Recipe, Report, recipe_name_of
+from seqlab.recipes.system import GenerationChunk, GenerationRequest, System, SystemOptions
 
 RECIPES: dict[str, Recipe] = {}
 
@@ -56,6 +57,15 @@ def get_recipe(name: str) -> Recipe:
         raise ConfigError(f"unknown recipe {name!r}; available: {', '.join(sorted(RECIPES))}") from None
 
 
+def load_system(directory: Path, options: SystemOptions | None = None) -> System:
+    """The trained run in ``directory``, loaded by its recipe's ``System`` with ``options``.
+
+    Raises:
+        CheckpointError: the directory is not a readable run of a known recipe (one line naming it).
+    """
+    return recipe_of_checkpoint(directory).System.load(directory, options or SystemOptions())
+
+
 def recipe_of_checkpoint(directory: Path) -> Recipe:
     """The recipe that wrote run directory ``directory`` (read from its ``recipe.json``).
 
@@ -81,4 +91,17 @@ register_recipe(translate)
 register_recipe(vec2seq)
 register_recipe(vowels)
 
-__all__ = ["RECIPES", "RECIPE_FILE", "Recipe", "Report", "get_recipe", "recipe_of_checkpoint", "register_recipe"]
+__all__ = [
+    "RECIPES",
+    "RECIPE_FILE",
+    "GenerationChunk",
+    "GenerationRequest",
+    "Recipe",
+    "Report",
+    "System",
+    "SystemOptions",
+    "get_recipe",
+    "load_system",
+    "recipe_of_checkpoint",
+    "register_recipe",
+]

@@ -14,13 +14,14 @@ import json
 import math
 import time
 import typing
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 import torch
 from torch import nn
 
+from seqlab.config import architectures, section_class
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.files import atomic_write
 from seqlab.recipes.init_from import InitFromConfig, load_by_name
@@ -33,16 +34,17 @@ from seqlab.recipes.run_directory import (
     has_results,
     refuse_occupied,
 )
+from seqlab.recipes.system import System
 from seqlab.training.averaging import AverageLastValidated
 from seqlab.training.callbacks import MetricsLog, run_dir_callbacks
 from seqlab.training.checkpoint import STATE_FILE, load_training_state, save_training_state
 from seqlab.training.device import training_device
 from seqlab.training.distributed import is_writer
 from seqlab.training.optim import freeze_parameters
-from seqlab.training.scheduled_sampling import ScheduledSampling
 from seqlab.training.seeding import seed_everything
 from seqlab.training.strategies import Strategy
-from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
+from seqlab.training.train_config import LEGACY_TEACHER_FORCING
+from seqlab.training.trainer import LossOutput, Trainer
 
 ConfigT = TypeVar("ConfigT")
 
@@ -55,63 +57,42 @@ class Report(NamedTuple):
 
 
 class Recipe(Protocol):
-    """A named task that ``seqlab train | evaluate | predict`` runs; a module with these members satisfies it.
+    """A named task that ``seqlab train`` runs and whose runs ``seqlab evaluate | predict | generate | analyze`` use
+    through its ``System``; a module with these members satisfies it.
 
     Attributes:
         NAME: the registry name (``seqlab train NAME``), also written to ``recipe.json``.
         DESCRIPTION: one line for ``seqlab recipes``.
         Config: a frozen dataclass whose fields are frozen section dataclasses (``data``, ``model``, ``train``, ...)
-            with defaults; ``Config()`` is the recipe's default setup.
-        PREDICT_OPTIONS: the keyword-only arguments ``predict`` takes (e.g. ``("beam_size", "nbest")``, or ``()``);
-            the command line passes an option only to a recipe that names it here, and refuses it otherwise.
-
-    A recipe may also name in ``EVALUATE_OPTIONS`` the keyword-only arguments its ``evaluate`` takes (g2p:
-    ``("ensemble", "errors")``); the command line refuses them for a recipe that has none.
-
-    A recipe that generates text (``lm``) also has ``generate(checkpoint, prompt, *, max_new_tokens, temperature,
-    top_k, top_p, num_beams, seed, num_samples, stop, on_text) -> list[str]``; ``seqlab generate`` refuses a
-    checkpoint whose recipe has none, so the others need nothing.
+            with defaults; ``Config()`` is the recipe's default setup. A section may be a choice among typed
+            configs (``model: RNNConfig | TransformerConfig``, chosen by ``model.arch``; ``seqlab.config``).
+        System: the class of a trained run (``seqlab.recipes.system.System``).
     """
 
     NAME: str
     DESCRIPTION: str
     Config: type[Any]
-    PREDICT_OPTIONS: tuple[str, ...]
+    System: type[System]
 
-    def train(
-        self,
-        config: Any,
-        out_dir: Path,
-        *,
-        progress: bool = True,
-        log: Callable[[str], None] = print,
-        mode: RunMode = "new",
-    ) -> Report:
-        """Train on the config's data, leave the run directory in ``out_dir``, and report the test scores.
+    def prepare(self, config: Any) -> TrainingRun:
+        """Read the data, build the model and check everything that can fail, writing nothing; return the
+        parts the skeleton (``run_training``) trains with.
 
-        ``mode`` is "new", "overwrite" or "resume" (``seqlab.recipes.run_directory``); ``run_training`` does it.
-
-        Raises: DataError or ConfigError (one line) before ``out_dir`` is created.
+        Raises: DataError or ConfigError (one line) for bad data or settings.
         """
-        ...
-
-    def evaluate(self, checkpoint: Path, data_path: str) -> dict[str, float]:
-        """Scores of the run directory ``checkpoint`` on a data file in the task's standard format."""
-        ...
-
-    def predict(self, checkpoint: Path, inputs: Sequence[str], /, **options: Any) -> list[str]:
-        """Output lines for ``inputs``; ``options`` are exactly the recipe's ``PREDICT_OPTIONS`` (each optional)."""
         ...
 
 
 # Key of the training state under which a run with train.average_last keeps the weights it will average.
 AVERAGED_KEY = "averaged_validations"
-RECIPE_MEMBERS = ("NAME", "DESCRIPTION", "Config", "PREDICT_OPTIONS", "train", "evaluate", "predict")  # of Recipe
+RECIPE_MEMBERS = ("NAME", "DESCRIPTION", "Config", "System", "prepare")  # of Recipe
 
 
 class TrainingRun(NamedTuple):
-    """A recipe's built model and the task functions around it, as :func:`run_training` uses them."""
+    """What a recipe's ``prepare`` hands the skeleton (:func:`run_training`): the config it resolved, the model and
+    the task's parts, each a function or a bound method that can be tested alone."""
 
+    config: Any  # the sectioned config the run trains with (``prepare`` may resolve presets), saved in recipe.json
     model: nn.Module
     loss_fn: Callable[[nn.Module, Any], LossOutput]  # (model, batch) -> LossOutput
     train_batches: Callable[[int, torch.Generator, int], Iterable[Any]]  # (epoch, generator, batch_size) -> batches
@@ -126,22 +107,21 @@ class TrainingRun(NamedTuple):
 
 
 def run_training(
-    name: str,
+    recipe: Recipe,
     config: Any,
     out_dir: Path,
-    prepare: Callable[[], TrainingRun],
     *,
     progress: bool = True,
     log: Callable[[str], None] = print,
     mode: RunMode = "new",
 ) -> Report:
-    """The train skeleton every recipe shares, for recipe ``name`` and its sectioned ``config`` (with a
-    ``train`` section, a ``TrainConfig``).
+    """The train skeleton every recipe shares: train ``recipe`` with its sectioned ``config`` (whose ``train``
+    section is a ``TrainConfig``) into the run directory ``out_dir``.
 
     Checks ``out_dir`` and, for "resume" and "overwrite", locks it (``seqlab.recipes.run_directory``); reads
     the training checkpoint to resume from; seeds Python, NumPy and torch with ``config.train.seed``; calls
-    ``prepare()`` (which reads the data, builds the model and checks everything that can fail, so an error
-    leaves no directory behind); loads ``config.model.init_from`` by name if the model section has one
+    ``recipe.prepare(config)`` (which reads the data, builds the model and checks everything that can fail, so an
+    error leaves no directory behind); loads ``config.model.init_from`` by name if the model section has one
     (``seqlab.recipes.init_from``) and freezes ``config.train.freeze``; creates and locks the run directory;
     writes the run's files (``run.save``) and ``recipe.json``; logs
     ``checkpoint: DIR; SUMMARY; model: N parameters[, SUMMARY_MODEL]``; trains with a :class:`Trainer`, saving
@@ -160,126 +140,160 @@ def run_training(
         other than 0 return an empty report.
     """
     started = time.perf_counter()
-    train_config: TrainConfig = config.train
-    training_device(train_config.device, train_config.precision)  # refuse an unusable device before writing
+    training_device(config.train.device, config.train.precision)  # refuse an unusable device before writing
     if not is_writer():
-        return _train_beside_rank0(config, out_dir / STATE_FILE if mode == "resume" else None, prepare)
+        return _train_beside_rank0(recipe, config, out_dir / STATE_FILE if mode == "resume" else None)
     directory = RunDirectory(out_dir, mode)
     directory.lock_target()
     failed = True
     try:
         resume_from = load_training_state(out_dir / STATE_FILE) if mode == "resume" else None
-        seed_everything(train_config.seed)
-        run = prepare()
-        pretrained = _initialise(run, config, log)
-        _refuse_unused_settings(name, train_config, run, pretrained)
-        path = directory.open()
-        run.save(path)  # vocabularies and tokenizers first: a resumed run reads them instead of rebuilding them
-        save_recipe_file(path, name, config)
-        parameters = sum(p.numel() for p in run.model.parameters())
-        note = f", {run.summary_model}" if run.summary_model else ""
-        log(f"checkpoint: {out_dir}; {run.summary}; model: {parameters:,} parameters{note}")
-        logs = run_dir_callbacks(path)
-        for callback in logs:
-            if isinstance(callback, MetricsLog) and resume_from is not None:
-                callback.rewind(step=resume_from["run"]["step"], validated_at=resume_from["run"]["validated_at"])
-
-        def save() -> None:
-            run.save(directory.path)
-            save_recipe_file(directory.path, name, config)
-
-        averager = None if train_config.average_last is None else AverageLastValidated(train_config.average_last)
-        if averager is not None and resume_from is not None:
-            if AVERAGED_KEY in resume_from:
-                averager.load_state_dict(resume_from[AVERAGED_KEY])
-            else:
-                log("the training checkpoint predates saved averages: averaging the validations after the resume")
-
-        def checkpoint(state: dict[str, Any]) -> None:
-            if averager is not None:
-                state = {**state, AVERAGED_KEY: averager.state_dict()}
-            save_training_state(directory.path / STATE_FILE, state)
-            if not directory.committed:
-                moved_to = directory.commit()
-                for callback in logs:
-                    if isinstance(callback, MetricsLog):
-                        callback.path = moved_to / callback.path.name
-
-        trainer = Trainer(
-            run.model,
-            train_config,
-            loss_fn=run.loss_fn,
-            train_batches=run.train_batches,
-            validate=run.validate,
-            on_best=lambda model, record: save(),
-            progress=progress,
-            log=log,
-            callbacks=[*logs, *([averager] if averager is not None else [])],
-            strategy=run.strategy,
-            checkpoint=checkpoint,
-            pretrained=pretrained,
-        )
-        try:
-            result = trainer.fit(resume_from=resume_from)
-        except CheckpointError as e:
-            raise CheckpointError(f"{out_dir / STATE_FILE}: {e}") from None
-        if averager is not None:
-            run.model.load_state_dict(averager.average())
-        save()
-        tested = run.test()
-        row = {
-            **tested.results,
-            run.valid_metric: result.best.get(run.valid_metric, math.nan),
-            "steps": float(result.steps),
-            "epochs": float(result.epochs),
-            "train_seconds": result.seconds,
-            "total_seconds": time.perf_counter() - started,
-        }
+        seed_everything(config.train.seed)
+        run = recipe.prepare(config)
+        pretrained = _initialise(run, log)
+        _open_run(recipe.NAME, run, directory, log)
+        result = _SavedTraining(recipe.NAME, run, directory, resume_from, log).fit(pretrained, progress)
+        row = {**_test_row(run, result), "total_seconds": time.perf_counter() - started}
         results = json.dumps({**row, "stopped_by": result.stopped_by}, indent=2) + "\n"
         atomic_write(directory.path / RESULTS_FILE, results)
         failed = False
     finally:
         directory.close(failed=failed)
-    return Report(row, tested.examples)
+    return Report(row, result.tested.examples)
 
 
-def _refuse_unused_settings(name: str, config: TrainConfig, run: TrainingRun, pretrained: list[str]) -> None:
-    """Settings every recipe's ``train`` section has but only some runs use: refused where they would be ignored.
+def _open_run(name: str, run: TrainingRun, directory: RunDirectory, log: Callable[[str], None]) -> None:
+    """Create the run directory with the run's files and ``recipe.json``, and log the run's summary line."""
+    path = directory.open()
+    run.save(path)  # vocabularies and tokenizers first: a resumed run reads them instead of rebuilding them
+    save_recipe_file(path, name, run.config)
+    parameters = sum(p.numel() for p in run.model.parameters())
+    note = f", {run.summary_model}" if run.summary_model else ""
+    log(f"checkpoint: {directory.target}; {run.summary}; model: {parameters:,} parameters{note}")
 
-    Raises: ConfigError naming the setting.
-    """
-    if (config.teacher_forcing != 1.0 or config.teacher_forcing_schedule != "constant") and not isinstance(
-        run.strategy, ScheduledSampling
-    ):
-        raise ConfigError(
-            f"train.teacher_forcing: the {name} recipe does not train with scheduled sampling (the g2p recipe does)"
+
+class _Fitted(NamedTuple):
+    """What the skeleton reports of a finished fit: the trainer's result and the test examples."""
+
+    best: dict[str, float]
+    steps: int
+    epochs: int
+    seconds: float
+    stopped_by: str
+    tested: Report
+
+
+class _SavedTraining:
+    """A fit whose best model, training state and averages are saved into the run directory as it goes."""
+
+    def __init__(
+        self,
+        name: str,
+        run: TrainingRun,
+        directory: RunDirectory,
+        resume_from: dict[str, Any] | None,
+        log: Callable[[str], None],
+    ) -> None:
+        self.name, self.run, self.directory, self.resume_from, self.log = name, run, directory, resume_from, log
+        self.logs = run_dir_callbacks(directory.path)
+        for callback in self.logs:
+            if isinstance(callback, MetricsLog) and resume_from is not None:
+                callback.rewind(step=resume_from["run"]["step"], validated_at=resume_from["run"]["validated_at"])
+        self.averager = self._averager(run.config.train.average_last)
+
+    def _averager(self, average_last: int | None) -> AverageLastValidated | None:
+        if average_last is None:
+            return None
+        averager = AverageLastValidated(average_last)
+        if self.resume_from is not None:
+            if AVERAGED_KEY in self.resume_from:
+                averager.load_state_dict(self.resume_from[AVERAGED_KEY])
+            else:
+                self.log("the training checkpoint predates saved averages: averaging the validations after the resume")
+        return averager
+
+    def save(self) -> None:
+        """Write the run's files and ``recipe.json`` into the run directory."""
+        self.run.save(self.directory.path)
+        save_recipe_file(self.directory.path, self.name, self.run.config)
+
+    def checkpoint(self, state: dict[str, Any]) -> None:
+        """Save the training state (with the averages); the first one swaps an overwriting run in."""
+        if self.averager is not None:
+            state = {**state, AVERAGED_KEY: self.averager.state_dict()}
+        save_training_state(self.directory.path / STATE_FILE, state)
+        if not self.directory.committed:
+            moved_to = self.directory.commit()
+            for callback in self.logs:
+                if isinstance(callback, MetricsLog):
+                    callback.path = moved_to / callback.path.name
+
+    def fit(self, pretrained: list[str], progress: bool) -> _Fitted:
+        """Train to the end, save the final model (the best, or the average) and test it."""
+        run = self.run
+        trainer = Trainer(
+            run.model,
+            run.config.train,
+            loss_fn=run.loss_fn,
+            train_batches=run.train_batches,
+            validate=run.validate,
+            on_best=lambda model, record: self.save(),
+            progress=progress,
+            log=self.log,
+            callbacks=[*self.logs, *([self.averager] if self.averager is not None else [])],
+            strategy=run.strategy,
+            checkpoint=self.checkpoint,
+            pretrained=pretrained,
         )
-    if config.body_lr_scale != 1.0 and not pretrained:
-        raise ConfigError(
-            "train.body_lr_scale: no pretrained body to scale; set model.init_from (or an arch with one) as well"
-        )
+        try:
+            result = trainer.fit(resume_from=self.resume_from)
+        except CheckpointError as e:
+            raise CheckpointError(f"{self.directory.target / STATE_FILE}: {e}") from None
+        if self.averager is not None:
+            run.model.load_state_dict(self.averager.average())
+        self.save()
+        tested = run.test()
+        return _Fitted(result.best, result.steps, result.epochs, result.seconds, result.stopped_by, tested)
 
 
-def _initialise(run: TrainingRun, config: Any, log: Callable[[str], None]) -> list[str]:
+def _test_row(run: TrainingRun, fitted: _Fitted) -> dict[str, float]:
+    """The results row: the test scores, the best validation metric, steps, epochs and training seconds."""
+    return {
+        **fitted.tested.results,
+        run.valid_metric: fitted.best.get(run.valid_metric, math.nan),
+        "steps": float(fitted.steps),
+        "epochs": float(fitted.epochs),
+        "train_seconds": fitted.seconds,
+    }
+
+
+def _initialise(run: TrainingRun, log: Callable[[str], None]) -> list[str]:
     """Load ``config.model.init_from`` into ``run.model`` if the model section has one, freeze
-    ``config.train.freeze``; return the names of the pretrained parameters (``run.pretrained`` and those loaded)."""
-    pretrained = list(run.pretrained)
+    ``config.train.freeze``; return the names of the pretrained parameters (``run.pretrained`` and those loaded).
+
+    Raises: ConfigError for ``train.body_lr_scale`` without a pretrained body to scale.
+    """
+    config, pretrained = run.config, list(run.pretrained)
     if isinstance(config.model, InitFromConfig) and config.model.init_from is not None:
         pretrained += load_by_name(run.model, config.model.init_from, strict=config.model.init_strict, log=log)
     freeze_parameters(run.model, config.train.freeze)
+    if config.train.body_lr_scale != 1.0 and not pretrained:
+        raise ConfigError(
+            "train.body_lr_scale: no pretrained body to scale; set model.init_from (or an arch with one) as well"
+        )
     return pretrained
 
 
-def _train_beside_rank0(config: Any, state_file: Path | None, prepare: Callable[[], TrainingRun]) -> Report:
+def _train_beside_rank0(recipe: Recipe, config: Any, state_file: Path | None) -> Report:
     """A data-parallel rank other than 0: the same data, model, initialisation and steps as rank 0 (resumed
     from ``state_file`` if given), and no files, logs or tests."""
     resume_from = None if state_file is None else load_training_state(state_file)
     seed_everything(config.train.seed)
-    run = prepare()
-    pretrained = _initialise(run, config, lambda line: None)  # rank 0 logs
+    run = recipe.prepare(config)
+    pretrained = _initialise(run, lambda line: None)  # rank 0 logs
     trainer = Trainer(
         run.model,
-        config.train,
+        run.config.train,
         loss_fn=run.loss_fn,
         train_batches=run.train_batches,
         validate=run.validate,
@@ -305,7 +319,12 @@ def save_recipe_file(directory: Path, name: str, config: Any) -> None:
 
 def load_recipe_config(directory: Path, config_class: type[ConfigT]) -> ConfigT:
     """The sectioned config saved in ``directory``'s ``recipe.json``, each section rebuilt (and validated) as its
-    dataclass.
+    dataclass: a choice section (``model: RNNConfig | TransformerConfig``) as the class its ``arch`` names.
+
+    Runs written before choice sections hold every architecture's fields in such a section: the fields of the
+    other architectures are dropped. Runs written before ``ScheduledSamplingTrainConfig`` hold the
+    ``teacher_forcing*`` fields in every train section: dropped where the section has none (they were at their
+    defaults there, the only values such a recipe accepted).
 
     Raises:
         CheckpointError: the file is missing or unreadable, a section is missing, or a section has unknown or
@@ -315,7 +334,9 @@ def load_recipe_config(directory: Path, config_class: type[ConfigT]) -> ConfigT:
     section_types = typing.get_type_hints(config_class)
     try:
         saved = json.loads(path.read_text())["config"]
-        sections = {f.name: section_types[f.name](**saved[f.name]) for f in dataclasses.fields(config_class)}
+        sections = {
+            f.name: _load_section(section_types[f.name], saved[f.name]) for f in dataclasses.fields(config_class)
+        }
         return config_class(**sections)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: missing") from None
@@ -323,6 +344,22 @@ def load_recipe_config(directory: Path, config_class: type[ConfigT]) -> ConfigT:
         raise CheckpointError(f"{path}: not valid JSON") from None
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: bad recipe config ({e!s})") from None
+
+
+def _load_section(annotation: Any, saved: dict[str, Any]) -> Any:
+    """A section rebuilt from its saved fields (``load_recipe_config``). Raises: ValueError, TypeError, KeyError."""
+    section = section_class(annotation, saved)
+    known = {f.name for f in dataclasses.fields(section)}
+    dropped = set(saved) - known
+    if architectures(annotation) is not None:
+        others = {f.name for c in architectures(annotation).values() for f in dataclasses.fields(c)}
+        dropped -= others  # another architecture's field, saved by a run from before choice sections
+    for name, default in LEGACY_TEACHER_FORCING.items():
+        if name in dropped and saved[name] == default:
+            dropped.discard(name)
+    if dropped:
+        raise TypeError(f"unexpected keys {', '.join(sorted(dropped))}")
+    return section(**{k: v for k, v in saved.items() if k in known})
 
 
 def read_json_list(path: Path, key: str) -> list[Any]:

@@ -18,6 +18,7 @@ import torch
 
 from seqlab.data.batching import batch_iterator, collate_seq2seq
 from seqlab.data.cmudict import Pronunciation, group_references
+from seqlab.data.pronunciations import G2PDataConfig, load_splits, read_entries
 from seqlab.data.vocab import Vocabulary
 from seqlab.decoding.beam_search import beam_search
 from seqlab.decoding.ensemble import EnsembleStepModel
@@ -41,7 +42,6 @@ from seqlab.recipes.base import (
     run_training,
 )
 from seqlab.recipes.g2p_config import MAX_DECODE, Config, G2PDecodeConfig, G2PModelConfig
-from seqlab.recipes.g2p_data import G2PDataConfig, load_splits, read_entries
 from seqlab.recipes.g2p_errors import check_errors_path, error_categories, write_errors
 from seqlab.recipes.g2p_rescoring import TargetOrder, rescore_nbest, target_ids
 from seqlab.recipes.run_directory import RunMode
@@ -52,7 +52,7 @@ from seqlab.validation import (
 )
 
 NAME = "g2p"
-# The recipe's members, and its sections' configs (defined in g2p_config and g2p_data) under the recipe's name.
+# The recipe's members, and its sections' configs (defined in g2p_config and seqlab.data.pronunciations) under the recipe's name.
 __all__ = [
     "DESCRIPTION",
     "EVALUATE_OPTIONS",

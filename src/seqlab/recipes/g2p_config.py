@@ -1,6 +1,6 @@
 """The g2p recipe's configuration: the ``[model]`` and ``[decode]`` sections and the whole ``Config``.
 
-``[data]`` is ``g2p_data.G2PDataConfig`` (shared with ``t5-g2p``) and ``[train]`` the trainer's ``TrainConfig``.
+``[data]`` is ``seqlab.data.pronunciations.G2PDataConfig`` (shared with ``t5-g2p``) and ``[train]`` the trainer's ``TrainConfig``.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from seqlab.data.pronunciations import G2PDataConfig
 from seqlab.errors import ConfigError
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
 from seqlab.models.seq2seq.rnn import (
@@ -24,7 +25,6 @@ from seqlab.models.seq2seq.transformer import (
     TransformerSeq2Seq,
     TransformerSeq2SeqConfig,
 )
-from seqlab.recipes.g2p_data import G2PDataConfig
 from seqlab.recipes.g2p_rescoring import TARGET_ORDERS, TargetOrder
 from seqlab.training.trainer import TrainConfig
 from seqlab.validation import MAX_DEPTH, MAX_WIDTH, check_bool, check_choice, check_int, check_probability, check_real

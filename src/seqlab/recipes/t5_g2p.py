@@ -29,6 +29,7 @@ import torch
 
 from seqlab.data.batching import batch_iterator, collate_seq2seq
 from seqlab.data.cmudict import Pronunciation, group_references
+from seqlab.data.pronunciations import G2PDataConfig, load_splits, read_entries
 from seqlab.data.vocab import Vocabulary
 from seqlab.decoding.beam_search import beam_search
 from seqlab.decoding.greedy import greedy_search
@@ -37,7 +38,6 @@ from seqlab.metrics import phoneme_error_rate, word_error_rate
 from seqlab.models.t5 import T5, T5Config
 from seqlab.recipes.base import Report, TrainingRun, load_recipe_config, model_device, run_training
 from seqlab.recipes.g2p import G2PDecodeConfig
-from seqlab.recipes.g2p_data import G2PDataConfig, load_splits, read_entries
 from seqlab.recipes.run_directory import RunMode
 from seqlab.training.objectives import teacher_forcing_loss
 from seqlab.training.trainer import TrainConfig

@@ -4,13 +4,13 @@ from seqlab.training.callbacks import Callback, MetricsLog, OnBest, TensorBoardL
 from seqlab.training.checkpoint import load_training_state, save_training_state
 from seqlab.training.clipping import clip_grad_norm, clip_grad_value, grad_norm
 from seqlab.training.device import move_to_device, resolve_device
-from seqlab.training.objectives import LossOutput, teacher_forcing_loss
+from seqlab.training.objectives import LossOutput, teacher_forcing_loss, token_weighted_loss
 from seqlab.training.optim import build_optimizer, parameter_groups
 from seqlab.training.records import StepRecord, TrainResult
 from seqlab.training.seeding import seed_everything
 from seqlab.training.strategies import FullSequence, Strategy
 from seqlab.training.tbptt import TruncatedBPTT, detach_state, reset_state
-from seqlab.training.train_config import TrainConfig
+from seqlab.training.train_config import ScheduledSamplingTrainConfig, TrainConfig
 from seqlab.training.trainer import Trainer
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "LossOutput",
     "MetricsLog",
     "OnBest",
+    "ScheduledSamplingTrainConfig",
     "StepRecord",
     "Strategy",
     "TensorBoardLog",
@@ -39,4 +40,5 @@ __all__ = [
     "save_training_state",
     "seed_everything",
     "teacher_forcing_loss",
+    "token_weighted_loss",
 ]

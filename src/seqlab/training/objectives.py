@@ -11,6 +11,7 @@ over the N real (non-padding) target tokens, in nats per token; with label smoot
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import torch
@@ -54,3 +55,22 @@ def teacher_forcing_loss(
         label_smoothing=label_smoothing,
     )
     return LossOutput(loss, int((batch.tgt_out != pad_id).sum()))
+
+
+@torch.no_grad()
+def token_weighted_loss(losses: Iterable[LossOutput]) -> float:
+    """The mean loss per token over batches: sum_b loss_b * N_b / sum_b N_b, where loss_b is batch b's mean over its
+    N_b tokens; equal to the mean over all tokens at once, whatever the batch sizes (a validation loss).
+
+    Args:
+        losses: each batch's ``LossOutput`` (loss: scalar tensor, the batch's token mean; num_tokens: N_b).
+    Returns: the token mean (the objective's unit, nats for cross-entropy).
+    Raises: ValueError if the batches hold no token (an empty mean).
+    """
+    total, tokens = 0.0, 0
+    for out in losses:
+        total += out.loss.item() * out.num_tokens
+        tokens += out.num_tokens
+    if tokens == 0:
+        raise ValueError("no tokens to average the loss over")
+    return total / tokens

@@ -47,9 +47,8 @@ class TrainConfig:
     ``seqlab.training.schedules``): a linear warmup over ``warmup_steps`` steps, then constant, inverse-sqrt
     ("Noam") or cosine decay to 0 at ``max_steps``.
 
-    ``teacher_forcing`` and the ``teacher_forcing_*`` fields set scheduled sampling for seq2seq recipes (Bengio et
-    al. 2015; ``seqlab.training.scheduled_sampling``): the probability eps_i of feeding the gold previous token at
-    optimizer step i, constant (1.0 = teacher forcing) or decaying.
+    A recipe that trains with scheduled sampling takes ``ScheduledSamplingTrainConfig`` instead, which adds the
+    ``teacher_forcing*`` fields; the others have none, so ``train.teacher_forcing`` is refused there.
 
     ``weight_decay`` applies to the weight matrices only (parameters with two or more dimensions that are not
     embeddings; see ``seqlab.training.optim``): as an L2 term added to the gradient for "adam" and "sgd"
@@ -90,11 +89,6 @@ class TrainConfig:
     precision: PrecisionName = "fp32"  # autocast dtype of forward and loss: fp32 (off), bf16, fp16 (scaled)
     grad_accumulation_steps: int = 1  # micro-batches per optimizer step; must divide batch_size
     checkpoint_every: int | None = 100  # training checkpoint every this many steps, and at each validation
-    teacher_forcing: float = 1.0  # seq2seq: probability of feeding the gold previous token (schedule constant)
-    teacher_forcing_schedule: TeacherForcingScheduleName = "constant"  # or linear, exponential, inverse_sigmoid
-    teacher_forcing_k: float | None = None  # k of Bengio et al. (2015): linear offset, exponential base, inv. sigmoid
-    teacher_forcing_c: float | None = None  # c of Bengio et al.: the linear schedule's slope per step
-    teacher_forcing_epsilon_min: float = 0.0  # epsilon of Bengio et al.: the linear schedule's floor
     freeze: str = ""  # comma-separated parameter-name prefixes kept fixed (e.g. "embedding,rnn.cells.0")
     body_lr_scale: float = 1.0  # lr multiplier of the pretrained body (the parameters model.init_from loaded)
     max_nonfinite_steps: int = 20  # stop (exit 3) after this many steps in a row with a non-finite loss or grad
@@ -125,7 +119,6 @@ class TrainConfig:
         check_choice("device", self.device, DEVICES)
         check_choice("precision", self.precision, PRECISIONS)
         check_int("grad_accumulation_steps", self.grad_accumulation_steps)
-        self.teacher_forcing_probability(0)  # builds, so validates, the schedule
         check_real("body_lr_scale", self.body_lr_scale, greater_than=0)
         if not isinstance(self.freeze, str):
             raise ConfigError(f"freeze must be a string of comma-separated prefixes, got {self.freeze!r}")
@@ -145,6 +138,37 @@ class TrainConfig:
             raise ConfigError(f"{name} ({value!r}) is used by optimizer 'sgd' only, not {self.optimizer!r}")
         if self.nesterov and self.momentum == 0:
             raise ConfigError(f"nesterov (True) needs momentum > 0, got momentum ({self.momentum!r})")
+
+
+# The fields older runs' recipe.json files hold in every recipe's train section, with the only value a recipe
+# without scheduled sampling could have had (it refused any other); ``load_recipe_config`` drops them there.
+LEGACY_TEACHER_FORCING = {
+    "teacher_forcing": 1.0,
+    "teacher_forcing_schedule": "constant",
+    "teacher_forcing_k": None,
+    "teacher_forcing_c": None,
+    "teacher_forcing_epsilon_min": 0.0,
+}
+
+
+@dataclass(frozen=True)
+class ScheduledSamplingTrainConfig(TrainConfig):
+    """``TrainConfig`` plus scheduled sampling (Bengio et al. 2015; ``seqlab.training.scheduled_sampling``), the
+    train section of the recipes that use it: the probability eps_i of feeding the gold previous token at
+    optimizer step i, constant (1.0 = teacher forcing) or decaying.
+
+    Raises: ConfigError for a bad value of any field (``TrainConfig``'s or the schedule's).
+    """
+
+    teacher_forcing: float = 1.0  # probability of feeding the gold previous token (schedule constant)
+    teacher_forcing_schedule: TeacherForcingScheduleName = "constant"  # or linear, exponential, inverse_sigmoid
+    teacher_forcing_k: float | None = None  # k of Bengio et al. (2015): linear offset, exponential base, inv. sigmoid
+    teacher_forcing_c: float | None = None  # c of Bengio et al.: the linear schedule's slope per step
+    teacher_forcing_epsilon_min: float = 0.0  # epsilon of Bengio et al.: the linear schedule's floor
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.teacher_forcing_probability(0)  # builds, so validates, the schedule
 
     def teacher_forcing_probability(self, step: int) -> float:
         """eps_i of scheduled sampling at optimizer step ``step`` (from 0); see ``TeacherForcingSchedule``."""

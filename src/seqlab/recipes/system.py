@@ -1,0 +1,247 @@
+"""``System``: one protocol for a trained run, whatever its recipe, and the typed requests it answers.
+
+A run directory holds a trained model with what it needs to be used (vocabularies or tokenizer, labels, scalers)
+and the recipe's config. Its recipe's ``System`` class loads it (``load_system(run_dir)`` finds the class from
+``recipe.json``) and answers the same calls for every task:
+
+- ``predict(inputs) -> list[Prediction]``: typed outputs (a pronunciation n-best with scores, class
+  probabilities, tags, a forecast), each of which renders as the lines ``seqlab predict`` prints;
+- ``evaluate(data_path) -> dict[str, float]``: the recipe's metrics on a file in the task's standard format;
+- ``generate(GenerationRequest) -> Iterator[GenerationChunk]``, where the task generates (``Generator``): text
+  streamed piece by piece as tokens are produced.
+
+Options that only some systems take (``num_beams``, ``nbest``, ``--ensemble``, ``--rescore``, ``--errors``) travel
+in one ``SystemOptions``, validated once; a System class names the ones it takes in ``OPTIONS``, and the
+command line refuses the others in one line. What an analysis needs from a run is a protocol of its own
+(``AttentionSource``, ``ExposureSource``): ``seqlab analyze`` asks the system whether it offers it, never which
+recipe wrote it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
+
+from seqlab.analysis.attention import LabelledAttention
+from seqlab.analysis.exposure import ExposureBias
+from seqlab.errors import ConfigError
+from seqlab.validation import check_int
+
+# The largest value of each count a request may ask for: beyond it a command would only run out of memory or time.
+MAX_BEAMS = 1_000
+MAX_NEW_TOKENS = 1_000_000
+
+
+@dataclass(frozen=True)
+class SystemOptions:
+    """Settings a caller may give a loaded system, each None (or empty) for the run's own; a System class takes
+    those named in its ``OPTIONS``.
+
+    Attributes:
+        num_beams: K, the beam width of predictions (1 = greedy search).
+        nbest: hypotheses returned per input (<= num_beams).
+        ensemble: further run directories decoded together with the loaded one (mean of their probabilities).
+        rescore: a run directory whose scores re-rank the beam (e.g. one trained right to left).
+        rescore_weight: w in [0, 1], the weight of ``rescore``'s scores.
+        errors: a new file that ``evaluate`` fills with the wrong predictions.
+    Raises: ConfigError for a count outside [1, MAX_BEAMS] or a weight outside [0, 1], naming the option.
+    """
+
+    num_beams: int | None = None
+    nbest: int | None = None
+    ensemble: tuple[Path, ...] = ()
+    rescore: Path | None = None
+    rescore_weight: float | None = None
+    errors: Path | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("num_beams", "nbest"):
+            check_int(name, getattr(self, name), maximum=MAX_BEAMS, optional=True)
+        if self.rescore_weight is not None and not 0 <= self.rescore_weight <= 1:
+            raise ConfigError(f"rescore_weight ({self.rescore_weight}) must be in [0, 1]")
+
+    def given(self) -> list[str]:
+        """The names of the options set (not None or empty), in declaration order."""
+        return [f.name for f in dataclasses.fields(self) if getattr(self, f.name) not in (None, ())]
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What to generate and how; None takes the run's own decode settings. One set of names for every caller
+    (``seqlab generate``'s flags are these with dashes; Hugging Face's ``generate`` uses the same ones).
+
+    Attributes:
+        prompt: the text to continue (lm), or what the task reads as a prompt (vec2seq: ``CLASS[:PREFIX]``).
+        max_new_tokens: most tokens generated after the prompt.
+        do_sample: sample (True) or search (False); None: sample if temperature, top_k or top_p is given.
+        temperature: T > 0, sampling from softmax(logits / T).
+        top_k: sample from the k most likely tokens.
+        top_p: sample from the smallest set of tokens whose probability reaches p, p in (0, 1].
+        num_beams: K > 1 for beam search (not with sampling).
+        seed: seed of the sampler; None draws a fresh one. A seed reproduces every sequence of the request.
+        num_return_sequences: sequences generated for the prompt.
+        stop: a sequence ends once its text contains this string (kept).
+    Raises: ConfigError for a value out of range, naming the field and the value.
+    """
+
+    prompt: str
+    max_new_tokens: int | None = None
+    do_sample: bool | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    num_beams: int | None = None
+    seed: int | None = None
+    num_return_sequences: int = 1
+    stop: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prompt, str):
+            raise ConfigError(f"prompt must be text, got {type(self.prompt).__name__}")
+        check_int("max_new_tokens", self.max_new_tokens, maximum=MAX_NEW_TOKENS, optional=True)
+        check_int("top_k", self.top_k, maximum=MAX_NEW_TOKENS, optional=True)
+        check_int("num_beams", self.num_beams, maximum=MAX_BEAMS, optional=True)
+        check_int("num_return_sequences", self.num_return_sequences, maximum=MAX_BEAMS)
+        if self.temperature is not None and not 0 < self.temperature < math.inf:
+            raise ConfigError(f"temperature ({self.temperature}) must be a finite number > 0")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p ({self.top_p}) must be in (0, 1]")
+        if self.seed is not None and not 0 <= self.seed < 2**63:
+            raise ConfigError(f"seed ({self.seed}) must be in [0, 2**63)")
+        if self.stop == "":
+            raise ConfigError("stop is empty; give the string that ends a sequence")
+
+    @property
+    def sampling(self) -> bool | None:
+        """True if the request asks to sample, False if it asks not to, None if it leaves it to the run."""
+        if self.do_sample is not None:
+            return self.do_sample
+        return True if (self.temperature, self.top_k, self.top_p) != (None, None, None) else None
+
+    def overrides(self) -> dict[str, Any]:
+        """The decode settings the request gives (``max_new_tokens``, ``temperature``, ``top_k``, ``top_p``,
+        ``num_beams``, ``do_sample``), to lay over a run's decode section."""
+        names = ("max_new_tokens", "temperature", "top_k", "top_p", "num_beams")
+        given = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        return given if self.sampling is None else {**given, "do_sample": self.sampling}
+
+
+class GenerationChunk(NamedTuple):
+    """A piece of one generated sequence, as it is produced.
+
+    Attributes:
+        index: which of the request's ``num_return_sequences`` sequences (from 0); a sequence's chunks come in
+            order, and all of one sequence before the next.
+        text: the new text (may be empty); a sequence's texts joined are its whole continuation of the prompt.
+        finished: True on the sequence's last chunk.
+    """
+
+    index: int
+    text: str
+    finished: bool
+
+
+class Prediction(Protocol):
+    """A typed prediction for one input that renders as the lines ``seqlab predict`` prints for it."""
+
+    def lines(self) -> list[str]:
+        """The output lines of this prediction (one or more)."""
+        ...
+
+
+class System(Protocol):
+    """A trained run of some recipe: its model and what the model needs, loaded from a run directory.
+
+    Attributes:
+        OPTIONS: the names of the ``SystemOptions`` fields the class takes (others are refused by callers).
+    """
+
+    OPTIONS: ClassVar[frozenset[str]]
+
+    @classmethod
+    def load(cls, directory: Path, options: SystemOptions = ...) -> System:
+        """The run in ``directory``, with ``options`` (only those in ``OPTIONS``).
+
+        Raises: CheckpointError (one line naming the file) for a missing, malformed or inconsistent run.
+        """
+        ...
+
+    def save(self, directory: Path) -> None:
+        """Write the model and the files it needs (the training skeleton adds ``recipe.json``)."""
+        ...
+
+    def predict(self, inputs: Sequence[str]) -> Sequence[Prediction]:
+        """One prediction per input, in order.
+
+        Raises: DataError naming the input that the model cannot read.
+        """
+        ...
+
+    def evaluate(self, data_path: str) -> dict[str, float]:
+        """The recipe's metrics on a file in the task's standard format.
+
+        Raises: DataError naming the file (and line) for bad data.
+        """
+        ...
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """A system that generates text (``seqlab generate``)."""
+
+    def generate(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
+        """The request's sequences, streamed in chunks as tokens are produced.
+
+        Raises: ConfigError for settings the system cannot honour (named), DataError for a prompt it cannot read.
+        """
+        ...
+
+
+@runtime_checkable
+class AttentionSource(Protocol):
+    """A system whose model attends, and can show its attention maps on one input (``seqlab analyze attention``)."""
+
+    def attention_maps(self, text: str) -> LabelledAttention:
+        """Every attention map of the model on ``text`` (the model's own output teacher-forced where it decodes).
+
+        Raises: DataError for an input the model cannot read, ConfigError if this model has no attention.
+        """
+        ...
+
+
+@runtime_checkable
+class ExposureSource(Protocol):
+    """A system that decodes with teacher forcing in training, so its exposure bias can be measured."""
+
+    def exposure_bias(self, data_path: str | None) -> tuple[ExposureBias, str]:
+        """Teacher-forced against free-running loss on ``data_path`` (None: the run's own test split), and the
+        name of the data used.
+
+        Raises: DataError for bad data.
+        """
+        ...
+
+
+def refuse_options(system_class: type, options: SystemOptions, flags: dict[str, str], recipe: str) -> None:
+    """Refuse the ``options`` that ``system_class`` does not take, in one line naming their ``flags``.
+
+    Raises: ConfigError ``--ensemble: the tagger recipe takes no such option``.
+    """
+    refused = [flags.get(name, name) for name in options.given() if name not in system_class.OPTIONS]
+    if refused:
+        raise ConfigError(f"{' '.join(refused)}: the {recipe} recipe takes no such option")
+
+
+def nbest_within_beam(options: SystemOptions, num_beams: int) -> int:
+    """The n-best count of ``options`` (1 if not given), checked against the beam width used.
+
+    Raises: ConfigError if it exceeds ``num_beams``.
+    """
+    nbest = options.nbest or 1
+    if nbest > num_beams:
+        raise ConfigError(f"nbest ({nbest}) cannot exceed the beam width num_beams ({num_beams})")
+    return nbest
