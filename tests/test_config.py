@@ -388,3 +388,18 @@ def test_describe_lists_the_other_archs_keys_with_their_arch():
     rows = describe(Choice())
     assert rows[:3] == [("model.arch", "rnn", ""), ("model.hidden_size", 8, ""), ("model.dropout", 0.1, "")]
     assert rows[3:5] == [("model.num_heads", 2, "arch=transformer"), ("model.dropout", 0.0, "arch=transformer")]
+
+
+@dataclass(frozen=True)
+class Decode:
+    num_beams: int = 5
+
+
+@dataclass(frozen=True)
+class Decoding:
+    decode: Decode = field(default_factory=Decode)
+
+
+def test_an_old_key_name_sets_the_new_one_with_a_warning():
+    with pytest.warns(FutureWarning, match=r"^--set decode.beam_size is renamed num_beams; the old name goes"):
+        assert apply_overrides(Decoding(), {"decode.beam_size": "2"}).decode == Decode(num_beams=2)

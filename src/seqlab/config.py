@@ -14,6 +14,7 @@ import stat
 import sys
 import types
 import typing
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -31,6 +32,9 @@ _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 _NONE = {"none", "null"}
 ARCH = "arch"  # the field that names a choice section's architecture
+# Keys renamed so that one concept has one name across the package and the CLI: old name -> new name. The old
+# name keeps working for one release, with a FutureWarning; ``recipe.json`` files that hold it still load.
+RENAMED_KEYS = {"beam_size": "num_beams", "max_positions": "context_length"}
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -95,6 +99,7 @@ def apply_overrides(config: ConfigT, overrides: Mapping[str, Any], *, source: st
     architecture in the default of an ``arch`` field, is a choice (``architectures``): ``section.arch=X`` selects
     X's class, and the section then takes X's keys only. Fields the old and new class share keep the values given
     earlier (a TOML file, then ``--set``); a value given earlier for a key the new class lacks is refused.
+    A key's old name (``RENAMED_KEYS``: ``decode.beam_size``) sets its new one, with a FutureWarning.
 
     Args:
         config: a frozen dataclass whose fields are frozen dataclasses (the sections).
@@ -125,6 +130,7 @@ def apply_overrides(config: ConfigT, overrides: Mapping[str, Any], *, source: st
         hints = typing.get_type_hints(type(current))
         fields: dict[str, Any] = {}
         for key, raw in given.items():
+            key = _current_name(key, hints, f"{source} {section}")
             if key not in hints:
                 raise _unknown_key(source, section, key, current, choices)
             fields[key] = _convert(raw, hints[key], f"{source} {section}.{key}")
@@ -180,6 +186,15 @@ def describe(config: Any) -> list[tuple[str, Any, str]]:
                     if f.name != ARCH
                 )
     return rows
+
+
+def _current_name(key: str, hints: Mapping[str, Any], where: str) -> str:
+    """``key``, or its new name (``RENAMED_KEYS``) with a FutureWarning where the section has only that."""
+    new = RENAMED_KEYS.get(key)
+    if key in hints or new not in hints:
+        return key
+    warnings.warn(f"{where}.{key} is renamed {new}; the old name goes in the next release", FutureWarning, stacklevel=3)
+    return new
 
 
 def _arch_of(cls: type) -> str:

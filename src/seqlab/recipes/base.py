@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import torch
 from torch import nn
 
-from seqlab.config import architectures, section_class
+from seqlab.config import RENAMED_KEYS, architectures, section_class
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.files import atomic_write
 from seqlab.recipes.init_from import InitFromConfig, load_by_name
@@ -324,7 +324,8 @@ def load_recipe_config(directory: Path, config_class: type[ConfigT]) -> ConfigT:
     Runs written before choice sections hold every architecture's fields in such a section: the fields of the
     other architectures are dropped. Runs written before ``ScheduledSamplingTrainConfig`` hold the
     ``teacher_forcing*`` fields in every train section: dropped where the section has none (they were at their
-    defaults there, the only values such a recipe accepted).
+    defaults there, the only values such a recipe accepted). Keys saved under an old name (``RENAMED_KEYS``:
+    ``beam_size``) load as their new one.
 
     Raises:
         CheckpointError: the file is missing or unreadable, a section is missing, or a section has unknown or
@@ -350,6 +351,7 @@ def _load_section(annotation: Any, saved: dict[str, Any]) -> Any:
     """A section rebuilt from its saved fields (``load_recipe_config``). Raises: ValueError, TypeError, KeyError."""
     section = section_class(annotation, saved)
     known = {f.name for f in dataclasses.fields(section)}
+    saved = {RENAMED_KEYS[k] if k not in known and RENAMED_KEYS.get(k) in known else k: v for k, v in saved.items()}
     dropped = set(saved) - known
     if architectures(annotation) is not None:
         others = {f.name for c in architectures(annotation).values() for f in dataclasses.fields(c)}
