@@ -52,7 +52,7 @@ from seqlab.validation import (
 )
 
 NAME = "g2p"
-# The recipe's members, and its sections' configs (defined in g2p_config and seqlab.data.pronunciations) under the recipe's name.
+# The recipe's members, and its sections' configs (from g2p_config and data.pronunciations) under its name.
 __all__ = [
     "DESCRIPTION",
     "EVALUATE_OPTIONS",

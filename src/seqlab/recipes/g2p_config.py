@@ -1,6 +1,6 @@
 """The g2p recipe's configuration: the ``[model]`` and ``[decode]`` sections and the whole ``Config``.
 
-``[data]`` is ``seqlab.data.pronunciations.G2PDataConfig`` (shared with ``t5-g2p``) and ``[train]`` the trainer's ``TrainConfig``.
+``[data]`` is ``seqlab.data.pronunciations.G2PDataConfig`` (shared with ``t5-g2p``), ``[train]`` a ``TrainConfig``.
 """
 
 from __future__ import annotations
