@@ -242,10 +242,11 @@ def _generate(args: argparse.Namespace) -> int:
         warnings.warn("--num-samples is renamed --num-return-sequences; the old name goes", FutureWarning, 1)
         args.num_return_sequences = args.num_samples
     given = {name: getattr(args, name) for name in GENERATE_FLAGS if getattr(args, name) is not None}
+    flags = {**GENERATE_FLAGS, **({"num_return_sequences": "--num-samples"} if args.num_samples is not None else {})}
     try:
         request = GenerationRequest(prompt=args.prompt, **given)
     except ConfigError as e:
-        raise ConfigError(_with_flags(str(e), GENERATE_FLAGS)) from None
+        raise ConfigError(_with_flags(str(e), flags)) from None
     recipe = recipe_of_checkpoint(args.checkpoint)
     if not issubclass(recipe.System, Generator):
         generating = ", ".join(name for name, r in sorted(RECIPES.items()) if issubclass(r.System, Generator))
