@@ -71,10 +71,14 @@ class Seq2VecClassifierConfig:
 
 
 class ClassifierOutput(NamedTuple):
-    """logits (B, num_classes), unnormalised; attention (B, T) pooling weights, or None for other poolings."""
+    """What every classifier returns (seq2vec, ELMo and BERT heads alike).
+
+    logits: unnormalised, (B, C) for a sequence classifier, (B, T, C) for a token classifier (C classes).
+    attention: (B, T) pooling weights where the classifier pools by attention, else None.
+    """
 
     logits: Tensor
-    attention: Tensor | None
+    attention: Tensor | None = None
 
 
 class Seq2VecClassifier(PretrainedMixin, nn.Module):

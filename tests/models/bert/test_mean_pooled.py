@@ -1,10 +1,12 @@
 """BertForMeanPooledClassification: its logits are the classifier applied to the mean of transformers' BertModel
 hidden states at the real tokens (an independent reference), and pads change nothing."""
 
+import pytest
 import torch
 import transformers
 
-from seqlab.models import BertConfig, BertForMeanPooledClassification
+import seqlab.models.bert as bert_package
+from seqlab.models import BertConfig, BertForMeanPooledClassification, ClassifierOutput
 
 CONFIG = BertConfig(vocab_size=40, d_model=32, num_heads=2, num_layers=2, d_ff=64, max_positions=16, pooler=False)
 
@@ -27,3 +29,11 @@ def test_logits_are_the_classifier_of_transformers_mean_over_real_tokens(tmp_pat
     with torch.no_grad():  # the shortest row alone, without pads, gives the same logits
         alone = model(input_ids[2:, :2]).logits
     torch.testing.assert_close(alone, logits[2:], atol=1e-5, rtol=1e-5)
+
+
+def test_the_bert_heads_return_the_classifier_output_of_every_classifier_and_the_old_name_warns():
+    model = BertForMeanPooledClassification(BertConfig(vocab_size=10, d_model=8, num_heads=2, num_layers=1, d_ff=16))
+    out = model(torch.tensor([[1, 4, 2]]))
+    assert isinstance(out, ClassifierOutput) and out.attention is None and out.logits.shape == (1, 2)
+    with pytest.warns(FutureWarning, match="ClassificationOutput is renamed seqlab.models.ClassifierOutput"):
+        assert bert_package.ClassificationOutput is ClassifierOutput

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from seqlab.models.bert import convert_hf
 from seqlab.models.bert.model import ACTIVATIONS, Bert, BertConfig, BertOutput
+from seqlab.models.classifier import ClassifierOutput
 from seqlab.models.pretrained import PretrainedMixin
 
 _ACTIVATION = dict(zip(ACTIVATIONS, (F.gelu, partial(F.gelu, approximate="tanh"), F.relu), strict=True))
@@ -63,12 +64,6 @@ class PreTrainingOutput(NamedTuple):
 
     mlm_logits: Tensor
     nsp_logits: Tensor
-
-
-class ClassificationOutput(NamedTuple):
-    """logits (B, C) for a sequence head, (B, T, C) for a token head (C = ``config.num_labels``)."""
-
-    logits: Tensor
 
 
 class BertTaskModel(PretrainedMixin, nn.Module):
@@ -157,7 +152,7 @@ class BertForPreTraining(BertTaskModel):
 class BertForSequenceClassification(BertTaskModel):
     """BERT with a linear classifier over the pooled [CLS] (Devlin et al., 2019, fig. 4a-b); needs a pooler.
 
-    Inputs: as ``Bert``. Outputs: ``ClassificationOutput(logits (B, C))``.
+    Inputs: as ``Bert``. Outputs: ``ClassifierOutput(logits (B, C))``.
     Raises: ValueError at construction if ``config.pooler`` is False.
     """
 
@@ -174,7 +169,7 @@ class BertForSequenceClassification(BertTaskModel):
 
     def forward(self, input_ids: Tensor, *, keep_mask: Tensor | None = None, token_type_ids: Tensor | None = None):
         pooled = self.bert(input_ids, keep_mask=keep_mask, token_type_ids=token_type_ids).pooled
-        return ClassificationOutput(self.classifier(self.drop(pooled)))
+        return ClassifierOutput(self.classifier(self.drop(pooled)))
 
 
 class BertForMeanPooledClassification(BertTaskModel):
@@ -184,7 +179,7 @@ class BertForMeanPooledClassification(BertTaskModel):
     ``config.pooler`` False) and no Hugging Face counterpart (``save_hf`` writes a ``BertModel`` folder of its
     body, with the classifier's tensors, which transformers ignores).
 
-    Inputs: as ``Bert``. Outputs: ``ClassificationOutput(logits (B, C))``.
+    Inputs: as ``Bert``. Outputs: ``ClassifierOutput(logits (B, C))``.
     """
 
     model_type: ClassVar[str] = "bert_mean_pooled_classification"
@@ -202,13 +197,13 @@ class BertForMeanPooledClassification(BertTaskModel):
         else:
             weights = keep_mask.to(h.dtype).unsqueeze(-1)  # (B, T, 1)
             mean = (h * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)  # (B, D)
-        return ClassificationOutput(self.classifier(self.drop(mean)))
+        return ClassifierOutput(self.classifier(self.drop(mean)))
 
 
 class BertForTokenClassification(BertTaskModel):
     """BERT with a linear classifier over every token's last hidden state (Devlin et al., 2019, fig. 4d).
 
-    Inputs: as ``Bert``. Outputs: ``ClassificationOutput(logits (B, T, C))``; pads get logits too.
+    Inputs: as ``Bert``. Outputs: ``ClassifierOutput(logits (B, T, C))``; pads get logits too.
     """
 
     model_type: ClassVar[str] = "bert_token_classification"
@@ -222,4 +217,4 @@ class BertForTokenClassification(BertTaskModel):
 
     def forward(self, input_ids: Tensor, *, keep_mask: Tensor | None = None, token_type_ids: Tensor | None = None):
         h = self.bert(input_ids, keep_mask=keep_mask, token_type_ids=token_type_ids).last_hidden_state
-        return ClassificationOutput(self.classifier(self.drop(h)))
+        return ClassifierOutput(self.classifier(self.drop(h)))
