@@ -46,7 +46,7 @@ def test_a_run_saved_with_every_archs_keys_loads_as_its_archs_class():
 def test_the_classifier_validation_is_the_mean_loss_and_error_over_texts():
     torch.manual_seed(0)
     model = Seq2VecClassifier(
-        bilstm_config(vocab_size=6, num_classes=3, embedding_size=4, hidden_size=4, pooling="max", dropout=0.0)
+        bilstm_config(vocab_size=6, num_labels=3, embedding_size=4, hidden_size=4, pooling="max", dropout=0.0)
     ).eval()
     ids, targets = [[1, 4, 5, 2], [1, 3, 2], [1, 5, 5, 5, 4, 2]], [0, 2, 1]
     training = ClassifierTraining(ids, targets, ids, targets)

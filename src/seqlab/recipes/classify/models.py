@@ -259,7 +259,7 @@ def _task_config(context: BuildContext, *, width: int) -> Seq2VecClassifierConfi
     model = context.model
     return bilstm_config(
         vocab_size=context.vocab_size,
-        num_classes=context.num_labels,
+        num_labels=context.num_labels,
         embedding_size=width,
         hidden_size=model.hidden_size,
         pooling=model.pooling,

@@ -76,7 +76,7 @@ def train_class_checker(
     model = Seq2VecClassifier(
         bilstm_config(
             vocab_size=len(vocab),
-            num_classes=len(labels),
+            num_labels=len(labels),
             embedding_size=embedding_size,
             hidden_size=hidden_size,
             pooling=CHECKER_POOLING,

@@ -26,12 +26,13 @@ EVAL_BATCH_SIZE = 256  # texts per batch when validating and predicting
 
 
 def bilstm_config(
-    *, vocab_size: int, num_classes: int, embedding_size: int, hidden_size: int, pooling: PoolingName, dropout: float
+    *, vocab_size: int, num_labels: int, embedding_size: int, hidden_size: int, pooling: PoolingName, dropout: float
 ) -> Seq2VecClassifierConfig:
     """The BiLSTM baseline: a learned embedding of ``embedding_size`` (E), a one-layer BiLSTM of ``hidden_size``
-    (H per direction), ``pooling`` over its states and a dropout-regularised softmax layer over ``num_classes``."""
+    (H per direction), ``pooling`` over its states and a dropout-regularised softmax layer over ``num_labels``
+    classes (the model config saves them as ``num_classes``)."""
     return Seq2VecClassifierConfig(
-        num_classes=num_classes,
+        num_classes=num_labels,
         vocab_size=vocab_size,
         embedding_size=embedding_size,
         hidden_size=hidden_size,
