@@ -15,7 +15,8 @@ from seqlab.models import ConditionedRNNGenerator, ConditionedRNNGeneratorConfig
 from seqlab.recipes import vec2seq
 from seqlab.recipes.common.labelled_text import LabelledSplits
 from seqlab.recipes.system import GenerationRequest, SystemOptions
-from seqlab.recipes.vec2seq import PREDICT_SAMPLES, Vec2SeqSystem, Vec2SeqTraining
+from seqlab.recipes.vec2seq.system import PREDICT_SAMPLES, Vec2SeqSystem
+from seqlab.recipes.vec2seq.training import Vec2SeqTraining
 
 LETTERS = {"abc": "abc", "mno": "mno", "xyz": "xyz"}
 TINY = ["model.hidden_size=16", "model.embedding_size=8", "model.class_embedding_size=4"]
