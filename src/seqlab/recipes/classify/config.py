@@ -27,10 +27,17 @@ def _check_path(name: str, value: object) -> None:
 
 
 @dataclass(frozen=True)
-class CharacterArmConfig(InitFromConfig):
+class ArchField:
+    """The ``arch`` field, inherited last so that it comes first in every arch's fields (before ``init_from``);
+    each arch's class sets its own name as its default."""
+
+    arch: str = ""
+
+
+@dataclass(frozen=True)
+class CharacterArmConfig(InitFromConfig, ArchField):
     """What the character arms share: the task encoder, a BiLSTM with pooling and a softmax over its states."""
 
-    arch: str = ""  # each arch's class sets its own name here
     hidden_size: int = 128  # H of the task encoder's BiLSTM, per direction
     pooling: PoolingName = "max"  # last | mean | max | attention over the encoder's states
     dropout: float = 0.3  # task model: on the pooled vector (elmo: also on the mixed features)
@@ -93,10 +100,9 @@ class ELMoArmConfig(CharacterArmConfig):
 
 
 @dataclass(frozen=True)
-class BertArmConfig(InitFromConfig):
+class BertArmConfig(InitFromConfig, ArchField):
     """What the BERT arms share: MiniLM's WordPiece tokenizer (or that of the folder ``minilm_path``)."""
 
-    arch: str = ""  # each arch's class sets its own name here
     minilm_path: str | None = None  # Hugging Face BERT folder (weights, tokenizer); None = MiniLM's
 
     def __post_init__(self) -> None:
