@@ -136,6 +136,14 @@ def test_attention_maps_follow_the_sentence_and_its_translation(trained):
     assert (len(queries), len(keys)) == (len(output) + 1, len(source))
 
 
+def test_seqlab_analyze_attention_draws_every_stack_of_the_transformer(trained, tmp_path):
+    out = tmp_path / "maps"
+    result = run_cli("analyze", "attention", trained[0], "--input", "the cat sees a dog", "--out", out)
+    assert result.code == 0, result.err
+    pictures = sorted(p.name for p in out.glob("*.png"))
+    assert pictures == ["attention_decoder_cross.png", "attention_decoder_self.png", "attention_encoder_self.png"]
+
+
 def test_the_validation_loss_is_the_token_mean_over_batches(trained):
     """``TranslateTraining.validate`` alone: over batches of 2 and 1 pairs it equals the token mean of the
     cross-entropy computed over all target tokens at once."""
