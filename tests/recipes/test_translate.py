@@ -124,7 +124,7 @@ def test_attention_maps_follow_the_sentence_and_its_translation(trained):
     assert isinstance(system, AttentionSource)
     labelled = system.attention_maps("the cat sees a dog")
     output = system.decode(["the cat sees a dog"], num_beams=1)[0]
-    assert labelled.output == [system._piece(system.target, i) for i in output]
+    assert labelled.output == [system.target.decode([i - 3]).replace(" ", "\u2423") for i in output]
     assert labelled.caption == f"'the cat sees a dog' -> {system.translate(['the cat sees a dog'], num_beams=1)[0]!r}"
     source = system.source_ids("the cat sees a dog")
     cross = [m for m in labelled.maps if m.kind == "cross"]
