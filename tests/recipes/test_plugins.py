@@ -89,10 +89,16 @@ def test_a_broken_plugin_is_named_when_used_and_breaks_no_other_recipe(tmp_path)
         "TypeError: the entry point is named 'renamed' but its recipe's NAME is 'majority'",
     }
 
-    listed, used, shown = seqlab(site, ["recipes"], ["recipes", "broken"], ["recipes", "g2p"])
+    run = tmp_path / "run"  # a run directory the broken plugin once wrote
+    run.mkdir()
+    (run / "recipe.json").write_text(json.dumps({"recipe": "broken"}))
+    listed, used, predicted, shown = seqlab(
+        site, ["recipes"], ["recipes", "broken"], ["predict", run, "0"], ["recipes", "g2p"]
+    )
     assert listed.code == 0
     assert listed.err.splitlines() == list(errors.values())
     names = [line.split()[0] for line in listed.out.splitlines()[2:]]
     assert "g2p" in names and "lm" in names and "majority" not in names and "broken" not in names
     assert_error(used, errors["broken"])
+    assert_error(predicted, f"{run / 'recipe.json'}: {errors['broken']}")
     assert shown.code == 0 and shown.out.startswith("g2p: "), shown.err  # the built-in, unharmed
