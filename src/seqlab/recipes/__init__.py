@@ -9,9 +9,9 @@ entry point in the ``seqlab.recipes`` group whose name is the recipe's ``NAME`` 
 (``majority = "seqlab_majority.recipe"`` under ``[project.entry-points."seqlab.recipes"]``); this module
 registers them when it is imported, after the built-in recipes. A plugin that fails (its import raises, its object
 is not a recipe, its name differs from its ``NAME`` or is taken) is skipped without a word, so it cannot break the
-built-in recipes or another plugin; the one-line reason is kept in ``PLUGIN_ERRORS`` and raised as the error of
-using that recipe (``get_recipe``, ``recipe_of_checkpoint``), and ``seqlab recipes`` prints it. ``register_recipe``
-adds a recipe in the running process only.
+built-in recipes or another plugin; the one-line reason is kept in ``PLUGIN_ERRORS``, ``seqlab recipes`` prints
+it, and it is the error of using that recipe (``get_recipe``, ``recipe_of_checkpoint``), unless a recipe already
+registered holds the name: that one stays in use. ``register_recipe`` adds a recipe in the running process only.
 """
 
 from __future__ import annotations
