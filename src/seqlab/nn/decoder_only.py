@@ -122,12 +122,14 @@ def _inlinable(layer: nn.Module) -> bool:
     (``seqlab.nn.direct_calls``)."""
     if not is_plain(layer, TransformerDecoderOnlyLayer):
         return False
-    attn, feed_forward = layer.self_attn, layer.feed_forward
+    modules = layer._modules  # not layer.self_attn: see seqlab.nn.direct_calls
+    attn, feed_forward = modules["self_attn"], modules["feed_forward"]
     if not (is_plain(attn, MultiHeadAttention) and is_plain(feed_forward, FeedForward)):
         return False
-    dropouts = (layer.dropout1, layer.dropout2, feed_forward.dropout)
-    dropping = layer.training and (attn.dropout > 0.0 or any(d.p > 0.0 for d in dropouts))
-    return attn.attention_kind == "full" and not dropping
+    if attn.attention_kind != "full":
+        return False
+    dropouts = (modules["dropout1"], modules["dropout2"], feed_forward._modules["dropout"])
+    return not (layer.training and (attn.dropout > 0.0 or any(d.p > 0.0 for d in dropouts)))
 
 
 class IncrementalStep:
@@ -186,7 +188,8 @@ class IncrementalStep:
         return names
 
     def __call__(self, x: Tensor, *, caches: Sequence[KVCache], keep_mask: Tensor | None = None) -> DecoderOnlyOutput:
-        layers, final_norm = self.decoder.layers, self.decoder.final_norm
+        decoder = self.decoder._modules  # not self.decoder.layers: see seqlab.nn.direct_calls
+        layers, final_norm = decoder["layers"], decoder.get("final_norm")  # None: set as a plain attribute
         if len(caches) != len(layers):
             raise ValueError(f"got {len(caches)} caches for a decoder of {len(layers)} layers")
         if not no_global_hooks():
@@ -212,22 +215,24 @@ def _layer_step(
 ) -> tuple[Tensor, KVCache]:
     """One ``_inlinable`` layer on x (B, 1, D) over its cache; mask (B, 1, 1, S + 1) or None. Returns the layer's
     output (B, 1, D) and the cache with x's keys and values appended."""
-    attn, feed_forward, norm_first = layer.self_attn, layer.feed_forward, layer.norm_first
+    modules, norm_first = layer._modules, layer.norm_first  # not layer.self_attn: see seqlab.nn.direct_calls
+    attn, feed_forward, norm1, norm2 = modules["self_attn"], modules["feed_forward"], modules["norm1"], modules["norm2"]
+    projections, ff_modules = attn._modules, feed_forward._modules
     B, _, D = x.shape
     N, Dh = attn.num_heads, attn.head_dim
-    h = direct_calls.layer_norm(layer.norm1, x) if norm_first else x
+    h = direct_calls.layer_norm(norm1, x) if norm_first else x
     # With T = 1, (B, 1, D) and (B, N, 1, Dh) have the same layout: the heads split by a view, no transpose.
-    q = direct_calls.linear(attn.q_proj, h).view(B, N, 1, Dh)  # (B, N, 1, Dh)
-    k = direct_calls.linear(attn.k_proj, h).view(B, N, 1, Dh)
-    v = direct_calls.linear(attn.v_proj, h).view(B, N, 1, Dh)
+    q = direct_calls.linear(projections["q_proj"], h).view(B, N, 1, Dh)  # (B, N, 1, Dh)
+    k = direct_calls.linear(projections["k_proj"], h).view(B, N, 1, Dh)
+    v = direct_calls.linear(projections["v_proj"], h).view(B, N, 1, Dh)
     if attn.rotary is not None:
         q, k = attn.rotary(q, offset=cache.length), attn.rotary(k, offset=cache.length)
     cache = cache.append(k, v)
     attended = F.scaled_dot_product_attention(q, cache.keys, cache.values, attn_mask=mask)  # (B, N, 1, Dh)
-    x = x + direct_calls.linear(attn.out_proj, attended.view(B, 1, D))  # heads merged, (B, 1, D)
-    x = x if norm_first else direct_calls.layer_norm(layer.norm1, x)
-    h = direct_calls.layer_norm(layer.norm2, x) if norm_first else x
-    inner = ACTIVATIONS[feed_forward.activation](direct_calls.linear(feed_forward.linear1, h))
-    x = x + direct_calls.linear(feed_forward.linear2, inner)
-    x = x if norm_first else direct_calls.layer_norm(layer.norm2, x)
+    x = x + direct_calls.linear(projections["out_proj"], attended.view(B, 1, D))  # heads merged, (B, 1, D)
+    x = x if norm_first else direct_calls.layer_norm(norm1, x)
+    h = direct_calls.layer_norm(norm2, x) if norm_first else x
+    inner = ACTIVATIONS[feed_forward.activation](direct_calls.linear(ff_modules["linear1"], h))
+    x = x + direct_calls.linear(ff_modules["linear2"], inner)
+    x = x if norm_first else direct_calls.layer_norm(norm2, x)
     return x, cache

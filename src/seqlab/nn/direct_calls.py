@@ -7,6 +7,11 @@ functional form on the module's current parameters (``F.linear(x, module.weight,
 ``nn.Linear.forward``); anything else (a LoRA wrapper, a dynamically quantized Linear, a parametrization, which
 swaps the class, or a hook) is called as the module itself. Nothing is copied or gathered, so a weight changed in
 place or replaced is what the next call reads.
+
+The checks run at every call, so they read what they need from the module's own dictionaries (``_modules``,
+``_parameters``) rather than through ``nn.Module.__getattr__``, a Python call per attribute that would cost a
+decoding step more than the module calls it saves. An exact ``nn.Linear`` / ``nn.LayerNorm`` / ``nn.Embedding``
+holds its weight and bias there: ``Module.__setattr__`` refuses a plain tensor in a parameter's place.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ def no_global_hooks() -> bool:
 def linear(module: nn.Module, x: Tensor) -> Tensor:
     """module(x) for a Linear-like module; x (..., in) -> (..., out)."""
     if is_plain(module, nn.Linear):
-        return F.linear(x, module.weight, module.bias)
+        params = module._parameters
+        return F.linear(x, params["weight"], params["bias"])
     return module(x)
 
 
@@ -44,7 +50,8 @@ def layer_norm(module: nn.Module, x: Tensor) -> Tensor:
     """module(x) for a LayerNorm-like module; x (..., D) -> (..., D). The plain case calls ``torch.layer_norm``,
     what ``F.layer_norm`` calls after its Python-level checks."""
     if is_plain(module, nn.LayerNorm):
-        return torch.layer_norm(x, module.normalized_shape, module.weight, module.bias, module.eps)
+        params = module._parameters
+        return torch.layer_norm(x, module.normalized_shape, params["weight"], params["bias"], module.eps)
     return module(x)
 
 
@@ -52,5 +59,5 @@ def embedding(module: nn.Module, ids: Tensor) -> Tensor:
     """module(ids) for an Embedding-like module; ids (...) long -> (..., E). A max_norm (which renormalises the
     looked-up rows in place) is left to the module; padding_idx and sparse change only the gradient."""
     if is_plain(module, nn.Embedding) and module.max_norm is None:
-        return F.embedding(ids, module.weight)
+        return F.embedding(ids, module._parameters["weight"])
     return module(ids)
