@@ -262,3 +262,32 @@ def test_generate_uses_weights_changed_in_place_after_the_prefill():
     assert_close(logits, expected_logits)
     _, unchanged_logits = _module_path_greedy(_gpt())
     assert not torch.allclose(logits[:, 1:], unchanged_logits[:, 1:], atol=1e-3)  # the change matters
+
+
+def test_incremental_step_calls_hooked_modules_and_names_them():
+    """A forward hook changes what a module computes: the step calls that module (or, for a global hook, every
+    layer) and still equals the modules' forward."""
+    stack = _stack(True, dropout=0.0)
+    x = _x()
+    prompt = stack(x[:, :4], caches=stack.empty_caches(B, dtype=torch.float64))
+    fast_step = stack.incremental_step()
+
+    def double(module, inputs, output):
+        return 2.0 * output
+
+    def check(expected_calls):
+        with torch.no_grad():
+            got = fast_step(x[:, 4:5], caches=prompt.caches)
+            expected = stack(x[:, 4:5], caches=prompt.caches)
+        assert_close(got.output, expected.output, **EXACT)
+        assert fast_step.module_calls == expected_calls
+
+    check([])
+    handle = stack.layers[1].feed_forward.linear2.register_forward_hook(double)
+    check(["layers.1.feed_forward.linear2"])
+    handle.remove()
+    handle = nn.modules.module.register_module_forward_hook(lambda module, inputs, output: None)
+    try:
+        check(["layers.0", "layers.1", "final_norm"])
+    finally:
+        handle.remove()

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqlab.nn import direct_calls
-from seqlab.nn.direct_calls import is_plain, no_global_hooks
+from seqlab.nn.direct_calls import is_plain
 from seqlab.nn.kv_cache import KVCache
 from seqlab.nn.multi_head_attention import MultiHeadAttention
 from seqlab.nn.transformer import LayerOutput, TransformerEncoderLayer, check_layers, empty_self_attention_caches
@@ -145,9 +145,9 @@ class IncrementalStep:
     equations only while ``_inlinable`` (exactly a ``TransformerDecoderOnlyLayer`` of plain sublayers, full
     attention, no dropout in effect), else the layer itself is called; within it, each Linear and LayerNorm is
     computed functionally from its current parameters when it is exactly ``nn.Linear`` / ``nn.LayerNorm`` without
-    hooks, else called (a LoRA wrapper, a quantized Linear). A global forward hook sends the whole call to
-    ``decoder.forward``. So the result is the module path's for whatever the decoder holds, and a weight changed
-    after the prompt is used by the next step. ``module_calls`` names what is called as a module.
+    hooks, else called (a LoRA wrapper, a quantized Linear). So the result is the module path's for whatever the
+    decoder holds, and a weight changed after the prompt is used by the next step. ``module_calls`` names what is
+    called as a module.
 
     Build it with ``TransformerDecoderOnly.incremental_step()``; use ``forward`` to train.
 
@@ -166,9 +166,7 @@ class IncrementalStep:
     def module_calls(self) -> list[str]:
         """The submodules (names within the decoder) that a call now makes as module calls, not from their
         parameters: whole layers that are not ``_inlinable``, and the wrapped, quantized or hooked Linear and
-        LayerNorm leaves of the others; ["<all>"] while a global forward hook is set; [] when none."""
-        if not no_global_hooks():
-            return ["<all>"]
+        LayerNorm leaves of the others (every layer while a global forward hook is set); [] when none."""
         names = []
         for i, layer in enumerate(self.decoder.layers):
             if not _inlinable(layer):
@@ -192,8 +190,6 @@ class IncrementalStep:
         layers, final_norm = decoder["layers"], decoder.get("final_norm")  # None: set as a plain attribute
         if len(caches) != len(layers):
             raise ValueError(f"got {len(caches)} caches for a decoder of {len(layers)} layers")
-        if not no_global_hooks():
-            return self.decoder(x, keep_mask=keep_mask, caches=caches)
         mask = None if keep_mask is None else keep_mask[:, None, None, :]  # (B, 1, 1, S + 1)
         new_caches = []
         for layer, cache in zip(layers, caches, strict=True):

@@ -24,18 +24,16 @@ from torch.nn.modules import module as _module
 
 def is_plain(module: nn.Module, kind: type[nn.Module]) -> bool:
     """True when ``module(...)`` is exactly ``kind.forward`` on the module's own parameters: its class is ``kind``
-    itself (not a subclass or wrapper), it has no forward hooks, and no ``forward`` was set on the instance."""
+    itself (not a subclass or wrapper), no forward hook would run (its own or a global one,
+    ``register_module_forward_hook``), and no ``forward`` was set on the instance."""
     return (
         type(module) is kind
         and not module._forward_hooks
         and not module._forward_pre_hooks
         and "forward" not in module.__dict__
+        and not _module._global_forward_hooks
+        and not _module._global_forward_pre_hooks
     )
-
-
-def no_global_hooks() -> bool:
-    """True when no global forward hook (``nn.modules.module.register_module_forward_hook``) would run."""
-    return not _module._global_forward_hooks and not _module._global_forward_pre_hooks
 
 
 def linear(module: nn.Module, x: Tensor) -> Tensor:
