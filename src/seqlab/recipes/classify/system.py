@@ -69,7 +69,7 @@ class ClassifySystem:
         atomic_write(directory / LABELS_FILE, json.dumps({"labels": self.labels}, indent=2) + "\n")
 
     @classmethod
-    def load(cls, directory: Path, options: SystemOptions | None = None) -> ClassifySystem:
+    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> ClassifySystem:
         """The run in ``directory`` (``options``: none taken).
 
         Raises: CheckpointError (one line naming the file) for a missing or malformed file, or a vocabulary of

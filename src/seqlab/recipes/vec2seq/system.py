@@ -71,7 +71,7 @@ class Vec2SeqSystem:
         atomic_write(directory / LABELS_FILE, json.dumps({"labels": self.labels}, indent=2) + "\n")
 
     @classmethod
-    def load(cls, directory: Path, options: SystemOptions | None = None) -> Vec2SeqSystem:
+    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> Vec2SeqSystem:
         """The run in ``directory``; ``options.nbest`` sets the samples per class of ``predict``.
 
         Raises: CheckpointError (one line naming the file) for a missing or malformed file.
@@ -80,7 +80,7 @@ class Vec2SeqSystem:
         labels = read_json_list(directory / LABELS_FILE, "labels")
         model = ConditionedRNNGenerator.from_pretrained(directory)
         vocab = Vocabulary.load(directory / VOCAB_FILE)
-        return cls(model, vocab, labels, config, nbest=(options or SystemOptions()).nbest or PREDICT_SAMPLES)
+        return cls(model, vocab, labels, config, nbest=options.nbest or PREDICT_SAMPLES)
 
     def class_id(self, name: str, *, source: str) -> int:
         """The id of class ``name`` (case ignored).
