@@ -9,8 +9,8 @@ from safetensors.torch import load_file
 
 import seqlab
 from seqlab.recipes import RECIPES, g2p
-from seqlab.recipes.lm import config as lm_config
 from seqlab.recipes.base import load_recipe_config
+from seqlab.recipes.lm import config as lm_config
 from seqlab.training.checkpoint import STATE_FILE, load_training_state
 from seqlab.training.trainer import TrainConfig, Trainer
 

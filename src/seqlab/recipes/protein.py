@@ -3,7 +3,7 @@ unigram baseline.
 
 Data: the 2,100 proteins of a bacterial proteome that the ``pyhmmer`` wheel ships (``seqlab.data.proteins``), or
 the user's FASTA file (``data.train_path``), residues one token each; split 90/5/5 at random by protein
-(``seqlab.recipes.sequence_lm``).
+(``seqlab.recipes.common.item_stream``).
 
 ``model.objective=causal`` (default): a GPT over the stream of proteins, each ended by a separator, as protein
 language models such as ProtGPT2 (Ferruz et al., Nat. Commun. 2022) but over single residues; the test stream's
@@ -23,9 +23,10 @@ everywhere). ``predict`` fills each ``_`` of a sequence with the most likely res
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 
@@ -36,27 +37,29 @@ from seqlab.errors import CheckpointError, ConfigError, DataError
 from seqlab.metrics import unigram_score
 from seqlab.models import GPT, BertConfig, BertForMaskedLM, GPTConfig, load_pretrained
 from seqlab.recipes import bert_mlm
-from seqlab.recipes.base import Report, TrainingRun, check_model_config, load_recipe_config, run_training
-from seqlab.recipes.run_directory import RunMode
-from seqlab.recipes.sequence_lm import (
+from seqlab.recipes.base import Report, TrainingRun, check_model_config, load_recipe_config
+from seqlab.recipes.common.item_stream import (
     SEPARATOR,
     GPTSectionConfig,
+    ItemSplits,
     SampleConfig,
-    causal_functions,
+    causal_training,
     sample,
+    sample_request,
     sampling_settings,
     split_items,
     stream,
     test_perplexity,
     unigram_baseline,
 )
+from seqlab.recipes.system import GenerationChunk, GenerationRequest, SystemOptions
 from seqlab.training.masked_lm import IGNORE_INDEX, masked_lm_loss
+from seqlab.training.objectives import LossOutput
 from seqlab.training.trainer import TrainConfig
 from seqlab.validation import check_choice, check_int, check_probability, check_real
 
 NAME = "protein"
 DESCRIPTION = "causal GPT or masked BERT over a 2,100-protein proteome (pyhmmer); perplexity per residue vs unigram"
-PREDICT_OPTIONS: tuple[str, ...] = ()
 OBJECTIVES = ("causal", "masked")
 FILL = "_"  # marks a residue for ``predict`` to fill (masked objective)
 EXAMPLE_RESIDUES = 60  # residues of each example shown in the report
@@ -168,169 +171,86 @@ def masked_scores(model: BertForMaskedLM, batch, train_ids: torch.Tensor | None,
     return scores
 
 
-def train(
-    config: Config,
-    out_dir: Path,
-    *,
-    progress: bool = True,
-    log: Callable[[str], None] = print,
-    mode: RunMode = "new",
-) -> Report:
-    """Train, keep the best checkpoint in ``out_dir``, and score the test proteins (module docstring).
+@dataclass(frozen=True)
+class ProteinPrediction:
+    """What ``predict`` gives for one input: causal, its loss (nats per token, its end token counted); masked,
+    the input with every ``_`` filled by the most likely residue."""
 
-    Raises: DataError for a missing, binary, empty or malformed FASTA file, or too few proteins.
+    text: str
+    loss: float | None = None  # causal
+    filled: str | None = None  # masked
+
+    def lines(self) -> list[str]:
+        """Causal: the input and its loss to 4 decimals, tab-separated; masked: the filled sequence."""
+        return [self.filled] if self.filled is not None else [f"{self.text}\t{self.loss:.4f}"]
+
+
+@dataclass
+class ProteinSystem:
+    """A trained protein run: a causal GPT with a residue CharTokenizer, or a masked BERT with a residue
+    WordPiece vocabulary, and the recipe config.
     """
-    data = config.data
 
-    def prepare() -> TrainingRun:
-        source = data.train_path or DEFAULT_SOURCE
-        splits = split_items(
-            read_fasta(data.train_path),
-            valid_fraction=data.valid_fraction,
-            test_fraction=data.test_fraction,
-            seed=data.split_seed,
-            source=data.train_path or "the default proteins",
-        )
-        summary = (
-            f"data: {source}, {len(splits.train):,} / {len(splits.valid):,} / {len(splits.test):,} train / valid / "
-            f"test proteins, {sum(map(len, splits.train)):,} train residues"
-        )
-        everything = "".join([*splits.train, *splits.valid, *splits.test])
-        if config.model.objective == "masked":
-            return _masked_run(config, splits, residue_tokenizer(everything), source, summary)
-        return _causal_run(config, splits, CharTokenizer.train(SEPARATOR + everything), source, summary)
+    OPTIONS: ClassVar[frozenset[str]] = frozenset()
 
-    return run_training(NAME, config, out_dir, prepare, progress=progress, log=log, mode=mode)
+    model: GPT | BertForMaskedLM
+    tokenizer: CharTokenizer | WordPieceTokenizer
+    config: Config
 
+    def save(self, directory: Path) -> None:
+        """Write the model and the tokenizer (``run_training`` adds ``recipe.json``)."""
+        self.model.save_pretrained(directory)
+        self.tokenizer.save(directory)
 
-def _causal_run(config: Config, splits, tokenizer: CharTokenizer, source: str, summary: str) -> TrainingRun:
-    data = config.data
-    model = GPT(config.model.model_config(vocab_size=tokenizer.vocab_size))
-    train_ids = stream(tokenizer, splits.train, source=source)
-    valid_ids = stream(tokenizer, splits.valid, source=source)[: data.valid_tokens + 1]
-    test_ids = stream(tokenizer, splits.test, source=source)
-    run = causal_functions(
-        train_ids, valid_ids, context_length=config.model.context_length, batches_per_epoch=data.batches_per_epoch
-    )
+    @classmethod
+    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> ProteinSystem:  # noqa: B008 (frozen)
+        """The run in ``directory`` (``options``: none taken).
 
-    def test() -> Report:
-        results = {f"test_{name}": value for name, value in test_perplexity(model, test_ids).items()}
-        results |= unigram_baseline(train_ids, test_ids, tokenizer.vocab_size)
-        return Report(results, _samples(model, tokenizer, config))
+        Raises: CheckpointError if the directory holds another model or tokenizer, or its files disagree.
+        """
+        config = load_recipe_config(directory, Config)
+        model = load_pretrained(directory)
+        tokenizer = load_tokenizer(directory)
+        wanted = (BertForMaskedLM, WordPieceTokenizer) if config.model.objective == "masked" else (GPT, CharTokenizer)
+        if not isinstance(model, wanted[0]) or not isinstance(tokenizer, wanted[1]):
+            raise CheckpointError(f"{directory}: not a {config.model.objective} protein checkpoint")
+        check_model_config(directory, config.model.config_for(vocab_size=tokenizer.vocab_size), model.config)
+        return cls(model, tokenizer, config)
 
-    def save(directory: Path) -> None:
-        model.save_pretrained(directory)
-        tokenizer.save(directory)
+    def evaluate(self, data_path: str) -> dict[str, float]:
+        """Scores of the proteins of a FASTA file: causal ``loss`` (nats/token), ``perplexity``, ``tokens``; masked
+        ``loss`` (nats per masked residue), ``perplexity``, ``accuracy`` (%) and ``tokens``, masks drawn with the
+        run's ``train.seed`` + 1.
 
-    return TrainingRun(
-        model, loss_fn=run.loss_fn, train_batches=run.train_batches, validate=run.validate, save=save, test=test,
-        summary=f"{summary}; {tokenizer.vocab_size} tokens",
-        summary_model=f"causal GPT L={config.model.num_layers} D={config.model.d_model}",
-    )  # fmt: skip
-
-
-def _samples(model: GPT, tokenizer: CharTokenizer, config: Config) -> list[tuple[str, str, str]]:
-    start = "M" if "M" in tokenizer.chars else ""  # a user's set may lack methionine
-    prompt = tokenizer.encode(SEPARATOR + start)
-    generator = torch.Generator().manual_seed(config.sample.seed)
-    settings = sampling_settings(config.sample, config.model.context_length)
-    eos_id = prompt[0]
-    rows = sample(model, prompt, eos_id=eos_id, count=config.sample.count, generator=generator, settings=settings)
-    return [
-        (f"sample {i + 1}", start, (start + tokenizer.decode(row))[:EXAMPLE_RESIDUES]) for i, row in enumerate(rows)
-    ]
-
-
-def _masked_run(config: Config, splits, tokenizer: WordPieceTokenizer, source: str, summary: str) -> TrainingRun:
-    data, masks = config.data, masking(config)
-    model = BertForMaskedLM(config.model.bert_config(vocab_size=tokenizer.vocab_size))
-    train_ids = masked_stream(tokenizer, splits.train, source=source)
-    valid_ids = masked_stream(tokenizer, splits.valid, source=source)
-    test_ids = masked_stream(tokenizer, splits.test, source=source)
-    for name, ids in (("train", train_ids), ("valid", valid_ids), ("test", test_ids)):
+        Raises: DataError for a bad file or a residue the model never saw.
+        """
+        proteins = read_fasta(data_path)
+        if isinstance(self.model, GPT):
+            return test_perplexity(self.model, stream(self.tokenizer, proteins, source=data_path))
+        masks = masking(self.config)
+        ids = masked_stream(self.tokenizer, proteins, source=data_path)
         if len(ids) < bert_mlm.window(masks):
-            raise DataError(f"{source}: the {name} split has {len(ids)} residues, too few for one sequence")
-    special = set(tokenizer.special_ids)
+            raise DataError(f"{data_path}: {len(ids)} residues, too few for one sequence of {masks.max_length}")
+        generator = torch.Generator().manual_seed(self.config.train.seed + 1)
+        return masked_scores(self.model, bert_mlm.consecutive(ids, self.tokenizer, masks, generator), None, set())
 
-    def fixed() -> torch.Generator:
-        return torch.Generator().manual_seed(config.train.seed + 1)
+    def predict(self, inputs: Sequence[str]) -> list[ProteinPrediction]:
+        """Causal: each input with its loss; masked: each input with its ``_`` filled.
 
-    valid_limit = max(1, data.valid_tokens // bert_mlm.window(masks))
-    valid = bert_mlm.consecutive(valid_ids, tokenizer, masks, fixed(), valid_limit)
-    test_batch = bert_mlm.consecutive(test_ids, tokenizer, masks, fixed())
+        Raises: DataError for a residue the model never saw, or (masked) an input without ``_`` or too long.
+        """
+        if isinstance(self.model, GPT):
+            return [
+                ProteinPrediction(
+                    text, loss=test_perplexity(self.model, stream(self.tokenizer, [text], source="input"))["loss"]
+                )
+                for text in inputs
+            ]
+        return [ProteinPrediction(text, filled=self._fill(text)) for text in inputs]
 
-    def train_batches(epoch: int, generator: torch.Generator, batch_size: int):
-        for _ in range(data.batches_per_epoch):
-            starts = torch.randint(0, len(train_ids) - bert_mlm.window(masks) + 1, (batch_size,), generator=generator)
-            yield bert_mlm.batch_at(train_ids, tokenizer, starts, masks, generator)
-
-    def validate(model: BertForMaskedLM) -> dict[str, float]:
-        scores = bert_mlm.score(model, valid)
-        return {"valid_loss": scores["loss"], "valid_accuracy": scores["accuracy"]}
-
-    def test() -> Report:
-        scores = masked_scores(model, test_batch, train_ids, special)
-        results = {(k if k.startswith("unigram") else f"test_{k}"): v for k, v in scores.items()}
-        return Report(results, bert_mlm.examples(model, tokenizer, test_batch))
-
-    def save(directory: Path) -> None:
-        model.save_pretrained(directory)
-        tokenizer.save(directory)
-
-    return TrainingRun(
-        model, loss_fn=lambda model, batch: masked_lm_loss(model, batch).output, train_batches=train_batches,
-        validate=validate, save=save, test=test, summary=f"{summary}; {tokenizer.vocab_size} tokens",
-        summary_model=f"masked BERT L={config.model.num_layers} D={config.model.d_model}",
-    )  # fmt: skip
-
-
-def load(checkpoint: Path) -> tuple[GPT | BertForMaskedLM, CharTokenizer | WordPieceTokenizer, Config]:
-    """The model, tokenizer and config of a protein run directory.
-
-    Raises: CheckpointError if the directory holds another model or tokenizer, or its files disagree.
-    """
-    config = load_recipe_config(checkpoint, Config)
-    model = load_pretrained(checkpoint)
-    tokenizer = load_tokenizer(checkpoint)
-    wanted = (BertForMaskedLM, WordPieceTokenizer) if config.model.objective == "masked" else (GPT, CharTokenizer)
-    if not isinstance(model, wanted[0]) or not isinstance(tokenizer, wanted[1]):
-        raise CheckpointError(f"{checkpoint}: not a {config.model.objective} protein checkpoint")
-    check_model_config(checkpoint, config.model.config_for(vocab_size=tokenizer.vocab_size), model.config)
-    return model, tokenizer, config
-
-
-def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:
-    """Scores of the proteins of a FASTA file: causal ``loss`` (nats/token), ``perplexity``, ``tokens``; masked
-    ``loss`` (nats per masked residue), ``perplexity``, ``accuracy`` (%) and ``tokens``, masks drawn with the
-    run's ``train.seed`` + 1.
-
-    Raises: DataError for a bad file or a residue the model never saw.
-    """
-    model, tokenizer, config = load(checkpoint)
-    proteins = read_fasta(data_path)
-    if isinstance(model, GPT):
-        return test_perplexity(model, stream(tokenizer, proteins, source=data_path))
-    masks = masking(config)
-    ids = masked_stream(tokenizer, proteins, source=data_path)
-    if len(ids) < bert_mlm.window(masks):
-        raise DataError(f"{data_path}: {len(ids)} residues, too few for one sequence of {masks.max_length}")
-    generator = torch.Generator().manual_seed(config.train.seed + 1)
-    return masked_scores(model, bert_mlm.consecutive(ids, tokenizer, masks, generator), None, set())
-
-
-def predict(checkpoint: Path, inputs: Sequence[str]) -> list[str]:
-    """Causal: each input sequence and its loss (nats per token, its end token counted), tab-separated. Masked:
-    each input with every ``_`` replaced by the most likely residue.
-
-    Raises: DataError for a residue the model never saw, or (masked) an input without ``_`` or too long.
-    """
-    model, tokenizer, _ = load(checkpoint)
-    if isinstance(model, GPT):
-        return [f"{text}\t{test_perplexity(model, stream(tokenizer, [text], source='input'))['loss']:.4f}"
-                for text in inputs]  # fmt: skip
-    model.eval()
-    lines = []
-    for text in inputs:
+    def _fill(self, text: str) -> str:
+        """``text`` with each ``_`` replaced by the masked model's most likely residue (``predict``)."""
+        model, tokenizer = self.model, self.tokenizer
         if FILL not in text:
             raise DataError(f"input {text[:40]!r} has no {FILL} to fill")
         residues_given = masked_stream(tokenizer, [text.upper().replace(FILL, "")], source="input")[:-1]
@@ -342,42 +262,164 @@ def predict(checkpoint: Path, inputs: Sequence[str]) -> list[str]:
         selected = input_ids == tokenizer.mask_id
         with torch.no_grad():
             input_ids[selected] = model(input_ids).logits[selected].argmax(dim=-1)
-        lines.append(tokenizer.decode(input_ids[0, 1:-1].tolist()).replace(" ", ""))
-    return lines
+        return tokenizer.decode(input_ids[0, 1:-1].tolist()).replace(" ", "")
+
+    def generate(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
+        """``request.num_return_sequences`` proteins that start with the residues ``request.prompt`` (causal
+        objective), one chunk each, the run's ``sample`` section filling the settings not given.
+
+        Raises: ConfigError for a masked model, a stop string or a bad setting; DataError for unseen residues.
+        """
+        if not isinstance(self.model, GPT):
+            raise ConfigError("a masked protein model does not generate; train model.objective=causal")
+        prompt_ids = stream(self.tokenizer, [request.prompt], source="--prompt")[:-1].tolist()
+        rows = sample_request(
+            self.model, prompt_ids, request, defaults=self.config.sample, eos_id=prompt_ids[0], recipe=NAME,
+            item="protein",
+        )  # fmt: skip
+        return (GenerationChunk(index, self.tokenizer.decode(row), True) for index, row in enumerate(rows))
 
 
-def generate(
-    checkpoint: Path,
-    prompt: str,
-    *,
-    max_new_tokens: int | None = None,
-    temperature: float | None = None,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    num_beams: int | None = None,
-    seed: int | None = None,
-    num_samples: int = 1,
-    stop: str | None = None,
-    on_text: Callable[[str], None] = lambda text: None,
-) -> list[str]:
-    """``num_samples`` proteins that start with the residues ``prompt`` (causal objective), one line each, the
-    run's ``sample`` section filling options not given.
+System = ProteinSystem
 
-    Raises: ConfigError for a masked checkpoint, a stop string or a bad option; DataError for unseen residues.
+
+def prepare(config: Config) -> TrainingRun:
+    """Read and split the proteins, build the tokenizer and the objective's model, and check the streams
+    (module docstring).
+
+    Raises: DataError for a missing, binary, empty or malformed FASTA file, or too few proteins.
     """
-    model, tokenizer, config = load(checkpoint)
-    if not isinstance(model, GPT):
-        raise ConfigError(f"{checkpoint}: a masked protein model does not generate; train model.objective=causal")
-    if stop is not None:
-        raise ConfigError("--stop is not used by the protein recipe: a sample ends with its protein")
-    prompt_ids = stream(tokenizer, [prompt], source="--prompt")[:-1].tolist()
-    settings = sampling_settings(
-        config.sample, config.model.context_length, max_new_tokens=max_new_tokens, temperature=temperature,
-        top_k=top_k, top_p=top_p, num_beams=num_beams,
+    data = config.data
+    source = data.train_path or DEFAULT_SOURCE
+    splits = split_items(
+        read_fasta(data.train_path),
+        valid_fraction=data.valid_fraction,
+        test_fraction=data.test_fraction,
+        seed=data.split_seed,
+        source=data.train_path or "the default proteins",
+    )
+    summary = (
+        f"data: {source}, {len(splits.train):,} / {len(splits.valid):,} / {len(splits.test):,} train / valid / "
+        f"test proteins, {sum(map(len, splits.train)):,} train residues"
+    )
+    everything = "".join([*splits.train, *splits.valid, *splits.test])
+    if config.model.objective == "masked":
+        return _masked_run(config, splits, residue_tokenizer(everything), source, summary)
+    return _causal_run(config, splits, CharTokenizer.train(SEPARATOR + everything), source, summary)
+
+
+@dataclass(frozen=True)
+class CausalProteinTest:
+    """The causal test: the test stream's perplexity beside the unigram baseline, and sampled proteins."""
+
+    system: ProteinSystem
+    train_ids: torch.Tensor
+    test_ids: torch.Tensor
+
+    def test(self) -> Report:
+        """``test_loss`` (nats/token), ``test_perplexity``, ``test_tokens``, the unigram baseline, and
+        ``sample.count`` proteins sampled from ``M``."""
+        model, tokenizer = self.system.model, self.system.tokenizer
+        results = {f"test_{name}": value for name, value in test_perplexity(model, self.test_ids).items()}
+        results |= unigram_baseline(self.train_ids, self.test_ids, tokenizer.vocab_size)
+        return Report(results, _samples(model, tokenizer, self.system.config))
+
+
+def _causal_run(config: Config, splits: ItemSplits, tokenizer: CharTokenizer, source: str, summary: str) -> TrainingRun:
+    """The training parts of the causal objective (a GPT on random blocks of the stream)."""
+    data = config.data
+    system = ProteinSystem(GPT(config.model.model_config(vocab_size=tokenizer.vocab_size)), tokenizer, config)
+    train_ids = stream(tokenizer, splits.train, source=source)
+    valid_ids = stream(tokenizer, splits.valid, source=source)[: data.valid_tokens + 1]
+    test_ids = stream(tokenizer, splits.test, source=source)
+    blocks = causal_training(
+        train_ids, valid_ids, context_length=config.model.context_length, batches_per_epoch=data.batches_per_epoch
+    )
+    return TrainingRun(
+        config, system.model, loss_fn=blocks.loss, train_batches=blocks.train_batches, validate=blocks.validate,
+        save=system.save, test=CausalProteinTest(system, train_ids, test_ids).test,
+        summary=f"{summary}; {tokenizer.vocab_size} tokens",
+        summary_model=f"causal GPT L={config.model.num_layers} D={config.model.d_model}",
     )  # fmt: skip
-    generator = torch.Generator().manual_seed(config.sample.seed if seed is None else seed)
-    rows = sample(model, prompt_ids, eos_id=prompt_ids[0], count=num_samples, generator=generator, settings=settings)
-    texts = [prompt + tokenizer.decode(row) for row in rows]
-    for text in texts:
-        on_text(text + "\n")
-    return texts
+
+
+def _samples(model: GPT, tokenizer: CharTokenizer, config: Config) -> list[tuple[str, str, str]]:
+    """The report's examples: ``sample.count`` proteins sampled from ``M``, cut at EXAMPLE_RESIDUES."""
+    start = "M" if "M" in tokenizer.chars else ""  # a user's set may lack methionine
+    prompt = tokenizer.encode(SEPARATOR + start)
+    generator = torch.Generator().manual_seed(config.sample.seed)
+    settings = sampling_settings(config.sample, config.model.context_length)
+    eos_id = prompt[0]
+    rows = sample(model, prompt, eos_id=eos_id, count=config.sample.count, generator=generator, settings=settings)
+    return [
+        (f"sample {i + 1}", start, (start + tokenizer.decode(row))[:EXAMPLE_RESIDUES]) for i, row in enumerate(rows)
+    ]
+
+
+@dataclass(frozen=True)
+class MaskedProteinTraining:
+    """The training parts of the masked objective: random windows of the train stream masked 80/10/10, and the
+    masked loss of fixed masks of the valid stream (``seqlab.recipes.bert_mlm``).
+
+    Attributes:
+        system: the BERT being trained; train_ids, valid_ids, test_ids: the residue streams (N,) long.
+    """
+
+    system: ProteinSystem
+    train_ids: torch.Tensor
+    valid_batch: Any
+    test_batch: Any
+
+    def loss(self, model: BertForMaskedLM, batch: Any) -> LossOutput:
+        """The masked-LM loss (nats per masked residue) of a batch."""
+        return masked_lm_loss(model, batch).output
+
+    def train_batches(self, epoch: int, generator: torch.Generator, batch_size: int) -> Iterator[Any]:
+        """``data.batches_per_epoch`` batches of ``batch_size`` random windows, masked with ``generator``."""
+        masks, tokenizer = masking(self.system.config), self.system.tokenizer
+        for _ in range(self.system.config.data.batches_per_epoch):
+            starts = torch.randint(
+                0, len(self.train_ids) - bert_mlm.window(masks) + 1, (batch_size,), generator=generator
+            )
+            yield bert_mlm.batch_at(self.train_ids, tokenizer, starts, masks, generator)
+
+    def validate(self, model: BertForMaskedLM) -> dict[str, float]:
+        """``valid_loss`` (nats per masked residue) and ``valid_accuracy`` (%) of the fixed valid masks."""
+        scores = bert_mlm.score(model, self.valid_batch)
+        return {"valid_loss": scores["loss"], "valid_accuracy": scores["accuracy"]}
+
+    def test(self) -> Report:
+        """The test scores beside the unigram baseline, and examples of filled masks."""
+        model, tokenizer = self.system.model, self.system.tokenizer
+        scores = masked_scores(model, self.test_batch, self.train_ids, set(tokenizer.special_ids))
+        results = {(k if k.startswith("unigram") else f"test_{k}"): v for k, v in scores.items()}
+        return Report(results, bert_mlm.examples(model, tokenizer, self.test_batch))
+
+
+def _masked_run(
+    config: Config, splits: ItemSplits, tokenizer: WordPieceTokenizer, source: str, summary: str
+) -> TrainingRun:
+    """The training parts of the masked objective (module docstring).
+
+    Raises: DataError if a split is shorter than one sequence.
+    """
+    data, masks = config.data, masking(config)
+    system = ProteinSystem(
+        BertForMaskedLM(config.model.bert_config(vocab_size=tokenizer.vocab_size)), tokenizer, config
+    )
+    streams = {name: masked_stream(tokenizer, items, source=source) for name, items in splits._asdict().items()}
+    for name, ids in streams.items():
+        if len(ids) < bert_mlm.window(masks):
+            raise DataError(f"{source}: the {name} split has {len(ids)} residues, too few for one sequence")
+    valid_limit = max(1, data.valid_tokens // bert_mlm.window(masks))
+    fixed = torch.Generator().manual_seed(config.train.seed + 1)
+    valid = bert_mlm.consecutive(streams["valid"], tokenizer, masks, fixed, valid_limit)
+    test_batch = bert_mlm.consecutive(
+        streams["test"], tokenizer, masks, torch.Generator().manual_seed(config.train.seed + 1)
+    )
+    parts = MaskedProteinTraining(system, streams["train"], valid, test_batch)
+    return TrainingRun(
+        config, system.model, loss_fn=parts.loss, train_batches=parts.train_batches, validate=parts.validate,
+        save=system.save, test=parts.test, summary=f"{summary}; {tokenizer.vocab_size} tokens",
+        summary_model=f"masked BERT L={config.model.num_layers} D={config.model.d_model}",
+    )  # fmt: skip
