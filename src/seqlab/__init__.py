@@ -14,6 +14,23 @@ Masks are boolean and True where a position is real / may be attended (the SDPA 
 
 Recurrent state tensors have their batch dimension at -2 everywhere: (B, H) for a cell, (L*C, B, H) for a layer
 (P instead of H under an LSTM projection), so code that selects or reorders sequences of a state uses dim=-2.
+
+Glossary: one name per concept, in the package, in config keys (``--set section.key=...``) and, with dashes, on
+the command line. Old spellings keep working for one release with a warning.
+
+    num_beams             K, beam width (1 = greedy search)        was beam_size, --beam-size
+    nbest                 hypotheses returned per input (<= K)
+    num_return_sequences  sequences generated per prompt            was --num-samples
+    max_new_tokens        tokens generated after the prompt
+    temperature, top_k, top_p   sampling: logits / T, the k most likely, the smallest set of mass >= p
+    context_length        most positions a model reads at once      was max_positions, block_size (recipe keys)
+    num_labels            classes of a classifier's head
+    hidden_size, num_layers, bidirectional, dropout   torch.nn's names for recurrent layers
+    d_model, num_heads, d_ff, norm_first              Transformer sizes (Vaswani et al. 2017), pre-LN switch
+    keep_mask             True where a position is real / may be attended
+    bptt_len              steps per truncated-BPTT window
+    teacher_forcing       probability of feeding the gold previous token (scheduled sampling)
+    arch                  a model section's architecture; each arch has its own keys (``seqlab recipes NAME``)
 """
 
 __version__ = "0.1.0"

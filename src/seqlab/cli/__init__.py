@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Sequence
 
 from seqlab.cli import analyze, average, compare, core, embed
@@ -39,7 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         debug = debug or args.debug
-        return args.handler(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_warning
+            return args.handler(args)
     except SeqlabError as e:
         print(f"seqlab: error: {e}", file=sys.stderr)
         return e.exit_code
@@ -53,6 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = "" if debug else " (run with --debug or SEQLAB_DEBUG=1 for the traceback)"
         print(f"seqlab: internal error: {type(e).__name__}: {message}{hint}", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> None:
+    """Print a warning as the command's one line ``seqlab: warning: MESSAGE`` (a renamed option, say)."""
+    print(f"seqlab: warning: {message}", file=sys.stderr)
 
 
 def _build_parser() -> argparse.ArgumentParser:

@@ -12,20 +12,16 @@ import csv
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
 from seqlab.analysis import attention, complexity, curves, exposure, gradients, positional
 from seqlab.cli.tables import table
-from seqlab.data.batching import batch_iterator
-from seqlab.data.cmudict import read_cmudict
-from seqlab.data.pronunciations import load_splits
 from seqlab.errors import ConfigError, SeqlabError
-from seqlab.models import GPT, load_pretrained
-from seqlab.recipes import recipe_of_checkpoint
-from seqlab.recipes.g2p import G2PSystem, encode_pairs
-from seqlab.recipes.lm import LanguageModelSystem
+from seqlab.models import load_pretrained
+from seqlab.recipes import RECIPES, recipe_of_checkpoint
+from seqlab.recipes.system import AttentionSource, ExposureSource, SystemOptions
 
 
 class Analysis(NamedTuple):
@@ -206,62 +202,25 @@ def _positional(args: argparse.Namespace, out_dir: Path) -> str:
 
 
 def _attention_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "checkpoint", type=Path, help="a g2p (RNN with attention or Transformer) or lm (GPT) run directory"
-    )
-    parser.add_argument("--input", required=True, help="a word (g2p) or a text (lm)")
+    parser.add_argument("checkpoint", type=Path, help="a run whose model attends (g2p, or an lm GPT, ...)")
+    parser.add_argument("--input", required=True, help="one input, as the run's predict reads it (a word, a text)")
 
 
-class _Labelled(NamedTuple):
-    """Attention maps with the symbols of their axes: labels[(stack, kind)] = (query symbols, key symbols)."""
+def _offering(checkpoint: Path, protocol: type, what: str) -> Any:
+    """The System of ``checkpoint`` if its recipe's System offers ``protocol``.
 
-    maps: list[attention.AttentionMap]
-    labels: dict[tuple[str, str], tuple[list[str], list[str]]]
-    caption: str
-    output: list[str]
-
-
-def _g2p_attention(args: argparse.Namespace) -> _Labelled:
-    """The maps of a g2p model on the word, teacher-forced with its own greedy transcription."""
-    system = G2PSystem.load(args.checkpoint)
-    source = system.encode_words([args.input], source="--input")[0]
-    predicted = list(system.transcribe([args.input], source="--input", beam_size=1)[0][0][0])
-    decoder_input = [system.phonemes.bos_id, *system.phonemes.encode(predicted)]
-    inputs = [system.phonemes.symbols[i] for i in decoder_input]
-    letters = list(args.input)
-    labels = {
-        ("encoder", "self"): (letters, letters),
-        ("decoder", "self"): (inputs, inputs),
-        ("decoder", "cross"): ([*predicted, system.phonemes.symbols[system.phonemes.eos_id]], letters),
-    }
-    maps = attention.attention_maps(system.model, source, decoder_input)
-    return _Labelled(maps, labels, f"{args.input!r} -> {' '.join(predicted)}", predicted)
-
-
-def _lm_attention(args: argparse.Namespace) -> _Labelled:
-    """The causal self-attention maps of a GPT on the text."""
-    system = LanguageModelSystem.load(args.checkpoint)
-    if not isinstance(system.model, GPT):
-        raise ConfigError(f"{args.checkpoint}: an RNN language model has no attention to draw")
-    ids = system.encode(args.input, source="--input").tolist()
-    context = system.model.config.context_length
-    if len(ids) > context:
-        raise ConfigError(f"--input: {len(ids)} tokens, more than the model's context of {context}")
-    # Spaces and newlines would be invisible as tick labels.
-    tokens = [system.tokenizer.decode([i]).replace(" ", "\u2423").replace("\n", "\u23ce") for i in ids]
-    maps = attention.attention_maps(system.model, ids)
-    stacks = {m.module.split(".")[0] for m in maps}
-    return _Labelled(maps, {(stack, "self"): (tokens, tokens) for stack in stacks}, repr(args.input), [])
+    Raises: ConfigError naming the run's recipe and the recipes whose runs offer it.
+    """
+    recipe = recipe_of_checkpoint(checkpoint)
+    if not issubclass(recipe.System, protocol):
+        offering = ", ".join(name for name, r in sorted(RECIPES.items()) if issubclass(r.System, protocol))
+        raise ConfigError(f"{checkpoint}: a {recipe.NAME} run; {what} needs a run of {offering}")
+    return recipe.System.load(checkpoint, SystemOptions())
 
 
 def _attention(args: argparse.Namespace, out_dir: Path) -> str:
-    name = recipe_of_checkpoint(args.checkpoint).NAME
-    if name == "g2p":
-        labelled = _g2p_attention(args)
-    elif name == "lm":
-        labelled = _lm_attention(args)
-    else:
-        raise ConfigError(f"{args.checkpoint}: a {name} checkpoint; attention maps need a g2p or lm checkpoint")
+    system: AttentionSource = _offering(args.checkpoint, AttentionSource, "attention maps")
+    labelled = system.attention_maps(args.input)
     groups: dict[tuple[str, str], list[attention.AttentionMap]] = {}
     for m in labelled.maps:
         groups.setdefault((m.module.split(".")[0], m.kind), []).append(m)
@@ -384,26 +343,13 @@ def _plot(args: argparse.Namespace, out_dir: Path) -> str:
 
 
 def _exposure_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", type=Path, help="a g2p run directory (RNN or Transformer seq2seq)")
-    parser.add_argument("--data", help="a CMUdict-format file (default: the run's own test split)")
+    parser.add_argument("checkpoint", type=Path, help="a seq2seq run directory trained with teacher forcing (g2p)")
+    parser.add_argument("--data", help="a data file in the run's format (default: the run's own test split)")
 
 
 def _exposure(args: argparse.Namespace, out_dir: Path) -> str:
-    if recipe_of_checkpoint(args.checkpoint).NAME != "g2p":
-        raise ConfigError(f"{args.checkpoint}: exposure bias needs a g2p (seq2seq) run directory")
-    system = G2PSystem.load(args.checkpoint)
-    if args.data is None:
-        entries, source = load_splits(system.config.data)[2], "the run's test split"
-    else:
-        entries, source = read_cmudict(args.data, keep_stress=system.config.data.keep_stress), args.data
-    pairs = encode_pairs(system, entries, source=source)
-    phonemes = system.phonemes
-    result = exposure.exposure_bias(
-        system.model,
-        batch_iterator(pairs, batch_size=256, shuffle=False),
-        pad_id=phonemes.pad_id,
-        eos_id=phonemes.eos_id,
-    )
+    system: ExposureSource = _offering(args.checkpoint, ExposureSource, "exposure bias")
+    result, source = system.exposure_bias(args.data)
     exposure.plot_exposure(result, out_dir / "exposure.png", title=f"{args.checkpoint} on {source}")
     numbers = {**result._asdict(), "loss_gap": result.loss_gap, "checkpoint": str(args.checkpoint), "data": source}
     (out_dir / "exposure.json").write_text(json.dumps(numbers, indent=2) + "\n", encoding="utf-8")
@@ -419,5 +365,5 @@ ANALYSES = (
     Analysis("attention", "attention maps of a checkpoint on one input", _attention_arguments, _attention),
     Analysis("complexity", "time and memory of one layer against T", _complexity_arguments, _complexity),
     Analysis("positional", "the sinusoidal encoding and its shift check", _positional_arguments, _positional),
-    Analysis("exposure", "teacher-forced against free-running loss of a g2p run", _exposure_arguments, _exposure),
+    Analysis("exposure", "teacher-forced against free-running loss of a seq2seq run", _exposure_arguments, _exposure),
 )

@@ -12,15 +12,16 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, get_args, get_type_hints
+from typing import Any, NamedTuple, get_type_hints
 
 from seqlab.analysis import compare, compare_report
 from seqlab.analysis.curves import METRICS_FILE, read_metrics
 from seqlab.cli.tables import format_value, table
-from seqlab.config import apply_overrides, parse_assignments
+from seqlab.config import apply_overrides, architectures, parse_assignments
 from seqlab.errors import ConfigError
 from seqlab.models import load_pretrained
 from seqlab.recipes import Recipe, get_recipe
+from seqlab.recipes.base import run_training
 
 
 def arch_list(text: str | None, choices: Sequence[str]) -> list[str]:
@@ -59,12 +60,10 @@ def check_recipe_arguments(args: argparse.Namespace, task_options: Iterable[str]
             raise ConfigError(f"--{flag.replace('_', '-')} applies to --task runs; give a recipe's sizes with --set")
     recipe = get_recipe(args.recipe)
     base = recipe.Config()
-    model = getattr(base, "model", None)
-    arch_type = get_type_hints(type(model)).get("arch") if dataclasses.is_dataclass(model) else None
-    choices = [str(c) for c in get_args(arch_type)]
+    choices = architectures(get_type_hints(type(base)).get("model"))
     if not choices:
         raise ConfigError(f"--recipe {args.recipe}: its config has no model.arch choice to compare")
-    archs = arch_list(args.archs, choices)
+    archs = arch_list(args.archs, list(choices))
     overrides: dict[str, Any] = {
         **parse_assignments(args.assignments),
         "train.max_steps": args.max_steps,
@@ -72,7 +71,26 @@ def check_recipe_arguments(args: argparse.Namespace, task_options: Iterable[str]
     }
     if args.time_budget is not None:
         overrides["train.time_budget"] = args.time_budget
-    return RecipePlan(recipe, {arch: apply_overrides(base, {**overrides, "model.arch": arch}) for arch in archs})
+    configs = {arch: apply_overrides(base, _for_arch(overrides, choices, arch)) for arch in archs}
+    return RecipePlan(recipe, configs)
+
+
+def _for_arch(overrides: dict[str, Any], choices: dict[str, type], arch: str) -> dict[str, Any]:
+    """The overrides that apply to ``arch``: every ``--set`` key outside the model section, and the model keys of
+    ``arch``'s config class (each arch takes its own, so one command can size several archs).
+
+    Raises: ConfigError for a model key that applies to none of the archs.
+    """
+    keys = {f.name for f in dataclasses.fields(choices[arch])}
+    every = {f.name for c in choices.values() for f in dataclasses.fields(c)}
+    kept = {}
+    for dotted, value in overrides.items():
+        section, _, key = dotted.partition(".")
+        if section == "model" and key not in every:
+            raise ConfigError(f"--set {dotted}: no arch of the recipe has this key ({', '.join(sorted(every))})")
+        if section != "model" or key in keys:
+            kept[dotted] = value
+    return {**kept, "model.arch": arch}
 
 
 def run_recipe(plan: RecipePlan, args: argparse.Namespace, out_dir: Path) -> None:
@@ -83,7 +101,7 @@ def run_recipe(plan: RecipePlan, args: argparse.Namespace, out_dir: Path) -> Non
         # A run appends to its metrics.jsonl; under --overwrite an earlier run's records must not join the curves.
         (run_dir / METRICS_FILE).unlink(missing_ok=True)
         start = time.perf_counter()
-        report = plan.recipe.train(config, run_dir, progress=False, log=lambda line: None)
+        report = run_training(plan.recipe, config, run_dir, progress=False, log=lambda line: None)
         seconds = time.perf_counter() - start
         curves[arch] = read_metrics(run_dir)
         rates = _step_rates(run_dir)

@@ -4,29 +4,32 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 from seqlab.cli.tables import format_value, table
 from seqlab.config import apply_overrides, describe, flatten, load_toml, parse_assignments
 from seqlab.errors import ConfigError, SeqlabError
-from seqlab.recipes import RECIPES, Recipe, get_recipe, recipe_of_checkpoint
-from seqlab.recipes.base import load_recipe_config, run_directory
+from seqlab.recipes import PLUGIN_ERRORS, RECIPES, Recipe, get_recipe, recipe_of_checkpoint
+from seqlab.recipes.base import load_recipe_config, run_directory, run_training
 from seqlab.recipes.run_directory import RunMode
+from seqlab.recipes.system import GenerationRequest, Generator, System, SystemOptions, refuse_options
 from seqlab.training.distributed import is_writer, launch, launched_by_torchrun, process_group, record_error
 
-# The options a recipe's predict may declare in PREDICT_OPTIONS, and its evaluate in EVALUATE_OPTIONS, and their flags.
-RESCORE_FLAGS = {"rescore": "--rescore", "rescore_weight": "--rescore-weight"}
-PREDICT_FLAGS = {"beam_size": "--beam-size", "nbest": "--nbest", "ensemble": "--ensemble", **RESCORE_FLAGS}
-EVALUATE_FLAGS = {"ensemble": "--ensemble", "errors": "--errors", **RESCORE_FLAGS}
+# The flag of each SystemOptions field, for messages: an option a recipe's System does not take is refused.
+OPTION_FLAGS = {
+    "num_beams": "--num-beams",
+    "nbest": "--nbest",
+    "ensemble": "--ensemble",
+    "rescore": "--rescore",
+    "rescore_weight": "--rescore-weight",
+    "errors": "--errors",
+}
 ENSEMBLE_HELP = "more run directories of the same recipe and vocabularies, decoded together with CHECKPOINT"
 RESCORE_HELP = "a run of the same vocabularies (e.g. trained right to left) that re-ranks CHECKPOINT's beam"
 WEIGHT_HELP = "weight w in [0, 1] of --rescore's scores: (1 - w) * beam score + w * its score (default 0.5)"
-# The largest value of each integer option: beyond it a command would only run out of memory or time.
-MAX_BEAMS = 1_000
-MAX_NEW_TOKENS = 1_000_000
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -72,17 +75,18 @@ def register(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--errors", type=Path, metavar="FILE", help="write every wrong prediction to a new TSV file")
     evaluate.add_argument("--rescore", type=Path, metavar="DIR", help=RESCORE_HELP)
     evaluate.add_argument("--rescore-weight", type=float, metavar="W", help=WEIGHT_HELP)
-    evaluate.set_defaults(handler=_evaluate)
+    evaluate.set_defaults(handler=_evaluate, nbest=None, num_beams=None)
 
     predict = commands.add_parser("predict", help="run a checkpoint on inputs given on the command line")
     predict.add_argument("checkpoint", type=Path)
     predict.add_argument("inputs", nargs="+", metavar="INPUT")
-    predict.add_argument("--beam-size", type=int, help="beam width (default: the checkpoint's; 1 = greedy)")
+    predict.add_argument("--num-beams", type=int, help="beam width K (default: the checkpoint's; 1 = greedy)")
+    predict.add_argument("--beam-size", type=int, dest="beam_size", help=argparse.SUPPRESS)  # the old --num-beams
     predict.add_argument("--nbest", type=int, help="hypotheses printed per input (default: 1)")
     predict.add_argument("--ensemble", type=Path, nargs="+", metavar="DIR", help=ENSEMBLE_HELP)
     predict.add_argument("--rescore", type=Path, metavar="DIR", help=RESCORE_HELP)
     predict.add_argument("--rescore-weight", type=float, metavar="W", help=WEIGHT_HELP)
-    predict.set_defaults(handler=_predict)
+    predict.set_defaults(handler=_predict, errors=None)
 
     generate = commands.add_parser("generate", help="continue a prompt with a language model, streaming the text")
     generate.add_argument("checkpoint", type=Path)
@@ -93,7 +97,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     generate.add_argument("--top-p", type=float, help="sample from the smallest set of mass >= p, p in (0, 1]")
     generate.add_argument("--num-beams", type=int, help="beam search with K beams (default: the checkpoint's)")
     generate.add_argument("--seed", type=int, help="seed of the sampler (default: random)")
-    generate.add_argument("--num-samples", type=int, default=1, help="continuations to generate (default: 1)")
+    generate.add_argument(
+        "--num-return-sequences", type=int, default=None, help="continuations to generate (default: 1)"
+    )
+    generate.add_argument("--num-samples", type=int, dest="num_samples", help=argparse.SUPPRESS)  # the old name
     generate.add_argument("--stop", help="end a continuation once it contains this string")
     generate.set_defaults(handler=_generate)
 
@@ -126,7 +133,7 @@ def _train(args: argparse.Namespace) -> int:
     log = lambda line: print(line, file=sys.stderr)  # noqa: E731
     with process_group():  # joins torchrun's process group, if started by it
         try:
-            report = recipe.train(config, out_dir, progress=not args.no_progress, log=log, mode=mode)
+            report = run_training(recipe, config, out_dir, progress=not args.no_progress, log=log, mode=mode)
         except SeqlabError as e:
             record_error(f"seqlab: error: {e}")
             if is_writer():
@@ -173,9 +180,8 @@ def _resumed_run(args: argparse.Namespace) -> tuple[Recipe, Any, Path]:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    recipe = recipe_of_checkpoint(args.checkpoint)
-    given = _recipe_options(args, EVALUATE_FLAGS, getattr(recipe, "EVALUATE_OPTIONS", ()), recipe.NAME, "evaluate")
-    metrics = recipe.evaluate(args.checkpoint, args.data, **given)
+    system = _load(args)
+    metrics = system.evaluate(args.data)
     if args.json:
         print(json.dumps(metrics))
     else:
@@ -184,69 +190,94 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    for name in ("beam_size", "nbest"):
-        value = getattr(args, name)
-        if value is not None:
-            _check_option(PREDICT_FLAGS[name], value, MAX_BEAMS)
-    recipe = recipe_of_checkpoint(args.checkpoint)
-    given = _recipe_options(args, PREDICT_FLAGS, recipe.PREDICT_OPTIONS, recipe.NAME, "predict")
-    for line in recipe.predict(args.checkpoint, args.inputs, **given):
-        print(line)
+    if args.beam_size is not None:
+        if args.num_beams is not None:
+            raise ConfigError("--beam-size is the old name of --num-beams; give --num-beams only")
+        warnings.warn("--beam-size is renamed --num-beams; the old name goes in the next release", FutureWarning, 1)
+        args.num_beams = args.beam_size
+    for prediction in _load(args).predict(args.inputs):
+        for line in prediction.lines():
+            print(line)
     return 0
 
 
-def _recipe_options(
-    args: argparse.Namespace, flags: dict[str, str], accepted: tuple[str, ...], recipe: str, command: str
-) -> dict[str, Any]:
-    """The options among ``flags`` given on the command line, refused unless the recipe's ``command`` takes them."""
-    given = {name: getattr(args, name) for name in flags if getattr(args, name) is not None}
-    refused = [flags[name] for name in given if name not in accepted]
-    if refused:
-        raise ConfigError(f"{' '.join(refused)}: the {recipe} recipe's {command} takes no such option")
-    return given
+def _load(args: argparse.Namespace) -> System:
+    """The System of ``args.checkpoint`` with the options given, refused in one line if its recipe takes none such.
+
+    Raises: ConfigError for a refused or out-of-range option, CheckpointError for an unreadable run.
+    """
+    options = _options(args)
+    recipe = recipe_of_checkpoint(args.checkpoint)
+    refuse_options(recipe.System, options, OPTION_FLAGS, recipe.NAME)
+    return recipe.System.load(args.checkpoint, options)
+
+
+def _options(args: argparse.Namespace) -> SystemOptions:
+    """The ``SystemOptions`` of the command line; a bad value is named by its flag."""
+    given = {name: getattr(args, name) for name in OPTION_FLAGS if getattr(args, name, None) is not None}
+    try:
+        return SystemOptions(**{k: tuple(v) if k == "ensemble" else v for k, v in given.items()})
+    except ConfigError as e:
+        raise ConfigError(_with_flags(str(e), OPTION_FLAGS)) from None
+
+
+def _with_flags(message: str, flags: dict[str, str]) -> str:
+    """``message`` with a leading field name replaced by its flag (``num_beams (0)`` -> ``--num-beams (0)``)."""
+    for name, flag in flags.items():
+        if message.startswith(f"{name} "):
+            return flag + message[len(name) :]
+    return message
+
+
+GENERATE_FLAGS = {
+    name: "--" + name.replace("_", "-")
+    for name in ("max_new_tokens", "temperature", "top_k", "top_p", "num_beams", "seed", "num_return_sequences", "stop")
+}
 
 
 def _generate(args: argparse.Namespace) -> int:
-    for flag, value, maximum in (
-        ("--max-new-tokens", args.max_new_tokens, MAX_NEW_TOKENS),
-        ("--top-k", args.top_k, MAX_NEW_TOKENS),
-        ("--num-beams", args.num_beams, MAX_BEAMS),
-        ("--num-samples", args.num_samples, MAX_BEAMS),
-    ):
-        if value is not None:
-            _check_option(flag, value, maximum)
-    if args.temperature is not None and not 0 < args.temperature < math.inf:
-        raise ConfigError(f"--temperature ({args.temperature}) must be a finite number > 0")
-    if args.top_p is not None and not 0 < args.top_p <= 1:
-        raise ConfigError(f"--top-p ({args.top_p}) must be in (0, 1]")
-    if args.seed is not None and not 0 <= args.seed < 2**63:
-        raise ConfigError(f"--seed ({args.seed}) must be in [0, 2**63)")
+    if args.num_samples is not None:
+        if args.num_return_sequences is not None:
+            raise ConfigError("--num-samples is the old name of --num-return-sequences; give that one only")
+        warnings.warn("--num-samples is renamed --num-return-sequences; the old name goes", FutureWarning, 1)
+        args.num_return_sequences = args.num_samples
+    given = {name: getattr(args, name) for name in GENERATE_FLAGS if getattr(args, name) is not None}
+    flags = {**GENERATE_FLAGS, **({"num_return_sequences": "--num-samples"} if args.num_samples is not None else {})}
+    try:
+        request = GenerationRequest(prompt=args.prompt, **given)
+    except ConfigError as e:
+        raise ConfigError(_with_flags(str(e), flags)) from None
     recipe = recipe_of_checkpoint(args.checkpoint)
-    generate = getattr(recipe, "generate", None)
-    if generate is None:
-        raise ConfigError(f"{args.checkpoint}: the {recipe.NAME} recipe does not generate text; seqlab train lm does")
-
-    def write(text: str) -> None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-
-    options = ("max_new_tokens", "temperature", "top_k", "top_p", "num_beams", "seed", "num_samples", "stop")
-    generate(args.checkpoint, args.prompt, **{name: getattr(args, name) for name in options}, on_text=write)
+    if not issubclass(recipe.System, Generator):
+        generating = ", ".join(name for name, r in sorted(RECIPES.items()) if issubclass(r.System, Generator))
+        raise ConfigError(f"{args.checkpoint}: the {recipe.NAME} recipe does not generate; runs of {generating} do")
+    system = recipe.System.load(args.checkpoint, SystemOptions())
+    count = request.num_return_sequences
+    started = -1
+    for chunk in system.generate(request):
+        if chunk.index != started:
+            started = chunk.index
+            _write(f"--- sample {chunk.index + 1}/{count} ---\n" * (count > 1) + request.prompt)
+        _write(chunk.text + "\n" * chunk.finished)
     return 0
 
 
-def _check_option(flag: str, value: int, maximum: int) -> None:
-    if value < 1:
-        raise ConfigError(f"{flag} ({value}) must be >= 1")
-    if value > maximum:
-        raise ConfigError(f"{flag} ({value}) must be <= {maximum:,}")
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 def _recipes(args: argparse.Namespace) -> int:
     if args.name is None:
         print(table(["recipe", "description"], [(name, r.DESCRIPTION) for name, r in sorted(RECIPES.items())]))
+        for _, error in sorted(PLUGIN_ERRORS.items()):
+            print(error, file=sys.stderr)
         return 0
     recipe = get_recipe(args.name)
     print(f"{recipe.NAME}: {recipe.DESCRIPTION}\n")
-    print(table(["key", "default"], [(k, repr(v)) for k, v in describe(recipe.Config())]))
+    rows = describe(recipe.Config())
+    if any(applies for _, _, applies in rows):
+        print(table(["key", "default", "applies to"], [(k, repr(v), a or "all") for k, v, a in rows]))
+    else:
+        print(table(["key", "default"], [(k, repr(v)) for k, v, _ in rows]))
     return 0

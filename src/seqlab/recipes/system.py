@@ -29,7 +29,6 @@ from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 from seqlab.analysis.attention import LabelledAttention
 from seqlab.analysis.exposure import ExposureBias
 from seqlab.errors import ConfigError
-from seqlab.validation import check_int
 
 # The largest value of each count a request may ask for: beyond it a command would only run out of memory or time.
 MAX_BEAMS = 1_000
@@ -60,7 +59,7 @@ class SystemOptions:
 
     def __post_init__(self) -> None:
         for name in ("num_beams", "nbest"):
-            check_int(name, getattr(self, name), maximum=MAX_BEAMS, optional=True)
+            _check_count(name, getattr(self, name), MAX_BEAMS)
         if self.rescore_weight is not None and not 0 <= self.rescore_weight <= 1:
             raise ConfigError(f"rescore_weight ({self.rescore_weight}) must be in [0, 1]")
 
@@ -102,10 +101,10 @@ class GenerationRequest:
     def __post_init__(self) -> None:
         if not isinstance(self.prompt, str):
             raise ConfigError(f"prompt must be text, got {type(self.prompt).__name__}")
-        check_int("max_new_tokens", self.max_new_tokens, maximum=MAX_NEW_TOKENS, optional=True)
-        check_int("top_k", self.top_k, maximum=MAX_NEW_TOKENS, optional=True)
-        check_int("num_beams", self.num_beams, maximum=MAX_BEAMS, optional=True)
-        check_int("num_return_sequences", self.num_return_sequences, maximum=MAX_BEAMS)
+        _check_count("max_new_tokens", self.max_new_tokens, MAX_NEW_TOKENS)
+        _check_count("top_k", self.top_k, MAX_NEW_TOKENS)
+        _check_count("num_beams", self.num_beams, MAX_BEAMS)
+        _check_count("num_return_sequences", self.num_return_sequences, MAX_BEAMS)
         if self.temperature is not None and not 0 < self.temperature < math.inf:
             raise ConfigError(f"temperature ({self.temperature}) must be a finite number > 0")
         if self.top_p is not None and not 0 < self.top_p <= 1:
@@ -224,6 +223,18 @@ class ExposureSource(Protocol):
         Raises: DataError for bad data.
         """
         ...
+
+
+def _check_count(name: str, value: int | None, maximum: int) -> None:
+    """A count a caller gave (None: not given) must be an integer in [1, maximum]. Raises: ConfigError."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} ({value!r}) must be an integer")
+    if value < 1:
+        raise ConfigError(f"{name} ({value}) must be >= 1")
+    if value > maximum:
+        raise ConfigError(f"{name} ({value}) must be <= {maximum:,}")
 
 
 def refuse_options(system_class: type, options: SystemOptions, flags: dict[str, str], recipe: str) -> None:
