@@ -203,7 +203,7 @@ class ProteinSystem:
         self.tokenizer.save(directory)
 
     @classmethod
-    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> ProteinSystem:  # noqa: B008 (frozen)
+    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> ProteinSystem:
         """The run in ``directory`` (``options``: none taken).
 
         Raises: CheckpointError if the directory holds another model or tokenizer, or its files disagree.

@@ -139,7 +139,7 @@ class SmilesSystem:
         self.tokenizer.save(directory)
 
     @classmethod
-    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> SmilesSystem:  # noqa: B008 (frozen)
+    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> SmilesSystem:
         """The run in ``directory`` (``options``: none taken).
 
         Raises: CheckpointError if the directory holds another model, or its files disagree.

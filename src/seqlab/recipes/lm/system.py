@@ -57,7 +57,7 @@ class LanguageModelSystem:
         self.tokenizer.save(directory)
 
     @classmethod
-    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> LanguageModelSystem:  # noqa: B008 (frozen)
+    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> LanguageModelSystem:
         """The run in ``directory`` (``options``: none taken).
 
         Raises: CheckpointError for a run that holds another model, or whose files disagree.
