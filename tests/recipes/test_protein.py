@@ -59,8 +59,8 @@ def test_evaluate_predict_and_generate_from_the_saved_run(run, tmp_path):
     test.write_text(">a\nMKLVACDEFGHIKLMNPQRSTVWY\n>b\nMSTVWYACDE\n")
     assert "perplexity" in system.evaluate(str(test))
     if objective == "causal":
-        (line,) = system.predict(["MKLV"])[0].lines()
-        assert line.startswith("MKLV\t") and float(line.split("\t")[1]) > 0
+        (scored,) = system.predict(["MKLV"])
+        assert scored.loss > 0 and scored.lines() == [f"MKLV\t{scored.loss:.4f}"]
         request = GenerationRequest("MK", num_return_sequences=2, seed=3)
         chunks = list(system.generate(request))
         assert [(c.index, c.finished) for c in chunks] == [(0, True), (1, True)]
@@ -69,7 +69,7 @@ def test_evaluate_predict_and_generate_from_the_saved_run(run, tmp_path):
         with pytest.raises(ConfigError, match="--stop is not used by the protein recipe"):
             system.generate(GenerationRequest("MK", stop="K"))
     else:
-        (filled,) = system.predict(["MK_V_"])[0].lines()
+        (filled,) = system.predict(["MK_V_"])[0].lines()  # a FilledProtein
         assert len(filled) == 5 and filled[:2] == "MK" and filled[3] == "V" and "_" not in filled
         with pytest.raises(DataError, match="has no _ to fill"):
             system.predict(["MKV"])

@@ -61,9 +61,8 @@ def test_evaluate_predict_and_generate_from_the_saved_run(run, tmp_path):
     test = tmp_path / "t.smi"
     test.write_text("CCO\nc1ccccc1\n")
     assert "perplexity" in system.evaluate(str(test))
-    (line,) = system.predict(["CCO"])[0].lines()
-    molecule, loss = line.split("\t")
-    assert molecule == "CCO" and float(loss) > 0
+    (scored,) = system.predict(["CCO"])
+    assert scored.loss > 0 and scored.lines() == [f"CCO\t{scored.loss:.4f}"]
     request = GenerationRequest("c1cc", num_return_sequences=3, seed=1)
     chunks = list(system.generate(request))
     assert [(c.index, c.finished) for c in chunks] == [(0, True), (1, True), (2, True)]

@@ -43,6 +43,7 @@ from seqlab.models import GPT, load_pretrained
 from seqlab.recipes.base import Report, TrainingRun, check_model_config, load_recipe_config
 from seqlab.recipes.common.item_stream import (
     GPTSectionConfig,
+    ItemLoss,
     SampleConfig,
     causal_training,
     sample,
@@ -105,18 +106,6 @@ def written(molecules: Sequence[str], data: SmilesDataConfig) -> list[str]:
     return [to_selfies(m) for m in smiles] if data.representation == "selfies" else smiles
 
 
-@dataclass(frozen=True)
-class LossOfMolecule:
-    """An input molecule and its loss under the model (``predict``)."""
-
-    text: str
-    loss: float  # nats per token, its end token counted
-
-    def lines(self) -> list[str]:
-        """One line: the molecule and its loss to 4 decimals, tab-separated."""
-        return [f"{self.text}\t{self.loss:.4f}"]
-
-
 @dataclass
 class SmilesSystem:
     """A trained smiles run: the GPT, its molecule tokenizer and the recipe config.
@@ -161,7 +150,7 @@ class SmilesSystem:
         ids = stream(self.tokenizer, written(read_smiles(data_path), self.config.data), source=data_path)
         return test_perplexity(self.model, ids)
 
-    def predict(self, inputs: Sequence[str]) -> list[LossOfMolecule]:
+    def predict(self, inputs: Sequence[str]) -> list[ItemLoss]:
         """Each input SMILES with its loss under the model.
 
         Raises: DataError for a SMILES with a token the model never saw.
@@ -169,7 +158,7 @@ class SmilesSystem:
         scored = []
         for text in inputs:
             ids = stream(self.tokenizer, written([text], self.config.data), source=f"input {text[:40]!r}")
-            scored.append(LossOfMolecule(text, test_perplexity(self.model, ids)["loss"]))
+            scored.append(ItemLoss(text, test_perplexity(self.model, ids)["loss"]))
         return scored
 
     def generate(self, request: GenerationRequest) -> Iterator[GenerationChunk]:

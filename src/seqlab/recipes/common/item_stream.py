@@ -84,6 +84,22 @@ class SampleConfig:
         check_int("seed", self.seed, minimum=0)
 
 
+@dataclass(frozen=True)
+class ItemLoss:
+    """An item and its loss under the model (``predict`` of a causal model).
+
+    Attributes:
+        text: the item as given. loss: nats per token over its tokens and its end token.
+    """
+
+    text: str
+    loss: float
+
+    def lines(self) -> list[str]:
+        """One line: the item and its loss to 4 decimals, tab-separated."""
+        return [f"{self.text}\t{self.loss:.4f}"]
+
+
 class ItemSplits(NamedTuple):
     """The items of the train, valid and test splits."""
 

@@ -24,9 +24,9 @@ Modules: ``config`` (the sections), ``system`` (a trained run: evaluate, predict
 """
 
 from seqlab.recipes.protein.config import DESCRIPTION, NAME, Config
-from seqlab.recipes.protein.system import ProteinPrediction, ProteinSystem
+from seqlab.recipes.protein.system import FilledProtein, ProteinSystem
 from seqlab.recipes.protein.training import prepare
 
 System = ProteinSystem
 
-__all__ = ["DESCRIPTION", "NAME", "Config", "ProteinPrediction", "ProteinSystem", "System", "prepare"]
+__all__ = ["DESCRIPTION", "NAME", "Config", "FilledProtein", "ProteinSystem", "System", "prepare"]

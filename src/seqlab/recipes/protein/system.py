@@ -20,6 +20,7 @@ from seqlab.models import GPT, BertForMaskedLM, load_pretrained
 from seqlab.recipes import bert_mlm
 from seqlab.recipes.base import check_model_config, load_recipe_config
 from seqlab.recipes.common.item_stream import (
+    ItemLoss,
     sample_request,
     stream,
     test_perplexity,
@@ -64,17 +65,16 @@ def masked_scores(model: BertForMaskedLM, batch, train_ids: torch.Tensor | None,
 
 
 @dataclass(frozen=True)
-class ProteinPrediction:
-    """What ``predict`` gives for one input: causal, its loss (nats per token, its end token counted); masked,
-    the input with every ``_`` filled by the most likely residue."""
+class FilledProtein:
+    """An input of ``predict`` to a masked model, and the sequence with every ``_`` filled by the most likely
+    residue."""
 
     text: str
-    loss: float | None = None  # causal
-    filled: str | None = None  # masked
+    filled: str
 
     def lines(self) -> list[str]:
-        """Causal: the input and its loss to 4 decimals, tab-separated; masked: the filled sequence."""
-        return [self.filled] if self.filled is not None else [f"{self.text}\t{self.loss:.4f}"]
+        """One line: the filled sequence."""
+        return [self.filled]
 
 
 @dataclass
@@ -126,19 +126,17 @@ class ProteinSystem:
         generator = torch.Generator().manual_seed(self.config.train.seed + 1)
         return masked_scores(self.model, bert_mlm.consecutive(ids, self.tokenizer, masks, generator), None, set())
 
-    def predict(self, inputs: Sequence[str]) -> list[ProteinPrediction]:
+    def predict(self, inputs: Sequence[str]) -> list[ItemLoss] | list[FilledProtein]:
         """Causal: each input with its loss; masked: each input with its ``_`` filled.
 
         Raises: DataError for a residue the model never saw, or (masked) an input without ``_`` or too long.
         """
         if isinstance(self.model, GPT):
             return [
-                ProteinPrediction(
-                    text, loss=test_perplexity(self.model, stream(self.tokenizer, [text], source="input"))["loss"]
-                )
+                ItemLoss(text, test_perplexity(self.model, stream(self.tokenizer, [text], source="input"))["loss"])
                 for text in inputs
             ]
-        return [ProteinPrediction(text, filled=self._fill(text)) for text in inputs]
+        return [FilledProtein(text, self._fill(text)) for text in inputs]
 
     def _fill(self, text: str) -> str:
         """``text`` with each ``_`` replaced by the masked model's most likely residue (``predict``)."""
