@@ -8,8 +8,9 @@ import torch
 from safetensors.torch import load_file
 
 import seqlab
-from seqlab.recipes import RECIPES, g2p, lm_config
+from seqlab.recipes import RECIPES, g2p
 from seqlab.recipes.base import load_recipe_config, run_training
+from seqlab.recipes.lm import config as lm_config
 from seqlab.training.checkpoint import STATE_FILE, load_training_state
 from seqlab.training.trainer import TrainConfig, Trainer
 
@@ -35,10 +36,11 @@ def lm_recipe_config(corpus: Path, arch: str, **train_changes) -> lm_config.Conf
     data = lm_config.LMDataConfig(
         train_path=str(corpus), bptt_len=8, batches_per_epoch=4, valid_tokens=128, valid_fraction=0.1
     )
-    model = lm_config.LMModelConfig(
-        arch=arch, hidden_size=16, embedding_size=16, rnn_layers=1, num_layers=1, d_model=16, num_heads=2,
-        context_length=16, dropout=0.2,
-    )  # fmt: skip
+    models = {
+        "gpt": lm_config.GPTModelConfig(num_layers=1, d_model=16, num_heads=2, context_length=16, dropout=0.2),
+        "lstm": lm_config.LSTMModelConfig(hidden_size=16, embedding_size=16, rnn_layers=1, dropout=0.2),
+    }
+    model = models[arch]
     return lm_config.Config(data=data, model=model, train=train_config(**train_changes))
 
 

@@ -1,8 +1,10 @@
-"""The lm recipe through the command line: train (each arch, each tokenizer), evaluate, generate, bad input.
+"""The lm recipe: train (each arch, each tokenizer), evaluate, generate, attention maps, bad input; its parts alone.
 
 Checkpoints are trained once per module for a few steps on a generated text of ~13 KB. Scores are held against
 an independent computation from the saved model (one forward over the whole file), and generation against
 ``seqlab.decoding.generate`` called directly; a tiny GPT that overfits a short text must reproduce it greedily.
+The runs written before the ``System`` protocol (``tests/fixtures/checkpoints/lm_*``) generate, predict and
+evaluate through the system exactly what ``seqlab`` printed for them then.
 """
 
 import dataclasses
@@ -14,12 +16,20 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from cli_helpers import Result, assert_error, run_cli
+from cli_helpers import assert_error, run_cli
 
+from seqlab.config import apply_overrides, parse_assignments
+from seqlab.data.blocks import Blocks
 from seqlab.data.tokenizers import load_tokenizer
 from seqlab.decoding import generate
+from seqlab.errors import ConfigError
 from seqlab.models import GPT, RNNLanguageModel, load_pretrained
-from seqlab.recipes import lm, lm_config
+from seqlab.recipes import lm
+from seqlab.recipes.base import load_recipe_config, run_training
+from seqlab.recipes.common.causal_blocks import CausalBlockTraining
+from seqlab.recipes.lm.config import GPTModelConfig, LMDataConfig, LSTMModelConfig, apply_preset
+from seqlab.recipes.lm.training import RecurrentTraining
+from seqlab.recipes.system import AttentionSource, GenerationRequest, Generator
 from seqlab.training.trainer import TrainConfig
 
 SENTENCE = "the lord said unto moses and aaron in the land of egypt this month shall be unto you the beginning"
@@ -28,6 +38,7 @@ TINY_GPT = ["model.num_layers=1", "model.d_model=32", "model.num_heads=2", "mode
 TINY_RNN = ["model.hidden_size=32", "model.embedding_size=32", "model.rnn_layers=1", "data.bptt_len=16"]
 STEPS = ["train.max_steps=6", "data.batches_per_epoch=3", "train.batch_size=4", "data.valid_tokens=256"]
 CHECKPOINT_FILES = {"config.json", "model.safetensors", "tokenizer.json", "recipe.json", "results.json"}
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +54,26 @@ def corpus(tmp_path_factory) -> Path:
     return path
 
 
-def train_cli(out: Path, corpus: Path, *settings: str) -> Result:
-    result = run_cli(
-        "train", "lm", "--out", out, "--no-progress", "--set", f"data.train_path={corpus}", *STEPS, *settings
-    )
-    assert result.code == 0, result.err
-    return result
+def train(out: Path, corpus: Path, *settings: str) -> dict:
+    """Train the lm recipe into ``out`` with ``settings`` (``--set`` syntax) through ``run_training``."""
+    assignments = [f"data.train_path={corpus}", *STEPS, *settings]
+    config = apply_overrides(lm.Config(), parse_assignments(assignments))
+    run_training(lm, config, out, progress=False, log=lambda line: None)
+    return json.loads((out / "results.json").read_text())
+
+
+def printed(system, request: GenerationRequest) -> str:
+    """What ``seqlab generate`` prints for ``request``: per sequence a header when there are several, the prompt,
+    the chunks' text as they come and a newline after the finished one."""
+    count, out = request.num_return_sequences, []
+    started = set()
+    for chunk in system.generate(request):
+        if chunk.index not in started:
+            started.add(chunk.index)
+            out.append(f"--- sample {chunk.index + 1}/{count} ---\n" if count > 1 else "")
+            out.append(request.prompt)
+        out.append(chunk.text + ("\n" if chunk.finished else ""))
+    return "".join(out)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +88,7 @@ def checkpoints(corpus, tmp_path_factory) -> dict[str, Path]:
     }
     root = tmp_path_factory.mktemp("runs")
     for name, settings in runs.items():
-        train_cli(root / name, corpus, *settings)
+        train(root / name, corpus, *settings)
     return {name: root / name for name in runs}
 
 
@@ -93,14 +118,12 @@ def whole_file_loss(directory: Path, text: str) -> tuple[float, int]:
 
 
 @pytest.mark.parametrize("name", ["gpt-char", "lstm-char", "gpt-word", "gru-bpe"])
-def test_evaluate_json_equals_an_independent_computation(checkpoints, corpus, tmp_path, name):
+def test_evaluate_equals_an_independent_computation(checkpoints, corpus, tmp_path, name):
     # A GPT reads the file in one window when the file fits its context (32 tokens).
     text = corpus.read_text() if name.startswith(("lstm", "gru")) else "The lord said unto moses.\n"
     path = tmp_path / "eval.txt"
     path.write_text(text)
-    result = run_cli("evaluate", checkpoints[name], "--data", path, "--json")
-    assert result.code == 0, result.err
-    metrics = json.loads(result.out)
+    metrics = lm.System.load(checkpoints[name]).evaluate(str(path))
     assert set(metrics) == {"loss", "perplexity", "bpc", "tokens"}
     assert metrics["perplexity"] == pytest.approx(math.exp(metrics["loss"]), rel=1e-12)
     loss, tokens = whole_file_loss(checkpoints[name], text)
@@ -112,24 +135,34 @@ def test_evaluate_json_equals_an_independent_computation(checkpoints, corpus, tm
 @pytest.mark.parametrize("name", ["gpt-char", "lstm-char", "gpt-word", "gpt-bpe"])
 def test_greedy_generation_streams_what_generate_returns(checkpoints, name):
     prompt = "The lord said"
-    result = run_cli("generate", checkpoints[name], "--prompt", prompt, "--max-new-tokens", 12)
-    assert result.code == 0, result.err
+    system = lm.System.load(checkpoints[name])
+    assert isinstance(system, Generator)
+    chunks = list(system.generate(GenerationRequest(prompt, max_new_tokens=12)))
     model, tokenizer = load_pretrained(checkpoints[name]), load_tokenizer(checkpoints[name])
     ids = tokenizer.encode(prompt)
     ids = ids[:-1] if name.endswith("word") else ids  # a word prompt that does not end a line has no <eos>
     tokens = generate(model, torch.tensor([ids]), max_new_tokens=12).tokens[0].tolist()
     expected = tokenizer.decode(tokens)[len(tokenizer.decode(ids)) :]
-    assert result.out == f"{prompt}{expected}\n"
-    pieces = []
-    texts = lm.generate(checkpoints[name], prompt, max_new_tokens=12, on_text=pieces.append)
-    assert texts == [prompt + expected] and "".join(pieces) == result.out
-    assert len(pieces) > 3  # streamed, not printed at the end
+    assert "".join(c.text for c in chunks) == expected
+    assert [c.finished for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    assert {c.index for c in chunks} == {0} and len(chunks) > 3  # streamed, not given at the end
+    whole = printed(system, GenerationRequest(prompt))[:-1]  # the decode section's 200 new tokens
+    assert system.predict([prompt])[0].lines() == [whole.replace("\n", "\\n")]
+
+
+def test_closing_a_stream_early_stops_the_generation(checkpoints):
+    system = lm.System.load(checkpoints["gpt-char"])
+    stream = system.generate(GenerationRequest("The", max_new_tokens=1000))
+    first = next(stream)
+    stream.close()  # the worker is cancelled and joined; a second request streams from the start
+    again = next(system.generate(GenerationRequest("The", max_new_tokens=1000)))
+    assert first == again and not first.finished
 
 
 def test_a_gpt_generates_past_its_context_from_the_second_half_of_it(checkpoints):
     # context_length 32: the first 32 - 3 tokens are generate()'s, then it goes on from the last 16 tokens.
     model, tokenizer = load_pretrained(checkpoints["gpt-char"]), load_tokenizer(checkpoints["gpt-char"])
-    (text,) = lm.generate(checkpoints["gpt-char"], "The", max_new_tokens=60)
+    text = printed(lm.System.load(checkpoints["gpt-char"]), GenerationRequest("The", max_new_tokens=60))[:-1]
     assert len(text) == 3 + 60
     first = generate(model, torch.tensor([tokenizer.encode("The")]), max_new_tokens=60).tokens[0]
     assert len(first) == 32 and tokenizer.decode(first) == text[:32]
@@ -138,22 +171,43 @@ def test_a_gpt_generates_past_its_context_from_the_second_half_of_it(checkpoints
 
 
 def test_sampling_is_reproducible_with_a_seed_and_samples_differ(checkpoints):
-    argv = ["generate", checkpoints["gpt-char"], "--prompt", "The", "--temperature", "3", "--top-k", "20"]
-    first = run_cli(*argv, "--seed", 7, "--num-samples", 3)
-    assert first.code == 0, first.err
-    assert first == run_cli(*argv, "--seed", 7, "--num-samples", 3)
-    samples = first.out.split("--- sample ")[1:]
+    system = lm.System.load(checkpoints["gpt-char"])
+
+    def request(seed: int, count: int = 3) -> GenerationRequest:
+        return GenerationRequest("The", temperature=3.0, top_k=20, seed=seed, num_return_sequences=count)
+
+    first = printed(system, request(7))
+    assert first == printed(system, request(7))
+    samples = first.split("--- sample ")[1:]
     assert [s.split(" ---\n")[0] for s in samples] == ["1/3", "2/3", "3/3"]
     assert len({s.split(" ---\n")[1] for s in samples}) == 3
-    assert run_cli(*argv, "--seed", 8).out != run_cli(*argv, "--seed", 7).out
+    assert printed(system, request(8, 1)) != printed(system, request(7, 1))
 
 
 def test_stop_string_ends_the_continuation_and_beams_run(checkpoints):
-    texts = lm.generate(checkpoints["gpt-char"], "The", temperature=3.0, seed=1, stop=" ", max_new_tokens=28)
-    continuation = texts[0][3:]
+    system = lm.System.load(checkpoints["gpt-char"])
+    text = printed(system, GenerationRequest("The", temperature=3.0, seed=1, stop=" ", max_new_tokens=28))
+    continuation = text[3:-1]
     assert continuation.count(" ") <= 1 and (continuation.endswith(" ") or len(continuation) == 28)
-    beam = run_cli("generate", checkpoints["lstm-char"], "--prompt", "The", "--num-beams", 3, "--max-new-tokens", 5)
-    assert beam.code == 0 and beam.out.startswith("The") and len(beam.out) == 3 + 5 + 1
+    beam = printed(lm.System.load(checkpoints["lstm-char"]), GenerationRequest("The", num_beams=3, max_new_tokens=5))
+    assert beam.startswith("The") and len(beam) == 3 + 5 + 1
+
+
+@pytest.mark.parametrize("name", ["lm_gpt_9a192c4", "lm_lstm_word_9a192c4"])
+def test_a_run_from_before_the_system_protocol_generates_predicts_and_evaluates_as_it_did(name):
+    """What ``tests/test_legacy_checkpoints.py`` checks through the command line, through the system."""
+    run = FIXTURES / name
+    system = lm.System.load(run)
+    predicted = [line for p in system.predict(["The lord", "And"]) for line in p.lines()]
+    assert "\n".join(predicted) + "\n" == (run / "expected_predictions.txt").read_text()
+    beam = printed(system, GenerationRequest("The land", max_new_tokens=12, num_beams=2))
+    sampled = printed(
+        system,
+        GenerationRequest("The land", max_new_tokens=12, temperature=0.8, top_k=5, seed=3, num_return_sequences=2),
+    )
+    assert beam + sampled == (run / "expected_generations.txt").read_text()
+    evaluated = system.evaluate(str(FIXTURES / "corpus.txt"))
+    assert json.dumps(evaluated) + "\n" == (run / "expected_evaluation.json").read_text()
 
 
 def test_a_tiny_gpt_overfits_a_short_text_and_reproduces_it_greedily(tmp_path):
@@ -161,54 +215,108 @@ def test_a_tiny_gpt_overfits_a_short_text_and_reproduces_it_greedily(tmp_path):
     path = tmp_path / "genesis.txt"
     path.write_text(text)
     config = lm.Config(
-        data=lm_config.LMDataConfig(
-            train_path=str(path), valid_path=str(path), test_path=str(path), batches_per_epoch=50
-        ),
-        model=lm_config.LMModelConfig(num_layers=2, d_model=64, context_length=48),
+        data=LMDataConfig(train_path=str(path), valid_path=str(path), test_path=str(path), batches_per_epoch=50),
+        model=GPTModelConfig(num_layers=2, d_model=64, context_length=48),
         train=TrainConfig(lr=3e-3, batch_size=16, max_steps=300, patience=None, max_epochs=100),
     )
-    report = lm.train(config, tmp_path / "run", progress=False, log=lambda line: None)
+    report = run_training(lm, config, tmp_path / "run", progress=False, log=lambda line: None)
     assert report.results["valid_loss"] < 0.05
-    (generated,) = lm.generate(tmp_path / "run", text[:8], max_new_tokens=39)
-    assert generated == text[:47]
+    generated = printed(lm.System.load(tmp_path / "run"), GenerationRequest(text[:8], max_new_tokens=39))
+    assert generated == text[:47] + "\n"
 
 
-def test_preset_fills_the_fields_left_at_their_defaults():
-    config = lm.apply_preset(dataclasses.replace(lm.Config(), model=lm_config.LMModelConfig(preset="zaremba_medium")))
+def test_preset_fills_the_fields_left_at_their_defaults_and_the_run_saves_them(corpus, tmp_path):
+    config = apply_preset(dataclasses.replace(lm.Config(), model=LSTMModelConfig(preset="zaremba_medium")))
     assert (config.model.arch, config.model.hidden_size, config.model.dropout) == ("lstm", 650, 0.5)
     assert (config.train.optimizer, config.train.lr, config.train.clip_norm) == ("sgd", 1.0, 5.0)
     assert (config.data.bptt_len, config.train.batch_size) == (35, 20)
-    kept = dataclasses.replace(lm.Config(), model=lm_config.LMModelConfig(preset="zaremba_small", hidden_size=64))
-    assert lm.apply_preset(kept).model.hidden_size == 64
+    kept = dataclasses.replace(lm.Config(), model=LSTMModelConfig(preset="zaremba_small", hidden_size=64))
+    assert apply_preset(kept).model.hidden_size == 64
+    small = ["model.arch=lstm", "model.preset=zaremba_small", "model.hidden_size=16", "model.embedding_size=16"]
+    train(tmp_path / "run", corpus, *small, "model.rnn_layers=1")
+    saved = load_recipe_config(tmp_path / "run", lm.Config)
+    assert (saved.model.init_range, saved.train.optimizer, saved.data.bptt_len) == (0.1, "sgd", 20)
 
 
-def test_generate_refuses_bad_options_and_prompts(checkpoints):
-    gpt = checkpoints["gpt-char"]
-    cases = {
-        ("--top-p", 1.5): "--top-p (1.5) must be in (0, 1]",
-        ("--top-p", 0): "--top-p (0.0) must be in (0, 1]",
-        ("--top-k", 0): "--top-k (0) must be >= 1",
-        ("--temperature", 0): "--temperature (0.0) must be a finite number > 0",
-        ("--num-samples", 0): "--num-samples (0) must be >= 1",
+def test_the_model_section_is_a_choice_of_arch():
+    config = apply_overrides(lm.Config(), parse_assignments(["model.arch=gru", "model.hidden_size=8"]))
+    assert (config.model.arch, config.model.hidden_size, config.model.model_config(vocab_size=5).cell) == (
+        "gru", 8, "gru",
+    )  # fmt: skip
+    refused = {
+        ("model.arch=lstm", "model.num_heads=2"): (
+            "--set model.num_heads: does not apply to model.arch=lstm (a key of model.arch=gpt)"
+        ),
+        ("model.arch=gru", "model.preset=zaremba_small"): (
+            "--set model.preset: does not apply to model.arch=gru (a key of model.arch=lstm)"
+        ),
+        ("model.hidden_size=8",): (
+            "--set model.hidden_size: does not apply to model.arch=gpt (a key of model.arch=lstm | gru | rnn)"
+        ),
     }
-    for option, message in cases.items():
-        assert_error(run_cli("generate", gpt, "--prompt", "The", *option), message)
-    assert_error(
-        run_cli("generate", gpt, "--prompt", "Thé lörd"),
-        "--prompt: text has characters the model never saw: 'é' 'ö'",
-    )
-    assert_error(
-        run_cli("generate", gpt, "--prompt", "a" * 40),
-        "--prompt is 40 tokens; the model's context_length is 32, so a prompt may have at most 31",
-    )
-    assert_error(
-        run_cli("generate", gpt, "--prompt", "The", "--num-beams", 2, "--temperature", 1),
-        "num_beams (2) > 1 cannot be combined with sampling",
-    )
-    assert_error(
-        run_cli("generate", gpt, "--prompt", "The", "--num-beams", 2, "--stop", "."),
-        "--stop cannot be combined with beam search (--num-beams > 1)",
-    )
+    for assignments, message in refused.items():
+        with pytest.raises(ConfigError) as error:
+            apply_overrides(lm.Config(), parse_assignments(list(assignments)))
+        assert str(error.value) == message
+
+
+def test_gpt_validation_is_the_token_mean_over_the_valid_blocks():
+    torch.manual_seed(0)
+    model = GPT(GPTModelConfig(num_layers=1, d_model=8, num_heads=2, context_length=4).model_config(vocab_size=6))
+    model.eval()
+    valid = torch.tensor([1, 2, 3, 4, 5, 0, 1, 2, 3])  # two blocks of 4 targets: 8 tokens
+    parts = CausalBlockTraining(train_ids=valid, valid_ids=valid, context_length=4, batches_per_epoch=1)
+    with torch.no_grad():
+        inputs = torch.stack([valid[0:4], valid[4:8]])
+        targets = torch.stack([valid[1:5], valid[5:9]])
+        expected = F.cross_entropy(model(inputs).logits.flatten(0, 1), targets.flatten())
+        got = parts.validate(model)
+        batch = Blocks(inputs, targets)
+        assert parts.loss(model, batch).num_tokens == 8
+    assert got["valid_loss"] == pytest.approx(float(expected), rel=1e-6)
+    assert got["valid_perplexity"] == pytest.approx(math.exp(float(expected)), rel=1e-6)
+
+
+def test_recurrent_epochs_continue_the_stream_where_the_last_one_stopped():
+    documents = [torch.arange(1, 30), torch.arange(30, 61)]
+    parts = RecurrentTraining(documents, torch.arange(10), bptt_len=3, batches_per_epoch=2)
+    first, second = (list(parts.train_batches(epoch, torch.Generator(), 2)) for epoch in (1, 2))
+    windows = list(parts.train_batches(1, torch.Generator(), 2)) + list(parts.train_batches(2, torch.Generator(), 2))
+    assert [w.inputs.tolist() for w in first + second] == [w.inputs.tolist() for w in windows]
+    assert torch.equal(first[1].targets[:, -1], second[0].inputs[:, 0])
+
+
+def test_attention_maps_of_a_gpt_and_none_for_an_rnn(checkpoints):
+    system = lm.System.load(checkpoints["gpt-char"])
+    assert isinstance(system, AttentionSource)
+    labelled = system.attention_maps("The lord")
+    assert len(labelled.maps) == 2  # one layer of two heads
+    tokens = list("The\u2423lord")
+    assert labelled.labels == {(labelled.maps[0].module.split(".")[0], "self"): (tokens, tokens)}
+    for m in labelled.maps:
+        torch.testing.assert_close(m.weights.sum(-1), torch.ones(8))
+        assert torch.equal(m.weights.triu(1), torch.zeros(8, 8))  # causal
+    with pytest.raises(ConfigError, match=r"^an RNN language model has no attention to draw$"):
+        lm.System.load(checkpoints["lstm-char"]).attention_maps("The lord")
+    with pytest.raises(ConfigError, match=r"^--input: 40 tokens, more than the model's context of 32$"):
+        system.attention_maps("a" * 40)
+
+
+def test_generate_refuses_bad_settings_and_prompts(checkpoints):
+    system = lm.System.load(checkpoints["gpt-char"])
+    cases = {
+        GenerationRequest("Thé lörd"): "--prompt: text has characters the model never saw: 'é' 'ö'",
+        GenerationRequest("a" * 40): (
+            "--prompt is 40 tokens; the model's context_length is 32, so a prompt may have at most 31"
+        ),
+        GenerationRequest("The", num_beams=2, temperature=1): "num_beams (2) > 1 cannot be combined with sampling",
+        GenerationRequest("The", num_beams=2, stop="."): "--stop cannot be combined with beam search (--num-beams > 1)",
+        GenerationRequest(""): "--prompt is empty; give at least one character",
+    }
+    for request, message in cases.items():
+        with pytest.raises((ConfigError, ValueError)) as error:
+            system.generate(request)  # refused before the first chunk
+        assert str(error.value) == message
 
 
 def test_train_refuses_bad_input_and_writes_nothing(corpus, tmp_path):
@@ -226,25 +334,40 @@ def test_train_refuses_bad_input_and_writes_nothing(corpus, tmp_path):
             f"{small}: the train split has 36 tokens, too few for one block of model.context_length 64 "
             "(a block needs 65)"
         ),
-        "data.tokenizer=sentencepiece": "--set data.tokenizer: 'sentencepiece' is not one of char, word, bpe",
-        "model.arch=mamba": "--set model.arch: 'mamba' is not one of gpt, lstm, gru, rnn",
     }
     for setting, message in cases.items():
-        assert_error(run_cli("train", "lm", "--out", out, "--set", setting), message)
-        assert not out.exists()
-    out.mkdir()
-    (out / "keep.txt").write_text("mine")
+        with pytest.raises(Exception) as error:
+            lm.prepare(apply_overrides(lm.Config(), parse_assignments([setting])))
+        assert str(error.value) == message
+    for setting, message in {
+        "data.tokenizer=sentencepiece": "--set data.tokenizer: 'sentencepiece' is not one of char, word, bpe",
+        "model.arch=mamba": "--set model.arch: 'mamba' is not one of gpt, lstm, gru, rnn",
+    }.items():
+        with pytest.raises(ConfigError) as error:
+            apply_overrides(lm.Config(), parse_assignments([setting]))
+        assert str(error.value) == message
+    assert not out.exists()
+
+
+def test_the_command_line_generates_and_refuses_in_one_line(checkpoints):
+    gpt = checkpoints["gpt-char"]
+    result = run_cli("generate", gpt, "--prompt", "The lord said", "--max-new-tokens", 12)
+    assert result.code == 0, result.err
+    assert result.out == printed(lm.System.load(gpt), GenerationRequest("The lord said", max_new_tokens=12))
     assert_error(
-        run_cli("train", "lm", "--out", out, "--set", f"data.train_path={corpus}"),
-        f"--out {out}: already exists and is not empty; pass --overwrite to replace it",
+        run_cli("generate", gpt, "--prompt", "The", "--num-beams", 2, "--stop", "."),
+        "--stop cannot be combined with beam search (--num-beams > 1)",
     )
-    assert [p.name for p in out.iterdir()] == ["keep.txt"]
-
-
-def test_evaluate_refuses_text_with_unseen_characters(checkpoints, tmp_path):
-    path = tmp_path / "other.txt"
+    assert_error(
+        run_cli("train", "lm", "--set", "model.arch=lstm", "model.num_heads=2"),
+        "--set model.num_heads: does not apply to model.arch=lstm (a key of model.arch=gpt)",
+    )
+    assert_error(
+        run_cli("train", "lm", "--set", "model.preset=zaremba_small"),
+        "--set model.preset: does not apply to model.arch=gpt (a key of model.arch=lstm)",
+    )
+    path = checkpoints["gpt-char"].parent / "other.txt"
     path.write_text("Zürich\n")
     assert_error(
-        run_cli("evaluate", checkpoints["gpt-char"], "--data", path),
-        f"{path}: text has characters the model never saw: 'Z' 'ü' 'c'",
+        run_cli("evaluate", gpt, "--data", path), f"{path}: text has characters the model never saw: 'Z' 'ü' 'c'"
     )

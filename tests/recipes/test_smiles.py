@@ -1,14 +1,19 @@
-"""The smiles recipe through the command line on a small SMILES file the test writes: it trains a few steps, its
-results hold the test perplexity, the unigram baseline and the sample scores; evaluate, predict and generate work
-from the saved run; SELFIES samples decode to molecules; bad input gets one line and exit 2."""
+"""The smiles recipe on a small SMILES file the test writes: it trains a few steps, its results hold the test
+perplexity, the unigram baseline and the sample scores; the saved run evaluates, predicts and generates through its
+System; SELFIES samples decode to molecules; the test part alone; bad input gets one line."""
 
 import json
 import math
 
 import pytest
-from cli_helpers import assert_error, run_cli
+from cli_helpers import run_cli
 
+from seqlab.config import apply_overrides, parse_assignments
 from seqlab.data.molecules import canonical_smiles
+from seqlab.errors import ConfigError, DataError
+from seqlab.recipes import smiles
+from seqlab.recipes.base import run_training
+from seqlab.recipes.system import GenerationRequest
 
 MOLECULES = [
     "CCO", "CCN", "CCC", "CCCl", "CCBr", "c1ccccc1", "Cc1ccccc1", "Oc1ccccc1", "Nc1ccccc1", "CC(=O)O",
@@ -26,10 +31,13 @@ def data(tmp_path_factory):
     return path
 
 
+def config_of(data, *extra: str) -> smiles.Config:
+    assignments = [f"data.train_path={data}", *TINY, *STEPS, *SPLIT, *extra]
+    return apply_overrides(smiles.Config(), parse_assignments(assignments))
+
+
 def train(data, out, *extra):
-    result = run_cli("train", "smiles", "--out", out, "--no-progress", "--set", f"data.train_path={data}",
-                     *TINY, *STEPS, *SPLIT, *extra)  # fmt: skip
-    assert result.code == 0, result.err
+    run_training(smiles, config_of(data, *extra), out, progress=False, log=lambda line: None)
     return json.loads((out / "results.json").read_text())
 
 
@@ -47,23 +55,31 @@ def test_training_reports_perplexity_baseline_and_sample_scores(run):
         assert 0 <= results[name] <= 100
 
 
-def test_evaluate_predict_and_generate_from_the_saved_run(run, data, tmp_path):
+def test_evaluate_predict_and_generate_from_the_saved_run(run, tmp_path):
     out, _ = run
+    system = smiles.System.load(out)
     test = tmp_path / "t.smi"
     test.write_text("CCO\nc1ccccc1\n")
-    evaluated = run_cli("evaluate", out, "--data", test)
-    assert evaluated.code == 0, evaluated.err
-    assert "perplexity" in evaluated.out
-    predicted = run_cli("predict", out, "CCO")
-    assert predicted.code == 0, predicted.err
-    molecule, loss = predicted.out.strip().split("\t")
-    assert molecule == "CCO" and float(loss) > 0
-    generated = run_cli("generate", out, "--prompt", "c1cc", "--num-samples", "3", "--seed", "1")
-    assert generated.code == 0, generated.err
-    lines = generated.out.splitlines()
-    assert len(lines) == 3 and all(line.startswith("c1cc") for line in lines)
-    again = run_cli("generate", out, "--prompt", "c1cc", "--num-samples", "3", "--seed", "1")
-    assert again.out == generated.out
+    assert "perplexity" in system.evaluate(str(test))
+    (scored,) = system.predict(["CCO"])
+    assert scored.loss > 0 and scored.lines() == [f"CCO\t{scored.loss:.4f}"]
+    request = GenerationRequest("c1cc", num_return_sequences=3, seed=1)
+    chunks = list(system.generate(request))
+    assert [(c.index, c.finished) for c in chunks] == [(0, True), (1, True), (2, True)]
+    assert chunks == list(system.generate(request))
+    assert all("\n" not in c.text for c in chunks)
+    with pytest.raises(ConfigError, match=r"^--stop is not used by the smiles recipe: a sample ends with its molecule"):
+        system.generate(GenerationRequest("C", stop="O"))
+    with pytest.raises(DataError):
+        system.predict(["CC[Xe]"])
+
+
+def test_the_test_part_alone_scores_samples_against_the_training_molecules(data):
+    run = smiles.prepare(config_of(data))
+    report = run.test()  # the untrained model: its samples are still scored, beside the unigram sampler's
+    assert {"test_loss", "unigram_loss", "validity", "uniqueness", "novelty", "unigram_validity"} <= set(report.results)
+    assert [row[0] for row in report.examples] == [f"sample {i}" for i in range(1, 6)]
+    assert run.test() == report  # seeded by sample.seed
 
 
 def test_selfies_samples_decode_to_molecules(data, tmp_path):
@@ -71,27 +87,27 @@ def test_selfies_samples_decode_to_molecules(data, tmp_path):
     invalid."""
     out = tmp_path / "selfies"
     results = train(data, out, "data.representation=selfies")
-    generated = run_cli("generate", out, "--prompt", "[C]", "--num-samples", "5", "--seed", "0")
-    assert generated.code == 0, generated.err
-    for line in generated.out.splitlines():
-        selfies, smiles = line.split("\t")
-        assert selfies.startswith("[C]") and canonical_smiles(smiles) is not None
+    system = smiles.System.load(out)
+    for chunk in system.generate(GenerationRequest("[C]", num_return_sequences=5, seed=0)):
+        selfies, molecule = ("[C]" + chunk.text).split("\t")
+        assert selfies.startswith("[C]") and canonical_smiles(molecule) is not None
     assert results["validity"] >= 50
 
 
 def test_bad_input_is_one_line(tmp_path):
     bad = tmp_path / "bad.smi"
     bad.write_text("CCO\nC1CC\n")
-    out = tmp_path / "out"
-    assert_error(run_cli("train", "smiles", "--out", out, "--set", f"data.train_path={bad}"),
-                 f"{bad}:2: RDKit cannot parse the SMILES 'C1CC'")  # fmt: skip
     empty = tmp_path / "empty.smi"
     empty.write_text("")
-    assert_error(run_cli("train", "smiles", "--out", out, "--set", f"data.train_path={empty}"),
-                 f"{empty}: no molecules (the file is empty)")  # fmt: skip
-    assert_error(run_cli("train", "smiles", "--out", out, "--set", f"data.train_path={tmp_path / 'none.smi'}"),
-                 f"{tmp_path / 'none.smi'}: no such file")  # fmt: skip
-    assert not out.exists()
+    cases = {
+        bad: f"{bad}:2: RDKit cannot parse the SMILES 'C1CC'",
+        empty: f"{empty}: no molecules (the file is empty)",
+        tmp_path / "none.smi": f"{tmp_path / 'none.smi'}: no such file",
+    }
+    for path, message in cases.items():
+        with pytest.raises(DataError) as error:
+            smiles.prepare(config_of(path))
+        assert str(error.value) == message
 
 
 def test_recipes_documents_it():

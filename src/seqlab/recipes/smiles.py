@@ -7,7 +7,7 @@ the 10,000 WEHI molecules that the ``rdkit`` wheel ships (``seqlab.data.molecule
 SMILES file (``data.train_path``: one molecule per line, a CSV's first column); a line that RDKit cannot parse is an
 error naming it, since validity and novelty are defined against RDKit. With ``data.canonical`` every molecule is
 first rewritten as RDKit's canonical SMILES; with ``data.representation=selfies`` as SELFIES (Krenn et al., 2020),
-whose every token string decodes to a molecule. Split 90/5/5 at random (``seqlab.recipes.sequence_lm``).
+whose every token string decodes to a molecule. Split 90/5/5 at random (``seqlab.recipes.common.item_stream``).
 
 Metrics: the test stream's loss (nats per token, each molecule's end token counted) and perplexity, beside the
 add-one unigram model of the training tokens on the same tokens; and ``sample.count`` molecules sampled from the
@@ -21,9 +21,10 @@ completes a SMILES prefix into molecules.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -37,15 +38,16 @@ from seqlab.data.molecules import (
     to_selfies,
     to_smiles,
 )
-from seqlab.errors import CheckpointError, ConfigError
+from seqlab.errors import CheckpointError
 from seqlab.models import GPT, load_pretrained
-from seqlab.recipes.base import Report, TrainingRun, check_model_config, load_recipe_config, run_training
-from seqlab.recipes.run_directory import RunMode
-from seqlab.recipes.sequence_lm import (
+from seqlab.recipes.base import Report, TrainingRun, check_model_config, load_recipe_config
+from seqlab.recipes.common.item_stream import (
     GPTSectionConfig,
+    ItemLoss,
     SampleConfig,
-    causal_functions,
+    causal_training,
     sample,
+    sample_request,
     sampling_settings,
     split_items,
     stream,
@@ -53,12 +55,12 @@ from seqlab.recipes.sequence_lm import (
     unigram_baseline,
     unigram_samples,
 )
+from seqlab.recipes.system import GenerationChunk, GenerationRequest, SystemOptions
 from seqlab.training.trainer import TrainConfig
 from seqlab.validation import check_bool, check_choice, check_int, check_real
 
 NAME = "smiles"
 DESCRIPTION = "GPT over SMILES/SELFIES of RDKit's 10,000 WEHI molecules; RDKit validity, uniqueness, novelty (%)"
-PREDICT_OPTIONS: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,165 +106,166 @@ def written(molecules: Sequence[str], data: SmilesDataConfig) -> list[str]:
     return [to_selfies(m) for m in smiles] if data.representation == "selfies" else smiles
 
 
-def train(
-    config: Config,
-    out_dir: Path,
-    *,
-    progress: bool = True,
-    log: Callable[[str], None] = print,
-    mode: RunMode = "new",
-) -> Report:
-    """Train, keep the best checkpoint in ``out_dir``, score the test molecules and samples (module docstring).
+@dataclass
+class SmilesSystem:
+    """A trained smiles run: the GPT, its molecule tokenizer and the recipe config.
+
+    Attributes:
+        model: the GPT over the token stream of molecules.
+        tokenizer: the atom-level SMILES (or SELFIES) tokenizer.
+        config: the run's recipe config (data: how molecules are written; sample: generation's defaults).
+    """
+
+    OPTIONS: ClassVar[frozenset[str]] = frozenset()
+
+    model: GPT
+    tokenizer: MoleculeTokenizer
+    config: Config
+
+    def save(self, directory: Path) -> None:
+        """Write the model and the tokenizer (``run_training`` adds ``recipe.json``)."""
+        self.model.save_pretrained(directory)
+        self.tokenizer.save(directory)
+
+    @classmethod
+    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> SmilesSystem:
+        """The run in ``directory`` (``options``: none taken).
+
+        Raises: CheckpointError if the directory holds another model, or its files disagree.
+        """
+        config = load_recipe_config(directory, Config)
+        model = load_pretrained(directory)
+        if not isinstance(model, GPT):
+            raise CheckpointError(f"{directory}: holds a {model.model_type} model, not a GPT")
+        tokenizer = MoleculeTokenizer.load(directory)
+        check_model_config(directory, config.model.model_config(vocab_size=tokenizer.vocab_size), model.config)
+        return cls(model, tokenizer, config)
+
+    def evaluate(self, data_path: str) -> dict[str, float]:
+        """``loss`` (nats/token), ``perplexity`` and scored ``tokens`` of the molecules of a SMILES file, written
+        as the run wrote its training molecules.
+
+        Raises: DataError for a bad file, a SMILES RDKit cannot parse, or a token the model never saw.
+        """
+        ids = stream(self.tokenizer, written(read_smiles(data_path), self.config.data), source=data_path)
+        return test_perplexity(self.model, ids)
+
+    def predict(self, inputs: Sequence[str]) -> list[ItemLoss]:
+        """Each input SMILES with its loss under the model.
+
+        Raises: DataError for a SMILES with a token the model never saw.
+        """
+        scored = []
+        for text in inputs:
+            ids = stream(self.tokenizer, written([text], self.config.data), source=f"input {text[:40]!r}")
+            scored.append(ItemLoss(text, test_perplexity(self.model, ids)["loss"]))
+        return scored
+
+    def generate(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
+        """``request.num_return_sequences`` molecules that start with the SMILES (or SELFIES) prefix
+        ``request.prompt``, one chunk each: the rest of the molecule (a SELFIES one followed by a tab and the whole
+        molecule's SMILES), the run's ``sample`` section filling the settings not given.
+
+        Raises: ConfigError for a stop string or a bad setting; DataError for a prefix with unseen tokens.
+        """
+        prompt_ids = stream(self.tokenizer, [request.prompt], source="--prompt")[:-1].tolist()
+        rows = sample_request(
+            self.model, prompt_ids, request, defaults=self.config.sample, eos_id=self.tokenizer.eos_id,
+            recipe=NAME, item="molecule",
+        )  # fmt: skip
+        return (GenerationChunk(index, self._shown(request.prompt, row), True) for index, row in enumerate(rows))
+
+    def _shown(self, prompt: str, row: list[int]) -> str:
+        """The continuation text of one sample (``generate``)."""
+        text = self.tokenizer.decode(row)
+        if self.config.data.representation == "smiles":
+            return text
+        return f"{text}\t{to_smiles(prompt + text, 'selfies')}"
+
+
+System = SmilesSystem
+
+
+@dataclass(frozen=True)
+class SmilesTest:
+    """The test of a trained run: the test stream's perplexity beside the unigram baseline, and the sample scores
+    of the model and of the unigram sampler (module docstring)."""
+
+    system: SmilesSystem
+    train_ids: torch.Tensor
+    test_ids: torch.Tensor
+    known: frozenset[str]  # canonical SMILES of the training molecules
+
+    def test(self) -> Report:
+        """The test results and five samples with their canonical SMILES (or ``(invalid)``)."""
+        model, tokenizer, config = self.system.model, self.system.tokenizer, self.system.config
+        representation = config.data.representation
+        results = {f"test_{name}": value for name, value in test_perplexity(model, self.test_ids).items()}
+        results |= unigram_baseline(self.train_ids, self.test_ids, tokenizer.vocab_size)
+        generator = torch.Generator().manual_seed(config.sample.seed)
+        settings = sampling_settings(config.sample, config.model.context_length)
+        rows = sample(
+            model, [tokenizer.eos_id], eos_id=tokenizer.eos_id, count=config.sample.count, generator=generator,
+            settings=settings,
+        )  # fmt: skip
+        texts = [tokenizer.decode(row) for row in rows]
+        results |= _scores("", texts, self.known, representation)
+        baseline = unigram_samples(
+            self.train_ids, vocab_size=tokenizer.vocab_size, eos_id=tokenizer.eos_id, count=config.sample.count,
+            max_length=config.model.context_length - 1, generator=generator,
+        )  # fmt: skip
+        results |= _scores("unigram_", [tokenizer.decode(row) for row in baseline], self.known, representation)
+        shown = [
+            (f"sample {i + 1}", text, canonical_smiles(to_smiles(text, representation)) or "(invalid)")
+            for i, text in enumerate(texts[:5])
+        ]
+        return Report(results, shown)
+
+
+def prepare(config: Config) -> TrainingRun:
+    """Read and split the molecules, build the tokenizer and the GPT, and check the streams (module docstring).
 
     Raises:
         DataError: a missing, binary or empty file, a SMILES RDKit cannot parse, too few molecules.
     """
     data = config.data
-
-    def prepare() -> TrainingRun:
-        source = data.train_path or DEFAULT_SOURCE
-        molecules = read_smiles(data.train_path)
-        splits = split_items(
-            molecules,
-            valid_fraction=data.valid_fraction,
-            test_fraction=data.test_fraction,
-            seed=data.split_seed,
-            source=data.train_path or "the default molecules",
-        )
-        train_items, valid_items, test_items = (written(split, data) for split in splits)
-        tokenizer = MoleculeTokenizer.train([*train_items, *valid_items, *test_items], data.representation)
-        model = GPT(config.model.model_config(vocab_size=tokenizer.vocab_size))
-        train_ids = stream(tokenizer, train_items, source=source)
-        valid_ids = stream(tokenizer, valid_items, source=source)[: data.valid_tokens + 1]
-        test_ids = stream(tokenizer, test_items, source=source)
-        run = causal_functions(
-            train_ids, valid_ids, context_length=config.model.context_length, batches_per_epoch=data.batches_per_epoch
-        )
-        known = {canonical_smiles(m) for m in splits.train}
-
-        def test() -> Report:
-            scores = test_perplexity(model, test_ids)
-            results = {f"test_{name}": value for name, value in scores.items()}
-            results |= unigram_baseline(train_ids, test_ids, tokenizer.vocab_size)
-            generator = torch.Generator().manual_seed(config.sample.seed)
-            settings = sampling_settings(config.sample, config.model.context_length)
-            rows = sample(
-                model, [tokenizer.eos_id], eos_id=tokenizer.eos_id, count=config.sample.count,
-                generator=generator, settings=settings,
-            )  # fmt: skip
-            texts = [tokenizer.decode(row) for row in rows]
-            results |= _scores("", texts, known, data.representation)
-            baseline = unigram_samples(
-                train_ids, vocab_size=tokenizer.vocab_size, eos_id=tokenizer.eos_id, count=config.sample.count,
-                max_length=config.model.context_length - 1, generator=generator,
-            )  # fmt: skip
-            results |= _scores("unigram_", [tokenizer.decode(row) for row in baseline], known, data.representation)
-            shown = [
-                (f"sample {i + 1}", text, canonical_smiles(to_smiles(text, data.representation)) or "(invalid)")
-                for i, text in enumerate(texts[:5])
-            ]
-            return Report(results, shown)
-
-        def save(directory: Path) -> None:
-            model.save_pretrained(directory)
-            tokenizer.save(directory)
-
-        return TrainingRun(
-            model,
-            loss_fn=run.loss_fn,
-            train_batches=run.train_batches,
-            validate=run.validate,
-            save=save,
-            test=test,
-            summary=(
-                f"data: {source}, {len(splits.train):,} / {len(splits.valid):,} / {len(splits.test):,} train / valid "
-                f"/ test molecules, {len(train_ids):,} train tokens; {data.representation} tokens, "
-                f"{tokenizer.vocab_size} types"
-            ),
-            summary_model=f"GPT L={config.model.num_layers} D={config.model.d_model}",
-        )
-
-    return run_training(NAME, config, out_dir, prepare, progress=progress, log=log, mode=mode)
+    source = data.train_path or DEFAULT_SOURCE
+    splits = split_items(
+        read_smiles(data.train_path),
+        valid_fraction=data.valid_fraction,
+        test_fraction=data.test_fraction,
+        seed=data.split_seed,
+        source=data.train_path or "the default molecules",
+    )
+    train_items, valid_items, test_items = (written(split, data) for split in splits)
+    tokenizer = MoleculeTokenizer.train([*train_items, *valid_items, *test_items], data.representation)
+    system = SmilesSystem(GPT(config.model.model_config(vocab_size=tokenizer.vocab_size)), tokenizer, config)
+    train_ids = stream(tokenizer, train_items, source=source)
+    valid_ids = stream(tokenizer, valid_items, source=source)[: data.valid_tokens + 1]
+    test_ids = stream(tokenizer, test_items, source=source)
+    blocks = causal_training(
+        train_ids, valid_ids, context_length=config.model.context_length, batches_per_epoch=data.batches_per_epoch
+    )
+    known = frozenset(k for k in (canonical_smiles(m) for m in splits.train) if k)
+    return TrainingRun(
+        config,
+        system.model,
+        loss_fn=blocks.loss,
+        train_batches=blocks.train_batches,
+        validate=blocks.validate,
+        save=system.save,
+        test=SmilesTest(system, train_ids, test_ids, known).test,
+        summary=(
+            f"data: {source}, {len(splits.train):,} / {len(splits.valid):,} / {len(splits.test):,} train / valid "
+            f"/ test molecules, {len(train_ids):,} train tokens; {data.representation} tokens, "
+            f"{tokenizer.vocab_size} types"
+        ),
+        summary_model=f"GPT L={config.model.num_layers} D={config.model.d_model}",
+    )
 
 
-def _scores(prefix: str, texts: Sequence[str], known: set[str | None], representation: str) -> dict[str, float]:
-    scores = molecule_scores([to_smiles(text, representation) for text in texts], {k for k in known if k})
+def _scores(prefix: str, texts: Sequence[str], known: frozenset[str], representation: str) -> dict[str, float]:
+    """Validity, uniqueness and novelty (%) of the sampled ``texts``, named with ``prefix``."""
+    scores = molecule_scores([to_smiles(text, representation) for text in texts], set(known))
     return {f"{prefix}validity": scores.validity, f"{prefix}uniqueness": scores.uniqueness,
             f"{prefix}novelty": scores.novelty}  # fmt: skip
-
-
-def load(checkpoint: Path) -> tuple[GPT, MoleculeTokenizer, Config]:
-    """The model, tokenizer and config of a smiles run directory.
-
-    Raises: CheckpointError if the directory holds another model, or its files disagree.
-    """
-    config = load_recipe_config(checkpoint, Config)
-    model = load_pretrained(checkpoint)
-    if not isinstance(model, GPT):
-        raise CheckpointError(f"{checkpoint}: holds a {model.model_type} model, not a GPT")
-    tokenizer = MoleculeTokenizer.load(checkpoint)
-    check_model_config(checkpoint, config.model.model_config(vocab_size=tokenizer.vocab_size), model.config)
-    return model, tokenizer, config
-
-
-def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:
-    """``loss`` (nats/token), ``perplexity`` and scored ``tokens`` of the molecules of a SMILES file, written as
-    the run wrote its training molecules.
-
-    Raises: DataError for a bad file, a SMILES RDKit cannot parse, or a token the model never saw.
-    """
-    model, tokenizer, config = load(checkpoint)
-    ids = stream(tokenizer, written(read_smiles(data_path), config.data), source=data_path)
-    return test_perplexity(model, ids)
-
-
-def predict(checkpoint: Path, inputs: Sequence[str]) -> list[str]:
-    """Each input SMILES and its loss under the model (nats per token, its end token counted), tab-separated.
-
-    Raises: DataError for a SMILES with a token the model never saw.
-    """
-    model, tokenizer, config = load(checkpoint)
-    lines = []
-    for text in inputs:
-        ids = stream(tokenizer, written([text], config.data), source=f"input {text[:40]!r}")
-        lines.append(f"{text}\t{test_perplexity(model, ids)['loss']:.4f}")
-    return lines
-
-
-def generate(
-    checkpoint: Path,
-    prompt: str,
-    *,
-    max_new_tokens: int | None = None,
-    temperature: float | None = None,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    num_beams: int | None = None,
-    seed: int | None = None,
-    num_samples: int = 1,
-    stop: str | None = None,
-    on_text: Callable[[str], None] = lambda text: None,
-) -> list[str]:
-    """``num_samples`` molecules that start with the SMILES (or SELFIES) prefix ``prompt``, one line each, the
-    run's ``sample`` section filling options not given; a SELFIES sample is followed by its SMILES.
-
-    Raises: ConfigError for a stop string or a bad option; DataError for a prefix with unseen tokens.
-    """
-    model, tokenizer, config = load(checkpoint)
-    if stop is not None:
-        raise ConfigError("--stop is not used by the smiles recipe: a sample ends with its molecule")
-    prompt_ids = stream(tokenizer, [prompt], source="--prompt")[:-1].tolist()
-    settings = sampling_settings(
-        config.sample, config.model.context_length, max_new_tokens=max_new_tokens, temperature=temperature,
-        top_k=top_k, top_p=top_p, num_beams=num_beams,
-    )  # fmt: skip
-    generator = torch.Generator()
-    generator.manual_seed(config.sample.seed if seed is None else seed)
-    rows = sample(model, prompt_ids, eos_id=tokenizer.eos_id, count=num_samples, generator=generator, settings=settings)
-    texts = []
-    for row in rows:
-        text = prompt + tokenizer.decode(row)
-        shown = text if config.data.representation == "smiles" else f"{text}\t{to_smiles(text, 'selfies')}"
-        on_text(shown + "\n")
-        texts.append(text)
-    return texts

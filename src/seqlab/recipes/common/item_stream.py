@@ -1,4 +1,5 @@
-"""What recipes ``smiles`` and ``protein`` share: a GPT over a set of short sequences (molecules, proteins).
+"""A GPT over a set of short sequences, items (molecules, proteins), read as one separated stream: what recipes
+``smiles`` and ``protein`` share.
 
 Splits: the items (strings) are shuffled by a generator seeded with ``data.split_seed`` and cut by fractions of
 their count into train / valid / test, so no item is in two splits (the random split of MOSES).
@@ -20,21 +21,21 @@ context is full; a sample that fills the context without ending is kept as it is
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
-from seqlab.data.blocks import Blocks, block_batches, random_blocks
 from seqlab.data.tokenizers import Tokenizer
 from seqlab.decoding.generate import generate as generate_ids
 from seqlab.errors import ConfigError, DataError
 from seqlab.metrics import unigram_score
 from seqlab.models import GPT, GPTConfig
 from seqlab.recipes.base import model_device
-from seqlab.training.language_modeling import language_model_loss, perplexity_sliding_window
-from seqlab.training.objectives import LossOutput
+from seqlab.recipes.common.causal_blocks import CausalBlockTraining
+from seqlab.recipes.system import GenerationRequest
+from seqlab.training.language_modeling import perplexity_sliding_window
 from seqlab.validation import MAX_DEPTH, MAX_WIDTH, check_int, check_probability, check_real
 
 SEPARATOR = "\n"  # the text of the separator token
@@ -83,6 +84,22 @@ class SampleConfig:
         check_int("seed", self.seed, minimum=0)
 
 
+@dataclass(frozen=True)
+class ItemLoss:
+    """An item and its loss under the model (``predict`` of a causal model).
+
+    Attributes:
+        text: the item as given. loss: nats per token over its tokens and its end token.
+    """
+
+    text: str
+    loss: float
+
+    def lines(self) -> list[str]:
+        """One line: the item and its loss to 4 decimals, tab-separated."""
+        return [f"{self.text}\t{self.loss:.4f}"]
+
+
 class ItemSplits(NamedTuple):
     """The items of the train, valid and test splits."""
 
@@ -119,18 +136,11 @@ def stream(tokenizer: Tokenizer, items: Sequence[str], *, source: str) -> torch.
         raise DataError(f"{source}: {error}") from None
 
 
-class CausalFunctions(NamedTuple):
-    """What ``prepare`` hands the trainer."""
-
-    loss_fn: Callable[[GPT, Blocks], LossOutput]
-    train_batches: Callable[[int, torch.Generator, int], Iterator[Blocks]]
-    validate: Callable[[GPT], dict[str, float]]
-
-
-def causal_functions(
+def causal_training(
     train_ids: torch.Tensor, valid_ids: torch.Tensor, *, context_length: int, batches_per_epoch: int
-) -> CausalFunctions:
-    """Random training blocks and the validation loss over consecutive blocks (module docstring).
+) -> CausalBlockTraining:
+    """Random training blocks and the validation loss over consecutive blocks (module docstring), the streams
+    checked.
 
     Raises: DataError if the train stream is shorter than one block, or the valid stream has under 2 tokens.
     """
@@ -141,24 +151,7 @@ def causal_functions(
         )
     if len(valid_ids) < 2:
         raise DataError(f"the valid split has {len(valid_ids)} token(s); validation needs at least 2")
-
-    def train_batches(epoch: int, generator: torch.Generator, batch_size: int) -> Iterator[Blocks]:
-        for _ in range(batches_per_epoch):
-            yield random_blocks(train_ids, block_size=T, batch_size=batch_size, generator=generator)
-
-    def validate(model: GPT) -> dict[str, float]:
-        total, tokens = 0.0, 0
-        device = model_device(model)
-        for blocks in block_batches(valid_ids, block_size=min(T, len(valid_ids) - 1), batch_size=64):
-            out = language_model_loss(model, blocks.inputs.to(device), blocks.targets.to(device)).output
-            total, tokens = total + out.loss.item() * out.num_tokens, tokens + out.num_tokens
-        loss = total / tokens
-        return {"valid_loss": loss, "valid_perplexity": float(torch.tensor(loss).exp())}
-
-    def loss_fn(model: GPT, blocks: Blocks) -> LossOutput:
-        return language_model_loss(model, blocks.inputs, blocks.targets).output
-
-    return CausalFunctions(loss_fn, train_batches, validate)
+    return CausalBlockTraining(train_ids, valid_ids, T, batches_per_epoch)
 
 
 def test_perplexity(model: GPT, ids: torch.Tensor) -> dict[str, float]:
@@ -223,29 +216,52 @@ def unigram_samples(
 
 
 def sampling_settings(
-    defaults: SampleConfig,
-    context_length: int,
-    *,
-    max_new_tokens: int | None = None,
-    temperature: float | None = None,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    num_beams: int | None = None,
-) -> dict:
-    """``generate``'s keywords: the given options over the sample section's defaults; beam search (num_beams > 1)
-    takes no sampling option.
+    defaults: SampleConfig, context_length: int, request: GenerationRequest | None = None
+) -> dict[str, Any]:
+    """``generate``'s keywords: the request's settings (None: none) over the sample section's defaults, at most
+    context_length - 1 new tokens by default; beam search (num_beams > 1) takes no sampling option.
 
-    Raises: ConfigError for num_beams > 1 with temperature, top_k or top_p.
+    Raises: ConfigError for num_beams > 1 with temperature, top_k or top_p, or a request not to sample without
+        beams (these recipes sample).
     """
-    new_tokens = max_new_tokens or context_length - 1
-    if num_beams is not None and num_beams > 1:
-        if (temperature, top_k, top_p) != (None, None, None):
-            raise ConfigError(f"--num-beams ({num_beams}) > 1 cannot be combined with sampling options")
-        return {"max_new_tokens": new_tokens, "num_beams": num_beams}
+    request = request or GenerationRequest("")
+    new_tokens = request.max_new_tokens or context_length - 1
+    if request.num_beams is not None and request.num_beams > 1:
+        if (request.temperature, request.top_k, request.top_p) != (None, None, None):
+            raise ConfigError(f"--num-beams ({request.num_beams}) > 1 cannot be combined with sampling options")
+        return {"max_new_tokens": new_tokens, "num_beams": request.num_beams}
+    if request.do_sample is False:
+        raise ConfigError("do_sample=False: these samples are drawn; give --num-beams K for a search")
     return {
         "max_new_tokens": new_tokens,
         "do_sample": True,
-        "temperature": temperature or defaults.temperature,
-        "top_k": top_k or defaults.top_k,
-        "top_p": top_p,
+        "temperature": request.temperature or defaults.temperature,
+        "top_k": request.top_k or defaults.top_k,
+        "top_p": request.top_p,
     }
+
+
+def sample_request(
+    model: GPT,
+    prompt_ids: Sequence[int],
+    request: GenerationRequest,
+    *,
+    defaults: SampleConfig,
+    eos_id: int,
+    recipe: str,
+    item: str,
+) -> list[list[int]]:
+    """The ``request.num_return_sequences`` continuations (token ids, without the ending separator) of
+    ``prompt_ids`` that ``seqlab generate`` asks for, from a sampler seeded with ``request.seed`` (None: the sample
+    section's seed).
+
+    Raises: ConfigError for a stop string (``--stop is not used by the {recipe} recipe: a sample ends with its
+        {item}``) or a bad setting (``sampling_settings``).
+    """
+    if request.stop is not None:
+        raise ConfigError(f"--stop is not used by the {recipe} recipe: a sample ends with its {item}")
+    settings = sampling_settings(defaults, model.config.context_length, request)
+    generator = torch.Generator().manual_seed(defaults.seed if request.seed is None else request.seed)
+    return sample(
+        model, prompt_ids, eos_id=eos_id, count=request.num_return_sequences, generator=generator, settings=settings
+    )

@@ -1,4 +1,5 @@
-"""Text around the generation engine for the ``lm`` recipe: prompts to token ids, and tokens to streamed text.
+"""Text around the generation engine for the recipes that continue a prompt: prompts to token ids, and tokens
+to streamed text.
 
 ``seqlab.decoding.generate`` works on token ids; a person types and reads text. Four details live here:
 - a continuation is decode(prompt + new) past decode(prompt), so a word tokenizer's joining space and a BPE
@@ -7,12 +8,17 @@
 - a GPT with learned positions cannot see past its context; generation goes on from the second half of it;
 - a byte-level BPE piece may stop inside a UTF-8 character; such a trailing U+FFFD is held back until the next
   piece completes it (or the text ends), so what streams is exactly the final text.
+
+``stream_continuation`` passes the pieces to a callback; ``continuation_pieces`` yields them, as a ``Generator``'s
+``generate`` does (``seqlab.recipes.system``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -62,6 +68,7 @@ def stream_continuation(
     stop: str | None,
     on_text: Callable[[str], None],
     generator: torch.Generator,
+    cancelled: Callable[[], bool] = lambda: False,
 ) -> str:
     """Generate after one prompt with ``settings`` (``generate``'s keyword arguments), passing the text to
     ``on_text`` piece by piece as tokens arrive; return the whole continuation, which is exactly what streamed.
@@ -81,7 +88,7 @@ def stream_continuation(
         text = continuation(tokenizer, prompt_ids, out.tokens[0, len(prompt_ids) :].tolist())
         on_text(text)
         return text
-    stream = _TextStream(tokenizer, prompt_ids, stop, on_text)
+    stream = _TextStream(tokenizer, prompt_ids, stop, on_text, cancelled)
     context, remaining = model.context_length, settings["max_new_tokens"]
     while True:
         ids = ids.new_tensor([[*prompt_ids, *stream.new_ids]])
@@ -96,7 +103,7 @@ def stream_continuation(
             generator=generator,
         )
         remaining -= int(out.lengths[0])
-        if remaining == 0 or stream.done:
+        if remaining == 0 or stream.stopped([]):
             return stream.finish()
 
 
@@ -104,9 +111,15 @@ class _TextStream:
     """The streamer and stop test of one ``generate`` call over a single row (module docstring)."""
 
     def __init__(
-        self, tokenizer: Tokenizer, prompt_ids: Sequence[int], stop: str | None, on_text: Callable[[str], None]
+        self,
+        tokenizer: Tokenizer,
+        prompt_ids: Sequence[int],
+        stop: str | None,
+        on_text: Callable[[str], None],
+        cancelled: Callable[[], bool],
     ) -> None:
         self.tokenizer, self.prompt_ids, self.stop, self.on_text = tokenizer, list(prompt_ids), stop, on_text
+        self.cancelled = cancelled
         self.new_ids: list[int] = []
         self.text, self.emitted, self.done = "", 0, False
 
@@ -119,9 +132,11 @@ class _TextStream:
         self._emit(self.text if self.done else self.text.rstrip("\ufffd"))
 
     def stopped(self, generated: list[int]) -> bool:
-        return self.done
+        """Whether the row is done: its text reached the stop string, or the caller cancelled."""
+        return self.done or self.cancelled()
 
     def finish(self) -> str:
+        """Pass on what was held back and return the whole continuation."""
         self._emit(self.text)
         return self.text
 
@@ -129,3 +144,53 @@ class _TextStream:
         if len(ready) > self.emitted:
             self.on_text(ready[self.emitted :])
             self.emitted = len(ready)
+
+
+class _Failed(NamedTuple):
+    """What the worker of ``continuation_pieces`` hands over when the generation raised."""
+
+    error: BaseException
+
+
+_END = object()  # what the worker of ``continuation_pieces`` hands over when the generation ended
+
+
+def continuation_pieces(
+    model: LanguageModelStepModel,
+    tokenizer: Tokenizer,
+    prompt_ids: Sequence[int],
+    *,
+    settings: dict[str, Any],
+    stop: str | None,
+    generator: torch.Generator,
+) -> Iterator[str]:
+    """The pieces that ``stream_continuation`` passes on, yielded as each token arrives (same arguments).
+
+    The generation runs in a worker thread that hands each piece over a queue, since the engine calls back rather
+    than yields; closing the iterator early cancels it after the current token and waits for the worker.
+
+    Raises: what ``stream_continuation`` raises, from the worker.
+    """
+    pieces: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    cancelled = threading.Event()
+
+    def work() -> None:
+        try:
+            stream_continuation(
+                model, tokenizer, prompt_ids, settings=settings, stop=stop, on_text=pieces.put,
+                generator=generator, cancelled=cancelled.is_set,
+            )  # fmt: skip
+            pieces.put(_END)
+        except BaseException as error:  # re-raised in the caller's thread
+            pieces.put(_Failed(error))
+
+    worker = threading.Thread(target=work, name="continuation", daemon=True)
+    worker.start()
+    try:
+        while (piece := pieces.get()) is not _END:
+            if isinstance(piece, _Failed):
+                raise piece.error
+            yield piece
+    finally:
+        cancelled.set()
+        worker.join()

@@ -22,7 +22,6 @@ from seqlab.training.trainer import TrainConfig
 from seqlab.validation import MAX_DEPTH, MAX_WIDTH, check_bool, check_choice, check_int, check_real
 
 TOKENIZERS = ("char", "word", "bpe")
-ARCHS = ("gpt", "lstm", "gru", "rnn")
 PRESETS = {"zaremba_small": zaremba_small, "zaremba_medium": zaremba_medium, "zaremba_large": zaremba_large}
 
 
@@ -53,49 +52,68 @@ class LMDataConfig:
 
 
 @dataclass(frozen=True)
-class LMModelConfig(InitFromConfig):
-    """The architecture: arch "gpt" (seqlab.models.GPT, nanoGPT's CPU shakespeare_char size by default) or a
-    recurrent "lstm" | "gru" | "rnn" (seqlab.models.RNNLanguageModel). Dropout applies to both. ``init_from``
-    starts from another run's parameters (``seqlab.recipes.init_from``)."""
+class GPTModelConfig(InitFromConfig):
+    """Arch "gpt": a decoder-only Transformer (``seqlab.models.GPT``), nanoGPT's CPU shakespeare_char size by
+    default. ``init_from`` starts from another run's parameters (``seqlab.recipes.init_from``).
 
-    arch: Literal["gpt", "lstm", "gru", "rnn"] = "gpt"  # decoder-only Transformer or a recurrent cell
-    preset: str | None = None  # zaremba_small | zaremba_medium | zaremba_large (module docstring)
-    dropout: float = 0.0  # gpt: embeddings, attention, sublayers; rnn: embeddings, between layers, output
-    context_length: int = 64  # gpt: most positions attended, the block length in training
-    d_model: int = 128  # gpt: D
-    num_heads: int = 4  # gpt: N
-    num_layers: int = 4  # gpt: L
-    d_ff: int | None = None  # gpt: feed-forward inner size, 4 D if None
-    positional: Literal["learned", "rotary"] = "learned"  # gpt: learned absolute positions or RoPE
-    embedding_size: int = 200  # rnn: E
-    hidden_size: int = 200  # rnn: H
-    rnn_layers: int = 2  # rnn: stacked recurrent layers
-    layer_norm: bool = False  # rnn: layer-normalised gru / lstm cells
-    tie_embeddings: bool = False  # rnn: output matrix = embedding matrix (needs E == H); a GPT always ties
-    init_range: float | None = None  # rnn: every weight ~ U(-r, r); None = the layers' defaults
+    Raises: ConfigError (a ValueError) for a size out of range or one the model refuses (d_model % num_heads).
+    """
+
+    arch: Literal["gpt"] = "gpt"  # decoder-only Transformer
+    dropout: float = 0.0  # embeddings, attention weights, sublayer outputs
+    context_length: int = 64  # most positions attended, the block length in training
+    d_model: int = 128  # D
+    num_heads: int = 4  # N
+    num_layers: int = 4  # L
+    d_ff: int | None = None  # feed-forward inner size, 4 D if None
+    positional: Literal["learned", "rotary"] = "learned"  # learned absolute positions or RoPE
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_choice("arch", self.arch, ARCHS)
-        check_choice("preset", self.preset, (None, *PRESETS))
         # A window scores the tokens after its first, so it needs two.
         check_int("context_length", self.context_length, minimum=2, maximum=MAX_WIDTH)
-        for name in ("d_model", "embedding_size", "hidden_size"):
-            check_int(name, getattr(self, name), maximum=MAX_WIDTH)
-        for name in ("num_heads", "num_layers", "rnn_layers"):
+        check_int("d_model", self.d_model, maximum=MAX_WIDTH)
+        for name in ("num_heads", "num_layers"):
             check_int(name, getattr(self, name), maximum=MAX_DEPTH)
         check_int("d_ff", self.d_ff, optional=True, maximum=MAX_WIDTH)
         check_choice("positional", self.positional, ("learned", "rotary"))
+        self.model_config(vocab_size=2)  # the model's own checks (d_model % num_heads)
+
+    def model_config(self, *, vocab_size: int) -> GPTConfig:
+        """The ``GPTConfig`` of these hyperparameters for a vocabulary of ``vocab_size``."""
+        fields = ("context_length", "d_model", "num_heads", "num_layers", "d_ff", "dropout", "positional")
+        return GPTConfig(vocab_size=vocab_size, **{k: getattr(self, k) for k in fields})
+
+
+@dataclass(frozen=True)
+class RecurrentModelConfig(InitFromConfig):
+    """The fields of the recurrent archs "lstm" | "gru" | "rnn" (``seqlab.models.RNNLanguageModel`` with that
+    cell); each arch is a subclass that names itself in ``arch``.
+
+    Raises: ConfigError (a ValueError) for a size out of range, or tied embeddings with E != H.
+    """
+
+    arch: str = "rnn"  # the cell, fixed by each subclass
+    dropout: float = 0.0  # embeddings, between layers, output
+    embedding_size: int = 200  # E
+    hidden_size: int = 200  # H
+    rnn_layers: int = 2  # stacked recurrent layers
+    layer_norm: bool = False  # layer-normalised gru / lstm cells
+    tie_embeddings: bool = False  # output matrix = embedding matrix (needs E == H)
+    init_range: float | None = None  # every weight ~ U(-r, r); None = the layers' defaults
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("embedding_size", "hidden_size"):
+            check_int(name, getattr(self, name), maximum=MAX_WIDTH)
+        check_int("rnn_layers", self.rnn_layers, maximum=MAX_DEPTH)
         check_bool("layer_norm", self.layer_norm)
         check_bool("tie_embeddings", self.tie_embeddings)
         check_real("init_range", self.init_range, greater_than=0.0, optional=True)
-        self.model_config(vocab_size=2)  # the model's own checks (d_model % num_heads, tying sizes, ...)
+        self.model_config(vocab_size=2)  # the model's own checks (tying sizes, layer norm of an Elman cell, ...)
 
-    def model_config(self, *, vocab_size: int) -> GPTConfig | RNNLanguageModelConfig:
-        """The model config of these hyperparameters for a vocabulary of ``vocab_size``."""
-        if self.arch == "gpt":
-            fields = ("context_length", "d_model", "num_heads", "num_layers", "d_ff", "dropout", "positional")
-            return GPTConfig(vocab_size=vocab_size, **{k: getattr(self, k) for k in fields})
+    def model_config(self, *, vocab_size: int) -> RNNLanguageModelConfig:
+        """The ``RNNLanguageModelConfig`` of these hyperparameters for a vocabulary of ``vocab_size``."""
         return RNNLanguageModelConfig(
             vocab_size=vocab_size,
             embedding_size=self.embedding_size,
@@ -107,6 +125,32 @@ class LMModelConfig(InitFromConfig):
             tie_embeddings=self.tie_embeddings,
             init_range=self.init_range,
         )
+
+
+@dataclass(frozen=True)
+class LSTMModelConfig(RecurrentModelConfig):
+    """Arch "lstm", the one arch with ``preset``: the Zaremba et al. (2014) LSTMs (``apply_preset``)."""
+
+    arch: Literal["lstm"] = "lstm"  # long short-term memory cells
+    preset: str | None = None  # zaremba_small | zaremba_medium | zaremba_large (module docstring)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("preset", self.preset, (None, *PRESETS))
+
+
+@dataclass(frozen=True)
+class GRUModelConfig(RecurrentModelConfig):
+    """Arch "gru": gated recurrent unit cells."""
+
+    arch: Literal["gru"] = "gru"  # gated recurrent units
+
+
+@dataclass(frozen=True)
+class RNNModelConfig(RecurrentModelConfig):
+    """Arch "rnn": Elman cells."""
+
+    arch: Literal["rnn"] = "rnn"  # Elman (tanh) cells
 
 
 @dataclass(frozen=True)
@@ -136,7 +180,7 @@ class Config:
     """The whole recipe: sections data, model, train, decode."""
 
     data: LMDataConfig = field(default_factory=LMDataConfig)
-    model: LMModelConfig = field(default_factory=LMModelConfig)
+    model: GPTModelConfig | LSTMModelConfig | GRUModelConfig | RNNModelConfig = field(default_factory=GPTModelConfig)
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(lr=1e-3, batch_size=12, max_epochs=10_000, time_budget=480.0)
     )
@@ -144,17 +188,15 @@ class Config:
 
 
 def apply_preset(config: Config) -> Config:
-    """``config`` with its ``model.preset`` filling every field still at the recipe's default (module docstring).
-
-    Raises: ConfigError if the preset meets an arch other than lstm.
+    """``config`` with the LSTM's ``model.preset`` filling every field still at its default (the LSTM section's,
+    the recipe's data and train sections'): the sizes, dropout and init range, data.bptt_len, and train
+    optimizer sgd, lr 1, clip_norm and batch_size 20 (module docstring). Any other config is returned as it is.
     """
-    if config.model.preset is None:
+    if not isinstance(config.model, LSTMModelConfig) or config.model.preset is None:
         return config
     model, training = PRESETS[config.model.preset](vocab_size=2)
-    defaults = Config()
     wanted = {
         "model": {
-            "arch": "lstm",
             "embedding_size": model.embedding_size,
             "hidden_size": model.hidden_size,
             "rnn_layers": model.num_layers,
@@ -164,13 +206,10 @@ def apply_preset(config: Config) -> Config:
         "data": {"bptt_len": training.bptt_len},
         "train": {"optimizer": "sgd", "lr": training.lr, "clip_norm": training.clip_norm, "batch_size": 20},
     }
+    defaults = {"model": LSTMModelConfig(), "data": LMDataConfig(), "train": Config().train}
     sections = {}
     for section, values in wanted.items():
-        current, default = getattr(config, section), getattr(defaults, section)
+        current, default = getattr(config, section), defaults[section]
         fill = {k: v for k, v in values.items() if getattr(current, k) == getattr(default, k)}
         sections[section] = dataclasses.replace(current, **fill)
-    if sections["model"].arch != "lstm":
-        raise ConfigError(
-            f"model.preset {config.model.preset!r} is an LSTM; it cannot be model.arch={config.model.arch!r}"
-        )
     return dataclasses.replace(config, **sections)

@@ -1,0 +1,170 @@
+"""A trained ``protein`` run: its model, tokenizer and config, and what ``seqlab evaluate | predict | generate``
+ask of it; the residue streams of the masked objective."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+
+from seqlab.data.proteins import read_fasta
+from seqlab.data.tokenizers import CharTokenizer, load_tokenizer
+from seqlab.data.wordpiece import WordPieceTokenizer
+from seqlab.errors import CheckpointError, ConfigError, DataError
+from seqlab.metrics import unigram_score
+from seqlab.models import GPT, BertForMaskedLM, load_pretrained
+from seqlab.recipes import bert_mlm
+from seqlab.recipes.base import check_model_config, load_recipe_config
+from seqlab.recipes.common.item_stream import (
+    ItemLoss,
+    sample_request,
+    stream,
+    test_perplexity,
+)
+from seqlab.recipes.protein.config import FILL, NAME, Config, masking
+from seqlab.recipes.system import GenerationChunk, GenerationRequest, SystemOptions
+from seqlab.training.masked_lm import IGNORE_INDEX
+
+
+def residue_tokenizer(residues: str) -> WordPieceTokenizer:
+    """A cased WordPiece vocabulary of the five BERT special tokens and one piece per residue letter."""
+    letters = sorted(set(residues))
+    return WordPieceTokenizer.train(" ".join(letters), vocab_size=len(letters) + 5, lowercase=False)
+
+
+def masked_stream(tokenizer: WordPieceTokenizer, proteins: Sequence[str], *, source: str) -> torch.Tensor:
+    """(N,) long: the residues of ``proteins``, each protein followed by [SEP].
+
+    Raises: DataError for a residue the tokenizer never saw.
+    """
+    ids: list[int] = []
+    for protein in proteins:
+        pieces = tokenizer.encode(" ".join(protein))
+        if tokenizer.unk_id in pieces:
+            raise DataError(f"{source}: a residue the model never saw in {protein[:40]!r}")
+        ids.extend([*pieces, tokenizer.sep_id])
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def masked_scores(model: BertForMaskedLM, batch, train_ids: torch.Tensor | None, special: set[int]) -> dict:
+    """``bert_mlm.score`` with the perplexity exp(loss), and (given ``train_ids``) the unigram baseline of the
+    training residues at the same masked positions."""
+    scores = bert_mlm.score(model, batch)
+    scores["perplexity"] = math.exp(scores["loss"])
+    if train_ids is not None:
+        residues = [i for i in train_ids.tolist() if i not in special]
+        labels = batch.labels[batch.labels != IGNORE_INDEX].tolist()
+        baseline = unigram_score(residues, labels, vocab_size=len(set(residues) | set(labels)))
+        scores |= {"unigram_loss": baseline.loss, "unigram_perplexity": baseline.perplexity,
+                   "unigram_accuracy": baseline.accuracy}  # fmt: skip
+    return scores
+
+
+@dataclass(frozen=True)
+class FilledProtein:
+    """An input of ``predict`` to a masked model, and the sequence with every ``_`` filled by the most likely
+    residue."""
+
+    text: str
+    filled: str
+
+    def lines(self) -> list[str]:
+        """One line: the filled sequence."""
+        return [self.filled]
+
+
+@dataclass
+class ProteinSystem:
+    """A trained protein run: a causal GPT with a residue CharTokenizer, or a masked BERT with a residue
+    WordPiece vocabulary, and the recipe config.
+    """
+
+    OPTIONS: ClassVar[frozenset[str]] = frozenset()
+
+    model: GPT | BertForMaskedLM
+    tokenizer: CharTokenizer | WordPieceTokenizer
+    config: Config
+
+    def save(self, directory: Path) -> None:
+        """Write the model and the tokenizer (``run_training`` adds ``recipe.json``)."""
+        self.model.save_pretrained(directory)
+        self.tokenizer.save(directory)
+
+    @classmethod
+    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> ProteinSystem:
+        """The run in ``directory`` (``options``: none taken).
+
+        Raises: CheckpointError if the directory holds another model or tokenizer, or its files disagree.
+        """
+        config = load_recipe_config(directory, Config)
+        model = load_pretrained(directory)
+        tokenizer = load_tokenizer(directory)
+        wanted = (BertForMaskedLM, WordPieceTokenizer) if config.model.objective == "masked" else (GPT, CharTokenizer)
+        if not isinstance(model, wanted[0]) or not isinstance(tokenizer, wanted[1]):
+            raise CheckpointError(f"{directory}: not a {config.model.objective} protein checkpoint")
+        check_model_config(directory, config.model.config_for(vocab_size=tokenizer.vocab_size), model.config)
+        return cls(model, tokenizer, config)
+
+    def evaluate(self, data_path: str) -> dict[str, float]:
+        """Scores of the proteins of a FASTA file: causal ``loss`` (nats/token), ``perplexity``, ``tokens``; masked
+        ``loss`` (nats per masked residue), ``perplexity``, ``accuracy`` (%) and ``tokens``, masks drawn with the
+        run's ``train.seed`` + 1.
+
+        Raises: DataError for a bad file or a residue the model never saw.
+        """
+        proteins = read_fasta(data_path)
+        if isinstance(self.model, GPT):
+            return test_perplexity(self.model, stream(self.tokenizer, proteins, source=data_path))
+        masks = masking(self.config)
+        ids = masked_stream(self.tokenizer, proteins, source=data_path)
+        if len(ids) < bert_mlm.window(masks):
+            raise DataError(f"{data_path}: {len(ids)} residues, too few for one sequence of {masks.max_length}")
+        generator = torch.Generator().manual_seed(self.config.train.seed + 1)
+        return masked_scores(self.model, bert_mlm.consecutive(ids, self.tokenizer, masks, generator), None, set())
+
+    def predict(self, inputs: Sequence[str]) -> list[ItemLoss] | list[FilledProtein]:
+        """Causal: each input with its loss; masked: each input with its ``_`` filled.
+
+        Raises: DataError for a residue the model never saw, or (masked) an input without ``_`` or too long.
+        """
+        if isinstance(self.model, GPT):
+            return [
+                ItemLoss(text, test_perplexity(self.model, stream(self.tokenizer, [text], source="input"))["loss"])
+                for text in inputs
+            ]
+        return [FilledProtein(text, self._fill(text)) for text in inputs]
+
+    def _fill(self, text: str) -> str:
+        """``text`` with each ``_`` replaced by the masked model's most likely residue (``predict``)."""
+        model, tokenizer = self.model, self.tokenizer
+        if FILL not in text:
+            raise DataError(f"input {text[:40]!r} has no {FILL} to fill")
+        residues_given = masked_stream(tokenizer, [text.upper().replace(FILL, "")], source="input")[:-1]
+        filled = iter(residues_given.tolist())
+        residues = torch.tensor([tokenizer.mask_id if c == FILL else next(filled) for c in text])
+        input_ids = torch.cat([torch.tensor([tokenizer.cls_id]), residues, torch.tensor([tokenizer.sep_id])])[None]
+        if input_ids.shape[1] > model.config.max_positions:
+            raise DataError(f"input {text[:40]!r}... is longer than the model's {model.config.max_positions - 2}")
+        selected = input_ids == tokenizer.mask_id
+        with torch.no_grad():
+            input_ids[selected] = model(input_ids).logits[selected].argmax(dim=-1)
+        return tokenizer.decode(input_ids[0, 1:-1].tolist()).replace(" ", "")
+
+    def generate(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
+        """``request.num_return_sequences`` proteins that start with the residues ``request.prompt`` (causal
+        objective), one chunk each, the run's ``sample`` section filling the settings not given.
+
+        Raises: ConfigError for a masked model, a stop string or a bad setting; DataError for unseen residues.
+        """
+        if not isinstance(self.model, GPT):
+            raise ConfigError("a masked protein model does not generate; train model.objective=causal")
+        prompt_ids = stream(self.tokenizer, [request.prompt], source="--prompt")[:-1].tolist()
+        rows = sample_request(
+            self.model, prompt_ids, request, defaults=self.config.sample, eos_id=prompt_ids[0], recipe=NAME,
+            item="protein",
+        )  # fmt: skip
+        return (GenerationChunk(index, self.tokenizer.decode(row), True) for index, row in enumerate(rows))
