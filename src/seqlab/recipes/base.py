@@ -50,10 +50,12 @@ ConfigT = TypeVar("ConfigT")
 
 
 class Report(NamedTuple):
-    """What ``seqlab train`` prints: the results row and (input, reference, prediction) examples from the test data."""
+    """What ``seqlab train`` prints: the results row and (input, reference, prediction) examples from the test data,
+    and ``notes``: lines the skeleton logs after testing (how a metric was computed, e.g. sacrebleu's signature)."""
 
     results: dict[str, float]
     examples: list[tuple[str, str, str]]
+    notes: tuple[str, ...] = ()
 
 
 class Recipe(Protocol):
@@ -253,6 +255,8 @@ class _SavedTraining:
             run.model.load_state_dict(self.averager.average())
         self.save()
         tested = run.test()
+        for note in tested.notes:
+            self.log(note)
         return _Fitted(result.best, result.steps, result.epochs, result.seconds, result.stopped_by, tested)
 
 

@@ -78,7 +78,7 @@ class T5G2PSystem:
         self.vocab.save(directory / VOCAB_FILE)
 
     @classmethod
-    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> T5G2PSystem:  # noqa: B008 (frozen)
+    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> T5G2PSystem:
         """The run in ``directory``.
 
         Raises: CheckpointError (one line naming the file) for a missing or malformed file, or a vocabulary of

@@ -76,7 +76,7 @@ class TranslateSystem:
         self.target.save(directory / TARGET_TOKENIZER)
 
     @classmethod
-    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> TranslateSystem:  # noqa: B008 (frozen)
+    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> TranslateSystem:
         """The run in ``directory``.
 
         Raises: CheckpointError (one line naming the file) for a missing or malformed file, a tokenizer that is

@@ -65,11 +65,12 @@ class TranslateTraining:
 
     def test(self) -> Report:
         """BLEU and chrF of beam search (decode.num_beams) and greedy search (``greedy_``) on the test pairs, the
-        count of test sentences, and the first ``EXAMPLES`` beam translations."""
+        count of test sentences, the first ``EXAMPLES`` beam translations, and sacrebleu's signature as a note."""
         beam, greedy = self.system.score(self.test_set), self.system.score(self.test_set, num_beams=1)
         results = {**beam.results, **{f"greedy_{k}": v for k, v in greedy.results.items()}}
         examples = list(zip(self.test_set.src, self.test_set.tgt, beam.hypotheses, strict=True))[:EXAMPLES]
-        return Report(results | {"test_sentences": float(len(self.test_set.src))}, examples)
+        notes = (f"sacrebleu: {beam.signature}",)
+        return Report(results | {"test_sentences": float(len(self.test_set.src))}, examples, notes)
 
 
 def prepare(config: Config) -> TrainingRun:
