@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 import seqlab
 from seqlab.recipes import RECIPES, g2p, lm_config
-from seqlab.recipes.base import load_recipe_config
+from seqlab.recipes.base import load_recipe_config, run_training
 from seqlab.training.checkpoint import STATE_FILE, load_training_state
 from seqlab.training.trainer import TrainConfig, Trainer
 
@@ -46,7 +46,7 @@ RECIPE_MODULES = RECIPES
 
 
 def train(recipe: str, config, out: Path, *, mode: str = "new"):
-    return RECIPE_MODULES[recipe].train(config, out, progress=False, log=lambda line: None, mode=mode)
+    return run_training(RECIPE_MODULES[recipe], config, out, progress=False, log=lambda line: None, mode=mode)
 
 
 def kill_at_micro_batch(monkeypatch, count: int) -> None:
