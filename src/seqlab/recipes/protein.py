@@ -131,7 +131,7 @@ class Config:
 
 def masking(config: Config) -> bert_mlm.DataConfig:
     """The ``bert-mlm`` data section whose batching and masking the masked objective uses."""
-    return bert_mlm.DataConfig(max_length=config.model.context_length, mask_prob=config.data.mask_prob)
+    return bert_mlm.DataConfig(context_length=config.model.context_length, mask_prob=config.data.mask_prob)
 
 
 def residue_tokenizer(residues: str) -> WordPieceTokenizer:
