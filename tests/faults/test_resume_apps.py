@@ -30,9 +30,11 @@ def translate_config(folder):
     (folder / "tgt").write_text("".join(f"{' '.join(reversed(s.split()))}\n" for s in src))
     return translate.Config(
         data=translate.DataConfig(src=str(folder / "src"), tgt=str(folder / "tgt"), bpe_size=270, test_fraction=0.1),
-        model=translate.ModelConfig(d_model=16, num_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=0.2),
+        model=translate.TransformerModelConfig(
+            d_model=16, num_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=0.2
+        ),
         train=train_config(),
-        decode=translate.DecodeConfig(beam_size=2, max_length=12),
+        decode=translate.DecodeConfig(num_beams=2, max_length=12),
     )
 
 

@@ -8,22 +8,13 @@ import contextlib
 import importlib.util
 import io
 import json
-import re
-from pathlib import Path
 
 import pytest
+from readme_example import example_source
 
 from seqlab.cli import main
 from seqlab.models import Seq2VecClassifier, load_pretrained
 from seqlab.recipes import RECIPES, register_recipe
-
-README = Path(__file__).parents[2] / "README.md"
-
-
-def example_source() -> str:
-    section = README.read_text().split("## Writing a recipe\n", 1)[1].split("\n## ", 1)[0]
-    (source,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    return source
 
 
 def run_cli(*argv: object) -> tuple[int, str, str]:

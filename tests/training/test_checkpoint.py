@@ -4,6 +4,7 @@ ends where the uninterrupted fit ends (the independent reference: the same fit w
 import dataclasses
 import math
 import random
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -15,10 +16,13 @@ from seqlab.errors import CheckpointError
 from seqlab.nn.functional.recurrence import LSTMState
 from seqlab.training.checkpoint import (
     load_training_state,
+    restore_training_state,
     rng_state,
     save_training_state,
     set_rng_state,
+    training_state,
 )
+from seqlab.training.run_state import RunState
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
 
 
@@ -81,6 +85,64 @@ def test_rng_states_restore_every_generator():
     set_rng_state(saved)
     assert (random.random(), np.random.rand()) == drawn[:2]
     assert torch.equal(torch.rand(3), drawn[2])
+
+
+class CountingStrategy:
+    """A strategy carrying a tensor between batches, so its state has something to restore."""
+
+    def __init__(self, count):
+        self.count = torch.tensor(count)
+
+    def state_dict(self):
+        return {"count": self.count}
+
+    def load_state_dict(self, state):
+        self.count = state["count"]
+
+
+@dataclasses.dataclass
+class Parts:
+    """A ``TrainingParts`` that is not a Trainer: the checkpoint needs nothing else (issue 21)."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    strategy: CountingStrategy
+    device: torch.device
+
+
+def make_parts(seed, steps):
+    torch.manual_seed(seed)
+    model = nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 / (1 + step))
+    for _ in range(steps):
+        model(torch.randn(4, 3)).square().sum().backward()
+        optimizer.step()
+        scheduler.step()
+    return Parts(
+        model,
+        optimizer,
+        scheduler,
+        torch.amp.GradScaler("cpu", enabled=False),
+        CountingStrategy(steps),
+        torch.device("cpu"),
+    )
+
+
+def test_a_state_restores_into_any_training_parts_not_only_a_trainer():
+    saved = make_parts(seed=0, steps=3)
+    run = RunState(
+        start=time.perf_counter(), step=3, stale=1, epoch_generator=torch.Generator().manual_seed(7).get_state()
+    )
+    state = training_state(saved, run, epoch=2, stopped_by=None)
+    restored, restored_run, generator = make_parts(seed=1, steps=1), RunState(start=0.0), torch.Generator()
+    assert restore_training_state(restored, state, restored_run, generator) == (2, None)
+    for part in ("model", "optimizer", "scheduler", "strategy"):
+        assert_identical(getattr(restored, part).state_dict(), getattr(saved, part).state_dict())
+    assert (restored_run.step, restored_run.stale) == (3, 1)
+    assert torch.equal(generator.get_state(), run.epoch_generator)
 
 
 # --- resuming Trainer.fit -----------------------------------------------------------------------------------

@@ -6,11 +6,12 @@ On CUDA it is wall-clock time after a synchronize.
 
 Peak memory on CUDA is the caching allocator's ``max_memory_allocated`` above what was allocated before the call.
 On CPU torch keeps no such counter and ``tracemalloc`` does not see torch's allocations, so ``PeakTensorMemory``
-counts them itself: a ``TorchDispatchMode`` sees every tensor that an operator returns, forward and backward, adds
-the bytes of each new storage when it appears and subtracts them when the storage is freed (a weakref finalizer on
-the storage object, which torch keeps unique per storage). The peak is of the live tensor bytes created during
-the call: parameters and inputs that existed before are not counted; scratch buffers a kernel allocates and frees
-inside itself, without returning them as tensors, are not counted either (as CUDA's counter would).
+counts them itself: a ``TorchDispatchMode`` (``seqlab.analysis.torch_dispatch``) sees every tensor that an
+operator returns, forward and backward, adds the bytes of each new storage when it appears and subtracts them when
+the storage is freed (a weakref finalizer on the storage object, which torch keeps unique per storage). The peak is
+of the live tensor bytes created during the call: parameters and inputs that existed before are not counted;
+scratch buffers a kernel allocates and frees inside itself, without returning them as tensors, are not counted
+either (as CUDA's counter would).
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
+from seqlab.analysis.torch_dispatch import TorchDispatchMode, tree_leaves
 from seqlab.validation import check_int
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from seqlab.cli.tables import format_value, table
 from seqlab.config import apply_overrides, describe, flatten, load_toml, parse_assignments
 from seqlab.errors import ConfigError, SeqlabError
-from seqlab.recipes import RECIPES, Recipe, get_recipe, recipe_of_checkpoint
+from seqlab.recipes import PLUGIN_ERRORS, RECIPES, Recipe, get_recipe, recipe_of_checkpoint
 from seqlab.recipes.base import load_recipe_config, run_directory, run_training
 from seqlab.recipes.run_directory import RunMode
 from seqlab.recipes.system import GenerationRequest, Generator, System, SystemOptions, refuse_options
@@ -270,6 +270,8 @@ def _write(text: str) -> None:
 def _recipes(args: argparse.Namespace) -> int:
     if args.name is None:
         print(table(["recipe", "description"], [(name, r.DESCRIPTION) for name, r in sorted(RECIPES.items())]))
+        for _, error in sorted(PLUGIN_ERRORS.items()):
+            print(error, file=sys.stderr)
         return 0
     recipe = get_recipe(args.name)
     print(f"{recipe.NAME}: {recipe.DESCRIPTION}\n")

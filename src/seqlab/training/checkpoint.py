@@ -19,7 +19,7 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -33,9 +33,6 @@ from seqlab.nn.functional.recurrence import LSTMState
 from seqlab.training.device import move_to_device
 from seqlab.training.run_state import RunState
 
-if TYPE_CHECKING:
-    from seqlab.training.trainer import Trainer
-
 STATE_FILE = "training_state.safetensors"
 FORMAT = "seqlab.training_state"
 VERSION = 1
@@ -48,6 +45,8 @@ _UNSAVED_RUN_FIELDS = frozenset({"start", "segment_start", "step_start", "best_s
 
 __all__ = [
     "STATE_FILE",
+    "Stateful",
+    "TrainingParts",
     "load_training_state",
     "restore_training_state",
     "rng_state",
@@ -57,7 +56,40 @@ __all__ = [
 ]
 
 
-def training_state(trainer: Trainer, run: RunState, *, epoch: int, stopped_by: str | None) -> dict[str, Any]:
+class Stateful(Protocol):
+    """A part whose state a checkpoint saves and restores: torch's ``state_dict`` / ``load_state_dict`` pair
+    (``nn.Module``, ``Optimizer``, ``LRScheduler``, ``GradScaler``, a training ``Strategy``)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any], /) -> Any: ...
+
+
+class TrainingParts(Protocol):
+    """What a training checkpoint saves from and restores into: the parts of a trainer that carry state, and the
+    device the strategy's tensors go back to. ``seqlab.training.Trainer`` is one; this module never imports it,
+    so the trainer depends on its checkpoints and not the other way round (issue 21)."""
+
+    @property
+    def model(self) -> Stateful: ...
+
+    @property
+    def optimizer(self) -> Stateful: ...
+
+    @property
+    def scheduler(self) -> Stateful: ...
+
+    @property
+    def scaler(self) -> Stateful: ...
+
+    @property
+    def strategy(self) -> Stateful: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+
+def training_state(trainer: TrainingParts, run: RunState, *, epoch: int, stopped_by: str | None) -> dict[str, Any]:
     """The state of ``trainer`` after a step of ``epoch``: what ``Trainer(checkpoint=...)`` receives.
 
     Keys: epoch, stopped_by (the stop reason decided at this step, or None), elapsed (seconds of training so
@@ -82,7 +114,7 @@ def training_state(trainer: Trainer, run: RunState, *, epoch: int, stopped_by: s
 
 
 def restore_training_state(
-    trainer: Trainer, state: dict[str, Any], run: RunState, generator: torch.Generator
+    trainer: TrainingParts, state: dict[str, Any], run: RunState, generator: torch.Generator
 ) -> tuple[int, Any]:
     """Load ``training_state``'s value into ``trainer``, the fit's bookkeeping ``run`` and the data ``generator``
     (set to its state when the checkpoint's epoch began); the global RNG states wait in ``run.resume_rng``

@@ -1,0 +1,61 @@
+"""The private torch APIs that ``seqlab.analysis.torch_dispatch`` re-exports, pinned to the behaviour seqlab relies
+on, so a torch release that moves or changes them fails here by name; and no other module imports private torch."""
+
+import re
+from pathlib import Path
+
+import torch
+from torch.testing import assert_close
+
+import seqlab
+from seqlab.analysis.torch_dispatch import TorchDispatchMode, tree_leaves
+
+
+class Recorder(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.calls.append((func, out))
+        return out
+
+
+def test_a_dispatch_mode_sees_every_operator_forward_and_backward_with_its_result():
+    x = torch.randn(3, 4, requires_grad=True)
+    w = torch.randn(4, 2)
+    with Recorder() as recorder:
+        y = x @ w
+        y.sum().backward()
+    funcs = [func for func, _ in recorder.calls]
+    assert funcs[0] is torch.ops.aten.mm.default
+    mm_outputs = [out for func, out in recorder.calls if func is torch.ops.aten.mm.default]
+    assert len(mm_outputs) == 2  # x @ w forward; dL/dx = ones @ w.T backward (w needs no gradient)
+    assert_close(mm_outputs[0], x.detach() @ w)
+    assert_close(mm_outputs[1], torch.ones(3, 2) @ w.T)
+    assert_close(x.grad, mm_outputs[1])
+    calls = len(recorder.calls)
+    x.detach() @ w  # outside the block: not seen
+    assert len(recorder.calls) == calls
+
+
+def test_tree_leaves_flattens_an_operator_result_in_order():
+    a, b = torch.zeros(1), torch.ones(2)
+    leaves = tree_leaves(((a, [b, None]), 3))
+    assert len(leaves) == 4 and leaves[0] is a and leaves[1] is b and leaves[2:] == [None, 3]
+    assert tree_leaves(a) == [a]
+
+
+def test_no_other_module_touches_private_torch():
+    allowed = {"analysis/torch_dispatch.py", "nn/functional/fused_rnn.py"}
+    private = re.compile(r"\btorch(\.\w+)*\._\w")
+    root = Path(seqlab.__file__).parent
+    offenders = [
+        f"{path.relative_to(root)}:{number}"
+        for path in sorted(root.rglob("*.py"))
+        if path.relative_to(root).as_posix() not in allowed
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if private.search(line)
+    ]
+    assert offenders == []
