@@ -180,7 +180,7 @@ class BertMLMSystem:
         self.tokenizer.save(directory)
 
     @classmethod
-    def load(cls, directory: Path, options: SystemOptions | None = None) -> BertMLMSystem:
+    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> BertMLMSystem:
         """The run in ``directory``. It takes no options (``OPTIONS`` is empty: callers refuse any given).
 
         Raises: CheckpointError if the directory is unreadable or holds another model or tokenizer.

@@ -289,7 +289,7 @@ class TaggerSystem:
         atomic_write(directory / VOWELS_FILE, json.dumps({"vowels": sorted(self.vowels)}, indent=2) + "\n")
 
     @classmethod
-    def load(cls, directory: Path, options: SystemOptions | None = None) -> TaggerSystem:
+    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> TaggerSystem:
         """The run in ``directory``. It takes no options (``OPTIONS`` is empty: callers refuse any given).
 
         Raises: CheckpointError (one line naming the file) for a missing or malformed recipe.json, vowels file,

@@ -170,7 +170,7 @@ class VowelsSystem:
         atomic_write(directory / LABELS_FILE, json.dumps(normalisation, indent=2) + "\n")
 
     @classmethod
-    def load(cls, directory: Path, options: SystemOptions | None = None) -> VowelsSystem:
+    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> VowelsSystem:
         """The run in ``directory``. It takes no options (``OPTIONS`` is empty: callers refuse any given).
 
         Raises: CheckpointError (one line naming the file) for a missing or malformed file, labels or statistics

@@ -72,7 +72,7 @@ class ForecastSystem:
         atomic_write(directory / SCALING_FILE, json.dumps(payload, indent=2) + "\n")
 
     @classmethod
-    def load(cls, directory: Path, options: SystemOptions | None = None) -> ForecastSystem:
+    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> ForecastSystem:
         """The run in ``directory``. It takes no options (``OPTIONS`` is empty: callers refuse any given).
 
         Raises: CheckpointError (one line naming the file) for a missing or unreadable recipe.json, scaling file
