@@ -3,6 +3,7 @@ dictionary whose stress rule (last vowel if the word ends in T, else first) both
 and the Transformer arm beat them, evaluate equals an independent computation, predict prints stressed
 pronunciations, bad input gets one line."""
 
+import dataclasses
 import json
 import random
 import shutil
@@ -150,10 +151,9 @@ def test_predict_returns_typed_predictions_that_print_as_the_command_line(run):
     assert prediction.lines() == [run_cli("predict", run, "k aa s iy1 t").out.rstrip("\n")]
 
 
-def test_the_validation_loss_is_the_mean_over_vowels_of_a_hand_made_batch(monkeypatch):
+def test_the_validation_loss_is_the_mean_over_vowels_of_a_hand_made_batch():
     """TaggerTraining.validate alone, on batches of 2 (padded, 5 vowels) and 1 pronunciation (1 vowel): the mean
     over all 6 vowels of the unpadded model's cross-entropy, not the mean of the two batches' means."""
-    monkeypatch.setattr(tagger, "EVAL_BATCH_SIZE", 2)
     train = [("a", ("K", "AA1", "T")), ("b", ("S", "IY0", "AA1")), ("c", ("M", "UW1"))]
     valid = [("d", ("K", "IY1", "AA0", "T")), ("f", ("N", "UW0", "IY1", "AA2")), ("e", ("AA0", "S"))]  # 5 + 1
     torch.manual_seed(0)
@@ -161,6 +161,7 @@ def test_the_validation_loss_is_the_mean_over_vowels_of_a_hand_made_batch(monkey
         TaggerData(train, valid, valid, "hand"),
         RNNTaggerConfig(hidden_size=4, embedding_size=4, num_layers=1, dropout=0.0),
     )
+    training = dataclasses.replace(training, eval_batch_size=2)
     model = training.system.model.eval()
     nats, wrong = [], 0
     with torch.no_grad():
