@@ -19,6 +19,8 @@ from faults.helpers import Killed, kill_at_micro_batch, resume, train
 from seqlab.config import apply_overrides, parse_assignments
 from seqlab.data.text import split_text
 from seqlab.data.tokenizers import load_tokenizer
+from seqlab.data.wordpiece import WordPieceTokenizer
+from seqlab.errors import CheckpointError
 from seqlab.models import BertForMaskedLM, BertForPreTraining, load_pretrained
 from seqlab.recipes import bert_mlm, load_system
 from seqlab.recipes.base import load_recipe_config
@@ -119,7 +121,7 @@ def test_a_text_too_short_for_one_sequence_is_one_line(tmp_path):
 @pytest.mark.xfail(
     strict=True,
     reason="run_training calls prepare(config) without the run directory, so a resumed run cannot read its own "
-    "tokenizer (bert_mlm.prepare takes it as resume_from)",
+    "tokenizer (bert_mlm.prepare takes it as resume_from); its save refuses to overwrite it instead",
 )
 def test_a_resumed_run_reads_its_own_wordpiece_vocabulary(corpus, tmp_path, monkeypatch):
     """WordPiece training is not deterministic (ties between pieces), so resume must not train a second one: the
@@ -187,6 +189,24 @@ def test_prepare_resumed_from_a_run_reads_its_tokenizer(checkpoint, corpus, tmp_
     run = bert_mlm.prepare(config, resume_from=checkpoint)
     run.save(tmp_path)
     assert (tmp_path / "tokenizer.json").read_bytes() == (checkpoint / "tokenizer.json").read_bytes()
+
+
+def test_saving_into_a_run_of_another_vocabulary_is_refused(checkpoint, tmp_path):
+    """A resumed run that trained a fresh vocabulary must not overwrite the one its weights were trained with;
+    one that read its own (resume_from) saves over it."""
+    config = load_recipe_config(checkpoint, bert_mlm.Config)
+    other = tmp_path / "other"
+    other.mkdir()
+    WordPieceTokenizer.train("zebra quagga okapi " * 50, vocab_size=30).save(other)
+    with pytest.raises(CheckpointError, match=r"tokenizer.json is another WordPiece vocabulary than this run's"):
+        bert_mlm.BertMLMTraining.build(config).save(other)
+    assert not (other / "model.safetensors").exists()
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "tokenizer.json").write_bytes((checkpoint / "tokenizer.json").read_bytes())
+    bert_mlm.BertMLMTraining.build(config, resume_from=checkpoint).save(own)
+    assert (own / "tokenizer.json").read_bytes() == (checkpoint / "tokenizer.json").read_bytes()
+    assert (own / "model.safetensors").exists()
 
 
 @pytest.mark.xfail(strict=True, reason="config.RENAMED_KEYS lacks max_length -> context_length")

@@ -29,7 +29,7 @@ from typing import ClassVar, NamedTuple
 import torch
 
 from seqlab.data.text import load_corpus, read_text
-from seqlab.data.tokenizers import load_tokenizer
+from seqlab.data.tokenizers import TOKENIZER_FILE, load_tokenizer
 from seqlab.data.wordpiece import MASK, WordPieceTokenizer
 from seqlab.errors import CheckpointError, DataError
 from seqlab.models import BertConfig, BertForMaskedLM, BertForPreTraining, load_pretrained
@@ -291,6 +291,19 @@ class BertMLMTraining:
         )
         return cls(BertMLMSystem(model, tokenizer, config), train_ids, valid, test, summary)
 
+    def save(self, directory: Path) -> None:
+        """Save the system into ``directory``, refusing one that holds another vocabulary (a resumed run whose
+        tokenizer was trained afresh: its weights would no longer match the saved pieces).
+
+        Raises: CheckpointError naming the directory, before anything is written.
+        """
+        if (directory / TOKENIZER_FILE).exists() and run_tokenizer(directory) != self.system.tokenizer:
+            raise CheckpointError(
+                f"{directory}: its {TOKENIZER_FILE} is another WordPiece vocabulary than this run's; "
+                "a resumed bert-mlm run must read its own (prepare's resume_from)"
+            )
+        self.system.save(directory)
+
     def train_batches(self, epoch: int, generator: torch.Generator, batch_size: int) -> Iterator[Batch]:
         """data.batches_per_epoch batches of ``batch_size`` masked sequences at random starts of the train split."""
         data, tokenizer = self.system.config.data, self.system.tokenizer
@@ -333,7 +346,7 @@ def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
         loss_fn=pretraining_objective,
         train_batches=training.train_batches,
         validate=training.validate,
-        save=training.system.save,
+        save=training.save,
         test=training.test_report,
         summary=training.summary,
         summary_model=(
