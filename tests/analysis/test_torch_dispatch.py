@@ -48,8 +48,10 @@ def test_tree_leaves_flattens_an_operator_result_in_order():
 
 
 def test_no_other_module_touches_private_torch():
-    allowed = {"analysis/torch_dispatch.py", "nn/functional/fused_rnn.py"}
-    private = re.compile(r"\btorch(\.\w+)*\._\w")
+    # nn/direct_calls.py reads torch's global forward-hook registries (pinned in tests/nn/test_direct_calls.py).
+    allowed = {"analysis/torch_dispatch.py", "nn/functional/fused_rnn.py", "nn/direct_calls.py"}
+    # torch.x._y, or a torch module imported under a private alias (from torch.nn.modules import module as _module).
+    private = re.compile(r"\btorch(\.\w+)*\._\w|^from torch[\w.]* import .* as _\w")
     root = Path(seqlab.__file__).parent
     offenders = [
         f"{path.relative_to(root)}:{number}"

@@ -1,10 +1,16 @@
-"""Decoder-only (GPT) layers and stack: causal, cached == full, and equal to causal encoder layers / torch.nn."""
+"""Decoder-only (GPT) layers and stack: causal, cached == full, and equal to causal encoder layers / torch.nn; the
+incremental fast path equal to the module path, also over LoRA-wrapped, quantized and changed modules."""
 
+import copy
+
+import peft
 import pytest
 import torch
 from torch import nn
 from torch.testing import assert_close
 
+from seqlab.decoding import generate
+from seqlab.models.language_model.gpt import GPT, gpt
 from seqlab.nn.decoder_only import TransformerDecoderOnly, TransformerDecoderOnlyLayer
 from seqlab.nn.positional import RotaryEmbedding
 from seqlab.nn.transformer import TransformerEncoder, TransformerEncoderLayer
@@ -136,3 +142,152 @@ def test_incremental_step_is_none_where_it_would_differ_from_forward():
     assert _stack(True, dropout=0.0).train().incremental_step() is not None
     with pytest.raises(ValueError, match=r"^got 1 caches for a decoder of 2 layers$"):
         _stack(True).incremental_step()(_x(1), caches=_stack(True).empty_caches(B)[:1])
+
+
+# IncrementalStep inside a GPT, driven by ``seqlab.decoding.generate``, against the module path (GPT.forward) for
+# modules it does not hold plainly: LoRA adapters (peft), dynamic int8 quantization, and weights changed mid-run.
+
+
+class _Recording:
+    """A LanguageModelStepModel that forwards to a GPT and keeps every logits row it returns (prefill, then each
+    step) and each step's ``state.incremental_step`` (None when the modules ran)."""
+
+    def __init__(self, model: GPT) -> None:
+        self.model, self.logits, self.fast_steps = model, [], []
+        self.context_length = model.context_length
+
+    def prefill(self, input_ids, keep_mask=None):
+        out = self.model.prefill(input_ids, keep_mask)
+        self.logits.append(out.logits.clone())
+        return out
+
+    def step(self, tokens, state):
+        out = self.model.step(tokens, state)
+        self.logits.append(out.logits.clone())
+        self.fast_steps.append(out.state.incremental_step)
+        return out
+
+    def reorder_state(self, state, index):
+        return self.model.reorder_state(state, index)
+
+
+def _gpt() -> GPT:
+    torch.manual_seed(0)
+    model = gpt(vocab_size=11, context_length=16, d_model=16, num_heads=2, num_layers=2).eval()
+    with torch.no_grad():  # larger than GPT-2's init, so every weight moves the logits visibly
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    return model
+
+
+PROMPT = torch.tensor([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]])
+NEW_TOKENS = 6
+
+
+def _fast_generate(model: GPT, **options) -> tuple[torch.Tensor, torch.Tensor, _Recording]:
+    """Greedy ``generate``: its tokens (B, T + NEW_TOKENS), the logits it chose from (B, NEW_TOKENS, V), and the
+    recording, after checking that every step ran the fast path."""
+    recording = _Recording(model)
+    out = generate(recording, PROMPT, max_new_tokens=NEW_TOKENS, **options)
+    assert len(recording.fast_steps) == NEW_TOKENS - 1
+    assert all(step is not None for step in recording.fast_steps)
+    return out.tokens, torch.stack(recording.logits, dim=1), recording
+
+
+@torch.no_grad()
+def _module_path_greedy(model: GPT, change_after_prefill=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy decoding by ``GPT.forward`` (every module called) with the KV cache, one token per call:
+    tokens (B, T + NEW_TOKENS) and logits (B, NEW_TOKENS, V); ``change_after_prefill()`` runs after the prompt."""
+    out, tokens, logits = model(PROMPT), PROMPT, []
+    if change_after_prefill is not None:
+        change_after_prefill()
+    for i in range(NEW_TOKENS):
+        logits.append(out.logits[:, -1])
+        following = logits[-1].argmax(dim=-1, keepdim=True)  # (B, 1)
+        tokens = torch.cat([tokens, following], dim=1)
+        if i + 1 < NEW_TOKENS:
+            out = model(following, out.state)
+    return tokens, torch.stack(logits, dim=1)
+
+
+def test_generate_with_lora_adapters_uses_them_on_the_fast_path():
+    model = _gpt()
+    _, base_logits, _ = _fast_generate(copy.deepcopy(model))
+    targets = ["q_proj", "v_proj", "out_proj", "linear1"]
+    model = peft.inject_adapter_in_model(peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets), model)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.5)  # B = 0 at init: the adapters would change nothing
+    tokens, logits, recording = _fast_generate(model)
+    T = PROMPT.shape[1]
+    assert_close(logits, model(tokens[:, :-1]).logits[:, T - 1 :])  # the whole sequence through the modules
+    expected_tokens, expected_logits = _module_path_greedy(model)
+    assert torch.equal(tokens, expected_tokens)
+    assert_close(logits, expected_logits)
+    assert not torch.allclose(logits, base_logits, atol=1e-2)  # the adapters matter
+    wrapped = [f"layers.{i}.{name}" for i in range(2) for name in ("self_attn.q_proj", "self_attn.v_proj")]
+    wrapped += [f"layers.{i}.{name}" for i in range(2) for name in ("self_attn.out_proj", "feed_forward.linear1")]
+    assert sorted(recording.fast_steps[-1].module_calls) == sorted(wrapped)
+    assert _gpt().decoder.incremental_step().module_calls == []
+
+
+@pytest.mark.filterwarnings("ignore:torch.ao.quantization is deprecated", "ignore:torch.quantize_per_tensor")
+def test_generate_with_a_dynamically_quantized_gpt_equals_its_module_path():
+    model = torch.ao.quantization.quantize_dynamic(_gpt(), {nn.Linear}, dtype=torch.qint8)
+    tokens, logits, recording = _fast_generate(model)
+    expected_tokens, expected_logits = _module_path_greedy(model)
+    assert torch.equal(tokens, expected_tokens)
+    assert_close(logits, expected_logits)
+    assert len(recording.fast_steps[-1].module_calls) == 2 * 6  # every Linear of both layers is quantized
+
+
+def test_generate_uses_weights_changed_in_place_after_the_prefill():
+    def change(model: GPT) -> None:
+        with torch.no_grad():  # W^Q (the old fast path's stacked copy) and an FFN weight
+            model.decoder.layers[0].self_attn.q_proj.weight.mul_(-2.0)
+            model.decoder.layers[1].feed_forward.linear1.weight.add_(0.5)
+
+    model, changed = _gpt(), []
+
+    def change_once(_tokens):  # a streamer runs after each chosen token, before the step that feeds it
+        if not changed:
+            change(model)
+            changed.append(True)
+
+    tokens, logits, _ = _fast_generate(model, streamer=change_once)
+    reference = _gpt()
+    expected_tokens, expected_logits = _module_path_greedy(reference, lambda: change(reference))
+    assert torch.equal(tokens, expected_tokens)
+    assert_close(logits, expected_logits)
+    _, unchanged_logits = _module_path_greedy(_gpt())
+    assert not torch.allclose(logits[:, 1:], unchanged_logits[:, 1:], atol=1e-3)  # the change matters
+
+
+def test_incremental_step_calls_hooked_modules_and_names_them():
+    """A forward hook changes what a module computes: the step calls that module (or, for a global hook, every
+    layer) and still equals the modules' forward."""
+    stack = _stack(True, dropout=0.0)
+    x = _x()
+    prompt = stack(x[:, :4], caches=stack.empty_caches(B, dtype=torch.float64))
+    fast_step = stack.incremental_step()
+
+    def double(module, inputs, output):
+        return 2.0 * output
+
+    def check(expected_calls):
+        with torch.no_grad():
+            got = fast_step(x[:, 4:5], caches=prompt.caches)
+            expected = stack(x[:, 4:5], caches=prompt.caches)
+        assert_close(got.output, expected.output, **EXACT)
+        assert fast_step.module_calls == expected_calls
+
+    check([])
+    handle = stack.layers[1].feed_forward.linear2.register_forward_hook(double)
+    check(["layers.1.feed_forward.linear2"])
+    handle.remove()
+    handle = nn.modules.module.register_module_forward_hook(lambda module, inputs, output: None)
+    try:
+        check(["layers.0", "layers.1", "final_norm"])
+    finally:
+        handle.remove()

@@ -15,29 +15,13 @@ import torch
 from torch import Tensor
 
 from seqlab.decoding.beam_search import beam_search
+from seqlab.decoding.left_to_right import GenerateOutput, decode_left_to_right
 from seqlab.decoding.processors import LogitsProcessor, logits_processor
 from seqlab.errors import ConfigError
 from seqlab.models.interfaces import LanguageModelStepModel, StepOutput, select_rows
 from seqlab.validation import check_bool, check_int, check_real, check_token_id
 
 __all__ = ["GenerateOutput", "generate"]
-
-
-class GenerateOutput(NamedTuple):
-    """What ``generate`` returns.
-
-    tokens: (B, T + N) long, each prompt (as given, left padding included) followed by its generated tokens; a
-        row that ended early is filled with pad_id (default eos_id) up to N, the longest continuation.
-    lengths: (B,) long, generated tokens per row (EOS included when generated).
-    log_probs: (B,) the sum of the generated tokens' log-probabilities, in nats. Greedy and sampling use the
-        model's own distribution, before any processor (so temperature or top-k do not change it). Beam search
-        sums what it ranks by, the model's log-probabilities after the penalties (transformers' sequence scores):
-        the model's own unless repetition_penalty != 1 (a no-repeat ban never picks a banned token).
-    """
-
-    tokens: Tensor
-    lengths: Tensor
-    log_probs: Tensor
 
 
 def _in_inference_mode(search: Callable[..., GenerateOutput]) -> Callable[..., GenerateOutput]:
@@ -150,8 +134,31 @@ def generate(
     if num_beams > 1:
         # One search length for the batch: the room left by the longest prompt.
         max_length = int(limits.min())
-        return _beam(model, prompts, process, max_length, num_beams, length_penalty, eos_id, fill)
-    return _decode(model, prompts, process, penalized, limits, do_sample, eos_id, fill, stop, streamer, generator)
+        return _beam(
+            model,
+            prompts,
+            process=process,
+            max_length=max_length,
+            num_beams=num_beams,
+            length_penalty=length_penalty,
+            eos_id=eos_id,
+            fill=fill,
+        )
+    return decode_left_to_right(
+        model,
+        prompts.prefilled,
+        input_ids=input_ids,
+        keep_mask=keep_mask,
+        limits=limits,
+        eos_id=eos_id,
+        fill=fill,
+        process=process,
+        penalized=penalized,
+        do_sample=do_sample,
+        generator=generator,
+        stop=stop,
+        streamer=streamer,
+    )
 
 
 class _Prompts(NamedTuple):
@@ -191,73 +198,6 @@ def _length_limits(prompt_lengths: Tensor, max_new_tokens: int, context_length: 
     return limits.clamp(max=context_length - prompt_lengths)
 
 
-def _decode(
-    model: LanguageModelStepModel,
-    prompts: _Prompts,
-    process: LogitsProcessor | None,
-    penalized: bool,
-    limits: Tensor,
-    do_sample: bool,
-    eos_id: int | None,
-    fill: int,
-    stop: Callable[[list[int]], bool] | None,
-    streamer: Callable[[Tensor], None] | None,
-    generator: torch.Generator | None,
-) -> GenerateOutput:
-    """Greedy or sampled continuations, with the model's log-probs of the chosen tokens. Per step, only what the
-    settings need runs: the tokens so far are gathered for the penalties only, rows are indexed only after one
-    has ended (before that, ``rows`` is a plain slice), and the end test runs only at steps where a row can end
-    (every step with eos_id or stop, else once the shortest length limit is reached). Lengths and log-prob sums
-    are written to a row's output slot when it ends."""
-    input_ids, keep_mask, (logits, state) = prompts
-    (B, T), device = input_ids.shape, input_ids.device
-    N = int(limits.max())
-    history = torch.cat([input_ids, torch.full((B, N), fill, device=device)], dim=1)  # (B, T + N)
-    history_keep = torch.cat([keep_mask, torch.ones(B, N, dtype=torch.bool, device=device)], dim=1)
-    lengths = torch.zeros(B, dtype=torch.long, device=device)
-    log_probs = torch.zeros(B, dtype=torch.promote_types(logits.dtype, torch.float32), device=device)
-    # The rows still in the batch: their original row, their log-prob sums so far, their length limits.
-    active, running, row_limits = torch.arange(B, device=device), log_probs.clone(), limits
-    rows: slice | Tensor = slice(None)  # indexes the rows still in the batch: all of them, or ``active``
-    shortest = int(limits.min())  # no row ends by its length limit before this many tokens
-    for i in range(N):
-        if process is None:
-            processed = logits
-        elif penalized:
-            processed = process(logits, history[rows, : T + i], history_keep[rows, : T + i])
-        else:  # the warpers read no tokens
-            processed = process(logits, history[rows, :0], None)
-        if do_sample:
-            probs = torch.softmax(processed, dim=-1, dtype=log_probs.dtype)
-            tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-        else:
-            tokens = processed.argmax(dim=-1)
-        model_log_probs = torch.log_softmax(logits, dim=-1, dtype=log_probs.dtype)
-        running += model_log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
-        history[rows, T + i] = tokens
-        if streamer is not None:
-            streamer(torch.full((B,), fill, device=device).index_put((active,), tokens))
-        if eos_id is not None or stop is not None or i + 1 >= shortest:
-            done = row_limits <= i + 1  # every row in the batch has generated i + 1 tokens
-            if eos_id is not None:
-                done |= tokens == eos_id
-            if stop is not None:
-                ends = [stop(history[row, T : T + i + 1].tolist()) for row in active.tolist()]
-                done |= torch.tensor(ends, device=device)
-            ended = int(done.sum())
-            if ended:
-                lengths[active[done]] = i + 1
-                log_probs[active[done]] = running[done]
-                if ended == len(active):
-                    break
-                alive = (~done).nonzero().squeeze(1)
-                active, running, row_limits = active[alive], running[alive], row_limits[alive]
-                tokens, state = tokens[alive], model.reorder_state(state, alive)
-                rows, shortest = active, int(row_limits.min())
-        logits, state = model.step(tokens, state)
-    return GenerateOutput(history[:, : T + int(lengths.max())], lengths, log_probs)
-
-
 class _PrefilledStepModel:
     """The step interface that ``beam_search`` drives, over a model that has already read the prompts.
 
@@ -281,6 +221,7 @@ class _PrefilledStepModel:
 def _beam(
     model: LanguageModelStepModel,
     prompts: _Prompts,
+    *,
     process: LogitsProcessor | None,
     max_length: int,
     num_beams: int,

@@ -7,12 +7,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from seqlab.decoding.interface import SearchOutput, StepModel, check_search_inputs, next_token_log_probs
+from seqlab.decoding.interface import SearchOutput, StepModel, check_search_inputs
+from seqlab.decoding.left_to_right import decode_left_to_right
 
 
 @torch.no_grad()
 def greedy_search(model: StepModel, state: Any, start_tokens: Tensor, *, eos_id: int, max_length: int) -> SearchOutput:
-    """Decode every row by y_t = argmax_v log p(v | y_<t, x) until EOS or ``max_length`` tokens.
+    """Decode every row by y_t = argmax_v log p(v | y_<t, x) until EOS or ``max_length`` tokens
+    (``decode_left_to_right``, the loop ``generate`` runs too; a row that ends leaves the batch).
 
     Args:
         model: implements the ``StepModel`` interface.
@@ -27,25 +29,16 @@ def greedy_search(model: StepModel, state: Any, start_tokens: Tensor, *, eos_id:
     """
     check_search_inputs(start_tokens, max_length)
     B = start_tokens.shape[0]
-    tokens = start_tokens
-    finished = torch.zeros(B, dtype=torch.bool, device=start_tokens.device)
-    lengths = torch.zeros(B, dtype=torch.long, device=start_tokens.device)
-    generated, token_log_probs = [], []
-    for _ in range(max_length):
-        logits, state = model.step(tokens, state)
-        log_probs = next_token_log_probs(logits, rows=B, eos_id=eos_id)  # (B, V)
-        # Finished rows keep stepping (the batch moves in lockstep) on EOS tokens that are not counted.
-        tokens = log_probs.argmax(dim=-1).masked_fill(finished, eos_id)
-        token_log_probs.append(log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1).masked_fill(finished, 0.0))
-        generated.append(tokens)
-        lengths += ~finished
-        finished = finished | (tokens == eos_id)
-        if finished.all():
-            break
-    log_probs = torch.stack(token_log_probs, dim=1).sum(dim=1, keepdim=True)  # (B, 1)
+    out = decode_left_to_right(
+        model,
+        model.step(start_tokens, state),
+        input_ids=start_tokens.new_empty(B, 0),  # the start token is consumed, not part of the output
+        keep_mask=start_tokens.new_empty(B, 0, dtype=torch.bool),
+        limits=torch.full_like(start_tokens, max_length),
+        eos_id=eos_id,
+        fill=eos_id,
+    )
+    log_probs = out.log_probs.unsqueeze(1)  # (B, 1)
     return SearchOutput(
-        tokens=torch.stack(generated, dim=1).unsqueeze(1),  # (B, 1, T)
-        lengths=lengths.unsqueeze(1),
-        scores=log_probs,
-        log_probs=log_probs,
+        tokens=out.tokens.unsqueeze(1), lengths=out.lengths.unsqueeze(1), scores=log_probs, log_probs=log_probs
     )

@@ -7,7 +7,7 @@ from torch import Tensor
 
 from seqlab.decoding.processors import logits_processor
 
-__all__ = ["sample"]
+__all__ = ["sample", "sample_from"]
 
 
 def sample(
@@ -38,6 +38,11 @@ def sample(
     tensor([1, 0])
     """
     warp = logits_processor(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
-    warped = warp(logits, logits.new_zeros(logits.shape[0], 0, dtype=torch.long), None)
-    probs = torch.softmax(warped, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+    return sample_from(warp(logits, logits.new_zeros(logits.shape[0], 0, dtype=torch.long), None), generator=generator)
+
+
+def sample_from(logits: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
+    """Draw one token per row from softmax(logits), computed in float32 at least; logits (B, V), already warped
+    (``sample`` and ``generate`` warp them first). Returns (B,) long."""
+    probs = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)

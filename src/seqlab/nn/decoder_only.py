@@ -10,25 +10,26 @@ layer computes with causal=True. Incremental decoding carries one immutable ``KV
 ``empty_caches``, feed the prompt, then the newest token(s), each time with the caches the previous call returned.
 
 ``IncrementalStep`` is the fast path of one such call for a single new position (``forward`` is the reference):
-at decoding sizes a step costs more in Python and dispatch than in arithmetic, so it runs the same equations as
-plain tensor functions over weights gathered once.
+at decoding sizes a step costs more in Python and dispatch than in arithmetic, so it runs the same equations
+without the layers' module calls, over the modules the decoder holds at that call (plain Linear and LayerNorm
+leaves from their current parameters, anything else called as a module), and calls the layers it cannot inline.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seqlab.nn import direct_calls
+from seqlab.nn.direct_calls import is_plain
 from seqlab.nn.kv_cache import KVCache
+from seqlab.nn.multi_head_attention import MultiHeadAttention
 from seqlab.nn.transformer import LayerOutput, TransformerEncoderLayer, check_layers, empty_self_attention_caches
-from seqlab.nn.transformer_sublayers import ACTIVATIONS
-
-if TYPE_CHECKING:
-    from seqlab.nn.positional import RotaryEmbedding
+from seqlab.nn.transformer_sublayers import ACTIVATIONS, FeedForward
 
 
 class TransformerDecoderOnlyLayer(TransformerEncoderLayer):
@@ -93,35 +94,11 @@ class TransformerDecoderOnly(nn.Module):
         return empty_self_attention_caches(self.layers, batch_size, dtype=dtype, device=device)
 
     def incremental_step(self) -> IncrementalStep | None:
-        """The fast path of a one-position call with caches (``IncrementalStep``), or None where it does not apply:
-        a dropout in effect (training with p > 0), or an attention kind other than "full"."""
-        weights = []
-        for layer in self.layers:
-            attn, feed_forward = layer.self_attn, layer.feed_forward
-            dropouts = (layer.dropout1, layer.dropout2, feed_forward.dropout)
-            if attn.attention_kind != "full" or (
-                layer.training and (attn.dropout > 0.0 or any(d.p > 0.0 for d in dropouts))
-            ):
-                return None
-            weights.append(
-                _LayerWeights(
-                    norm_first=layer.norm_first,
-                    norm1=_norm_weights(layer.norm1),
-                    w_qkv=_stacked(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight),
-                    b_qkv=_stacked(attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias),
-                    w_o=attn.out_proj.weight,
-                    b_o=attn.out_proj.bias,
-                    norm2=_norm_weights(layer.norm2),
-                    w_1=feed_forward.linear1.weight,
-                    b_1=feed_forward.linear1.bias,
-                    w_2=feed_forward.linear2.weight,
-                    b_2=feed_forward.linear2.bias,
-                    activation=ACTIVATIONS[feed_forward.activation],
-                    num_heads=attn.num_heads,
-                    rotary=attn.rotary,
-                )
-            )
-        return IncrementalStep(weights, None if self.final_norm is None else _norm_weights(self.final_norm))
+        """The fast path of a one-position call with caches (``IncrementalStep``), or None where no layer could
+        take it: a dropout in effect (training with p > 0), or an attention kind other than "full"."""
+        if not any(_inlinable(layer) for layer in self.layers):
+            return None
+        return IncrementalStep(self)
 
     def forward(
         self, x: Tensor, *, keep_mask: Tensor | None = None, caches: Sequence[KVCache] | None = None
@@ -138,58 +115,41 @@ class TransformerDecoderOnly(nn.Module):
         return DecoderOnlyOutput(x, None if caches is None else new_caches)
 
 
-class _NormWeights(NamedTuple):
-    shape: tuple[int, ...]
-    weight: Tensor | None
-    bias: Tensor | None
-    eps: float
-
-
-def _norm_weights(norm: nn.LayerNorm) -> _NormWeights:
-    return _NormWeights(tuple(norm.normalized_shape), norm.weight, norm.bias, norm.eps)
-
-
-def _layer_norm(x: Tensor, norm: _NormWeights) -> Tensor:
-    """``F.layer_norm`` without its Python wrapper's checks (a step calls it 2 L + 1 times)."""
-    return torch.layer_norm(x, norm.shape, norm.weight, norm.bias, norm.eps)
-
-
-class _LayerWeights(NamedTuple):
-    """One layer's parameters as ``IncrementalStep`` reads them; w_qkv (3 D, D) and b_qkv (3 D,) stack W^Q, W^K,
-    W^V (a copy), everything else is the layer's own parameter."""
-
-    norm_first: bool
-    norm1: _NormWeights
-    w_qkv: Tensor
-    b_qkv: Tensor | None
-    w_o: Tensor
-    b_o: Tensor | None
-    norm2: _NormWeights
-    w_1: Tensor
-    b_1: Tensor | None
-    w_2: Tensor
-    b_2: Tensor | None
-    activation: Callable[[Tensor], Tensor]
-    num_heads: int
-    rotary: RotaryEmbedding | None
-
-
-def _stacked(*tensors: Tensor | None) -> Tensor | None:
-    return None if tensors[0] is None else torch.cat([t.detach() for t in tensors])  # type: ignore[union-attr]
+def _inlinable(layer: nn.Module) -> bool:
+    """True when ``IncrementalStep`` may run this layer's equations instead of calling it: the layer, its attention
+    and its feed-forward network are exactly the classes whose equations it runs, with no hooks, full attention,
+    and no dropout in effect. Its Linear and LayerNorm leaves are checked where they are called
+    (``seqlab.nn.direct_calls``)."""
+    if not is_plain(layer, TransformerDecoderOnlyLayer):
+        return False
+    modules = layer._modules  # not layer.self_attn: see seqlab.nn.direct_calls
+    attn, feed_forward = modules["self_attn"], modules["feed_forward"]
+    if not (is_plain(attn, MultiHeadAttention) and is_plain(feed_forward, FeedForward)):
+        return False
+    if attn.attention_kind != "full":
+        return False
+    dropouts = (modules["dropout1"], modules["dropout2"], feed_forward._modules["dropout"])
+    return not (layer.training and (attn.dropout > 0.0 or any(d.p > 0.0 for d in dropouts)))
 
 
 class IncrementalStep:
     """One new position per row through a ``TransformerDecoderOnly``: what ``decoder(x, keep_mask=keep_mask,
-    caches=caches)`` computes for x (B, 1, D), without module calls and with one (3 D, D) product for q, k, v.
+    caches=caches)`` computes for x (B, 1, D), without the layers' module calls.
 
     Per layer (pre-LN; post-LN normalises after each sum instead), with the newest position's query attending every
     cached key, so no causal mask is built:
-        [q; k; v] = LN_1(x) [W^Q; W^K; W^V]^T + b,   x = x + softmax(q K^T / sqrt(Dh)) V W^O + b^O,
-        x = x + FFN(LN_2(x))                                                        (Vaswani et al., 2017, sec. 3)
+        q, k, v = LN_1(x) W^Q + b^Q, LN_1(x) W^K + b^K, LN_1(x) W^V + b^V,
+        x = x + softmax(q K^T / sqrt(Dh)) V W^O + b^O,   x = x + FFN(LN_2(x))    (Vaswani et al., 2017, sec. 3)
 
-    Build it with ``TransformerDecoderOnly.incremental_step()``. It is a snapshot of the weights at that moment
-    (the stacked q/k/v matrix is a copy), like the KV caches computed with them: build a new one after changing
-    the weights. It computes no gradient for the stacked projection; use ``forward`` to train.
+    It holds the decoder, not its weights: every call reads the modules the decoder holds then. A layer runs these
+    equations only while ``_inlinable`` (exactly a ``TransformerDecoderOnlyLayer`` of plain sublayers, full
+    attention, no dropout in effect), else the layer itself is called; within it, each Linear and LayerNorm is
+    computed functionally from its current parameters when it is exactly ``nn.Linear`` / ``nn.LayerNorm`` without
+    hooks, else called (a LoRA wrapper, a quantized Linear). So the result is the module path's for whatever the
+    decoder holds, and a weight changed after the prompt is used by the next step. ``module_calls`` names what is
+    called as a module.
+
+    Build it with ``TransformerDecoderOnly.incremental_step()``; use ``forward`` to train.
 
     Inputs (``__call__``): x (B, 1, D), the newest position; caches: one KVCache per layer, S steps each;
         keep_mask (B, S + 1) bool, True at real positions, or None when all are real; the new position must be
@@ -199,30 +159,76 @@ class IncrementalStep:
         wrong shape or dtype.
     """
 
-    def __init__(self, layers: Sequence[_LayerWeights], final_norm: _NormWeights | None) -> None:
-        self.layers, self.final_norm = tuple(layers), final_norm
+    def __init__(self, decoder: TransformerDecoderOnly) -> None:
+        self.decoder = decoder
+
+    @property
+    def module_calls(self) -> list[str]:
+        """The submodules (names within the decoder) that a call now makes as module calls, not from their
+        parameters: whole layers that are not ``_inlinable``, and the wrapped, quantized or hooked Linear and
+        LayerNorm leaves of the others (every layer while a global forward hook is set); [] when none."""
+        names = []
+        for i, layer in enumerate(self.decoder.layers):
+            if not _inlinable(layer):
+                names.append(f"layers.{i}")
+                continue
+            leaves = {
+                "norm1": (layer.norm1, nn.LayerNorm),
+                "norm2": (layer.norm2, nn.LayerNorm),
+                **{f"self_attn.{n}": (getattr(layer.self_attn, n), nn.Linear) for n in _ATTENTION_LINEARS},
+                "feed_forward.linear1": (layer.feed_forward.linear1, nn.Linear),
+                "feed_forward.linear2": (layer.feed_forward.linear2, nn.Linear),
+            }
+            names += [f"layers.{i}.{name}" for name, (leaf, kind) in leaves.items() if not is_plain(leaf, kind)]
+        final_norm = self.decoder.final_norm
+        if final_norm is not None and not is_plain(final_norm, nn.LayerNorm):
+            names.append("final_norm")
+        return names
 
     def __call__(self, x: Tensor, *, caches: Sequence[KVCache], keep_mask: Tensor | None = None) -> DecoderOnlyOutput:
-        if len(caches) != len(self.layers):
-            raise ValueError(f"got {len(caches)} caches for a decoder of {len(self.layers)} layers")
-        B, _, D = x.shape
+        decoder = self.decoder._modules  # not self.decoder.layers: see seqlab.nn.direct_calls
+        layers, final_norm = decoder["layers"], decoder.get("final_norm")  # None: set as a plain attribute
+        if len(caches) != len(layers):
+            raise ValueError(f"got {len(caches)} caches for a decoder of {len(layers)} layers")
         mask = None if keep_mask is None else keep_mask[:, None, None, :]  # (B, 1, 1, S + 1)
         new_caches = []
-        for w, cache in zip(self.layers, caches, strict=True):
-            N = w.num_heads
-            h = _layer_norm(x, w.norm1) if w.norm_first else x
-            qkv = F.linear(h, w.w_qkv, w.b_qkv).view(B, 3, N, D // N)  # (B, 3, N, Dh)
-            q, k, v = qkv.unsqueeze(3).unbind(1)  # (B, N, 1, Dh) each
-            if w.rotary is not None:
-                q, k = w.rotary(q, offset=cache.length), w.rotary(k, offset=cache.length)
-            cache = cache.append(k, v)
+        for layer, cache in zip(layers, caches, strict=True):
+            if _inlinable(layer):
+                x, cache = _layer_step(layer, x, cache, mask)
+            else:
+                x, cache = layer(x, keep_mask=keep_mask, cache=cache)
             new_caches.append(cache)
-            attended = F.scaled_dot_product_attention(q, cache.keys, cache.values, attn_mask=mask)  # (B, N, 1, Dh)
-            x = x + F.linear(attended.view(B, 1, D), w.w_o, w.b_o)
-            x = x if w.norm_first else _layer_norm(x, w.norm1)
-            h = _layer_norm(x, w.norm2) if w.norm_first else x
-            x = x + F.linear(w.activation(F.linear(h, w.w_1, w.b_1)), w.w_2, w.b_2)
-            x = x if w.norm_first else _layer_norm(x, w.norm2)
-        if self.final_norm is not None:
-            x = _layer_norm(x, self.final_norm)
+        if final_norm is not None:
+            x = direct_calls.layer_norm(final_norm, x)
         return DecoderOnlyOutput(x, new_caches)
+
+
+_ATTENTION_LINEARS = ("q_proj", "k_proj", "v_proj", "out_proj")
+
+
+def _layer_step(
+    layer: TransformerDecoderOnlyLayer, x: Tensor, cache: KVCache, mask: Tensor | None
+) -> tuple[Tensor, KVCache]:
+    """One ``_inlinable`` layer on x (B, 1, D) over its cache; mask (B, 1, 1, S + 1) or None. Returns the layer's
+    output (B, 1, D) and the cache with x's keys and values appended."""
+    modules, norm_first = layer._modules, layer.norm_first  # not layer.self_attn: see seqlab.nn.direct_calls
+    attn, feed_forward, norm1, norm2 = modules["self_attn"], modules["feed_forward"], modules["norm1"], modules["norm2"]
+    projections, ff_modules = attn._modules, feed_forward._modules
+    B, _, D = x.shape
+    N, Dh = attn.num_heads, attn.head_dim
+    h = direct_calls.layer_norm(norm1, x) if norm_first else x
+    # With T = 1, (B, 1, D) and (B, N, 1, Dh) have the same layout: the heads split by a view, no transpose.
+    q = direct_calls.linear(projections["q_proj"], h).view(B, N, 1, Dh)  # (B, N, 1, Dh)
+    k = direct_calls.linear(projections["k_proj"], h).view(B, N, 1, Dh)
+    v = direct_calls.linear(projections["v_proj"], h).view(B, N, 1, Dh)
+    if attn.rotary is not None:
+        q, k = attn.rotary(q, offset=cache.length), attn.rotary(k, offset=cache.length)
+    cache = cache.append(k, v)
+    attended = F.scaled_dot_product_attention(q, cache.keys, cache.values, attn_mask=mask)  # (B, N, 1, Dh)
+    x = x + direct_calls.linear(projections["out_proj"], attended.view(B, 1, D))  # heads merged, (B, 1, D)
+    x = x if norm_first else direct_calls.layer_norm(norm1, x)
+    h = direct_calls.layer_norm(norm2, x) if norm_first else x
+    inner = ACTIVATIONS[feed_forward.activation](direct_calls.linear(ff_modules["linear1"], h))
+    x = x + direct_calls.linear(ff_modules["linear2"], inner)
+    x = x if norm_first else direct_calls.layer_norm(norm2, x)
+    return x, cache

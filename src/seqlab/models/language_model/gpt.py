@@ -24,7 +24,14 @@ from torch import Tensor, nn
 from seqlab.models.interfaces import LanguageModelOutput, StepOutput, select_rows
 from seqlab.models.language_model import convert_hf
 from seqlab.models.pretrained import PretrainedMixin
-from seqlab.nn import IncrementalStep, KVCache, RotaryEmbedding, TransformerDecoderOnly, TransformerDecoderOnlyLayer
+from seqlab.nn import (
+    IncrementalStep,
+    KVCache,
+    RotaryEmbedding,
+    TransformerDecoderOnly,
+    TransformerDecoderOnlyLayer,
+    direct_calls,
+)
 from seqlab.nn.transformer_sublayers import drop
 from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
 
@@ -76,9 +83,10 @@ class GPTConfig:
 class GPTState(NamedTuple):
     """What continues a GPT's streams: one KVCache per layer, keys and values (B, N, S, Dh); next_position (B,)
     long, the position of each row's next real token; keep_mask (B, S) bool, True at cached real tokens, or None
-    when every cached token is real; incremental_step: the decoder's ``IncrementalStep`` (its weights gathered
-    once) that ``step`` runs without gradients, made by ``prefill`` and passed on by ``step``, or None (``step``
-    then gathers them itself). Batch dimension 0 everywhere, so ``select_rows`` reorders it."""
+    when every cached token is real; incremental_step: the decoder's ``IncrementalStep`` that ``step`` runs
+    without gradients (it reads the decoder's modules at every step, so it never goes stale), made by ``prefill``
+    and passed on by ``step``, or None (``step`` then makes one itself). Batch dimension 0 everywhere, so
+    ``select_rows`` reorders it."""
 
     caches: list[KVCache]
     next_position: Tensor
@@ -225,8 +233,9 @@ class GPT(PretrainedMixin, nn.Module):
         """Feed tokens (B,), one per row; return the next token's logits (B, V) and the state.
 
         Without gradients (``torch.no_grad`` / ``inference_mode``) and with no dropout in effect, the decoder runs
-        its fast path, ``IncrementalStep`` (the state's, else gathered here); otherwise ``forward``'s modules
-        (``state.incremental_step`` of the result says which ran: None for the modules).
+        its fast path, ``IncrementalStep`` (the state's, else made here), over the modules the model holds now
+        (wrapped or quantized ones are called; ``state.incremental_step.module_calls`` names them); otherwise
+        ``forward``'s modules (``state.incremental_step`` of the result says which ran: None for the modules).
         """
         fast = None
         if not torch.is_grad_enabled() and not (self.training and self.drop.p > 0.0):
@@ -236,10 +245,10 @@ class GPT(PretrainedMixin, nn.Module):
             return StepOutput(self._project(h[:, 0]), new_state)
         caches, next_position, keep_mask, _ = state
         following = next_position + 1
-        x = F.embedding(tokens, self.wte.weight)  # (B, D)
+        x = direct_calls.embedding(self.wte, tokens)  # (B, D)
         if self.wpe is not None:
             self._check_reach(caches[0].length + 1, following)
-            x = x + F.embedding(next_position, self.wpe.weight)
+            x = x + direct_calls.embedding(self.wpe, next_position)
         if keep_mask is not None:
             keep_mask = torch.cat([keep_mask, keep_mask.new_ones(keep_mask.shape[0], 1)], dim=1)  # (B, S + 1)
         out = fast(x.unsqueeze(1), caches=caches, keep_mask=keep_mask)
