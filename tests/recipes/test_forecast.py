@@ -5,17 +5,20 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 from statsmodels.tsa.statespace.sarimax import SARIMAX
 
 from seqlab.data.forecasting import (
     load_series,
+    read_series,
     seasonal_naive_scale,
     window_origins,
     windows,
 )
 from seqlab.errors import ConfigError, DataError
 from seqlab.recipes import forecast
-from seqlab.recipes.forecast_eval import (
+from seqlab.recipes.base import run_training
+from seqlab.recipes.forecast.evaluation import (
     arima_forecasts,
     forecast_scores,
     persistence,
@@ -76,18 +79,22 @@ def test_a_run_on_a_series_file_scores_plots_predicts_and_evaluates(tmp_path):
     path = tmp_path / "sine.txt"
     path.write_text("".join(f"{np.sin(2 * np.pi * i / 11.5):.6f}, {i / 100:.3f}\n" for i in t))
     data = forecast.DataConfig(path=str(path), season=12, input_length=12, horizon=3)
-    report = forecast.train(tiny(data), tmp_path / "run", progress=False, log=lambda line: None)
+    report = run_training(forecast, tiny(data), tmp_path / "run", progress=False, log=lambda line: None)
     assert {"rmse", "mae", "mase", "persistence_mase", "seasonal_naive_mase"} <= report.results.keys()
     assert (tmp_path / "run" / forecast.PLOT_FILE).read_bytes()[:4] == b"\x89PNG"
-    lines = forecast.predict(tmp_path / "run", [str(path)])
-    assert len(lines) == 3 and lines[0].startswith(f"{path} +1 ")
-    assert forecast.evaluate(tmp_path / "run", str(path))["test_windows"] == 200 - 12 - 3 + 1
+    system = forecast.System.load(tmp_path / "run")
+    (prediction,) = system.predict([str(path)])
+    assert prediction.source == str(path) and prediction.values.shape == (3, 2)
+    np.testing.assert_allclose(prediction.values, system.forecast(read_series(str(path))[None, -12:])[0])
+    lines = prediction.lines()
+    assert len(lines) == 3 and lines[0] == f"{path} +1  " + " ".join(f"{v:.6g}" for v in prediction.values[0])
+    assert system.evaluate(str(path))["test_windows"] == 200 - 12 - 3 + 1
 
 
 def test_lorenz_with_an_autoregressive_transformer_reports_its_valid_prediction_time(tmp_path):
     data = forecast.DataConfig(series="lorenz", lorenz_steps=800, input_length=8, horizon=2)
     config = tiny(data, encoder="transformer", head="autoregressive")
-    report = forecast.train(config, tmp_path / "run", progress=False, log=lambda line: None)
+    report = run_training(forecast, config, tmp_path / "run", progress=False, log=lambda line: None)
     assert report.results["vpt_lyapunov"] >= 0 and report.results["persistence_vpt_lyapunov"] > 0
 
 
@@ -101,5 +108,44 @@ def test_lorenz_with_an_autoregressive_transformer_reports_its_valid_prediction_
 )
 def test_bad_settings_are_one_line_errors(tmp_path, data, error, message):
     with pytest.raises(error, match=message):
-        forecast.train(tiny(forecast.DataConfig(**data)), tmp_path / "run", progress=False, log=lambda line: None)
+        config = tiny(forecast.DataConfig(**data))
+        run_training(forecast, config, tmp_path / "run", progress=False, log=lambda line: None)
     assert not (tmp_path / "run").exists()
+
+
+def test_validation_is_the_mean_squared_error_of_the_validation_windows_by_hand(tmp_path):
+    """ForecastTraining alone: its validation windows are the series' standardised steps, and validate is their
+    mean squared error over windows, steps and channels."""
+    path = tmp_path / "ramp.txt"
+    path.write_text("".join(f"{i % 7} {i % 5}\n" for i in range(100)))
+    training = forecast.ForecastTraining.build(tiny(forecast.DataConfig(path=str(path), input_length=4, horizon=2)))
+    data = training.data
+    assert (data.valid_start, data.test_start) == (70, 85)  # 15% valid, 15% test
+    scaled = (np.array([[i % 7, i % 5] for i in range(100)]) - data.scaler.mean) / data.scaler.std
+    origins = range(70, 84)  # every first target with its H = 2 targets in the validation part
+    np.testing.assert_allclose(training.valid.x.numpy(), np.stack([scaled[o - 4 : o] for o in origins]), rtol=1e-6)
+    np.testing.assert_allclose(training.valid.y.numpy(), np.stack([scaled[o : o + 2] for o in origins]), rtol=1e-6)
+    model = training.system.model.eval()
+    with torch.no_grad():
+        expected = ((model(training.valid.x) - training.valid.y) ** 2).mean().item()
+    assert training.validate(model) == {"valid_loss": pytest.approx(expected, rel=1e-6)}
+    with pytest.raises(RuntimeError, match="tested before it was saved"):
+        training.test()
+
+
+def test_predict_and_evaluate_refuse_a_series_too_short_in_one_line(tmp_path):
+    path = tmp_path / "sine.txt"
+    path.write_text("".join(f"{np.sin(i / 3):.5f}\n" for i in range(120)))
+    run = tmp_path / "run"
+    config = tiny(forecast.DataConfig(path=str(path), input_length=8, horizon=2))
+    run_training(forecast, config, run, progress=False, log=lambda line: None)
+    short = tmp_path / "short.txt"
+    short.write_text("".join(f"{i}\n" for i in range(9)))
+    system = forecast.System.load(run)
+    with pytest.raises(DataError, match=r"^.*short.txt: 9 steps, but one window needs L \+ H = 10$"):
+        system.evaluate(str(short))
+    (prediction,) = system.predict([str(short)])
+    assert len(prediction.lines()) == 2
+    short.write_text("1\n2\n")
+    with pytest.raises(DataError, match=r"short.txt: 2 steps, but the model reads L = 8$"):
+        system.predict([str(short)])

@@ -20,9 +20,10 @@ import pytest
 import torch
 from cli_helpers import Result, assert_error, run_cli
 
+from seqlab.config import apply_overrides
 from seqlab.data.timeseries import AEON_HINT, read_ts_file
 from seqlab.models.classifier import Seq2VecClassifier
-from seqlab.recipes import vowels
+from seqlab.recipes import load_system, vowels
 
 CHECKPOINT_FILES = {"config.json", "model.safetensors", "labels.json", "recipe.json", "results.json", "metrics.jsonl"}
 CHECKPOINT_FILES |= {"training_state.safetensors", ".seqlab.lock"}
@@ -234,7 +235,7 @@ def test_the_checkpoint_loads_as_a_system_that_predicts_as_the_hand_loop(checkpo
     assert system.config.model.hidden_size == HIDDEN
     assert system.config.data.train_path == str(toy.train)
     data = read_ts_file(toy.test)
-    series, targets = system.prepare(data, source=str(toy.test))
+    series, targets = system.standardise(data, source=str(toy.test))
     assert targets == [["a", "b", "c"].index(label) for label in data.labels]
     for mine, raw in zip(series, data.series, strict=True):
         np.testing.assert_allclose(mine, (raw - system.mean) / system.std, rtol=1e-6)
@@ -278,13 +279,45 @@ def test_predict_prints_one_label_per_series_agreeing_with_evaluate(checkpoint, 
     assert set(predicted[12:]) <= set(train.labels)
 
 
-@pytest.mark.parametrize("flags", [["--beam-size", "2"], ["--nbest", "1"], ["--beam-size", "2", "--nbest", "2"]])
+@pytest.mark.parametrize("flags", [["--num-beams", "2"], ["--nbest", "1"], ["--num-beams", "2", "--nbest", "2"]])
 def test_predict_refuses_options_the_recipe_does_not_take(checkpoint, toy, flags):
-    """vowels declares no PREDICT_OPTIONS: a decoding flag is an error, not silently ignored."""
+    """VowelsSystem takes no OPTIONS: a decoding flag is an error, not silently ignored."""
     refused = " ".join(flag for flag in flags if flag.startswith("--"))
-    assert_error(
-        run_cli("predict", checkpoint, toy.test, *flags), f"{refused}: the vowels recipe's predict takes no such option"
+    assert_error(run_cli("predict", checkpoint, toy.test, *flags), f"{refused}: the vowels recipe takes no such option")
+
+
+def test_evaluate_refuses_an_errors_file(checkpoint, toy, tmp_path):
+    errors = tmp_path / "errors.tsv"
+    result = run_cli("evaluate", checkpoint, "--data", toy.test, "--errors", errors)
+    assert_error(result, "--errors: the vowels recipe takes no such option")
+    assert not errors.exists()
+
+
+def test_predict_returns_one_typed_prediction_per_series(checkpoint, toy):
+    system = load_system(checkpoint)
+    assert isinstance(system, vowels.VowelsSystem)
+    predictions = system.predict([str(toy.test)])
+    assert [(p.source, p.number) for p in predictions] == [(str(toy.test), i) for i in range(1, 13)]
+    assert [p.label for p in predictions] == hand_predictions(checkpoint, toy.test)
+    assert predictions[0].lines() == [f"{toy.test}:1  {predictions[0].label}"]
+
+
+def test_the_validation_loss_is_the_mean_over_series_of_batches_of_any_size(toy, monkeypatch):
+    """VowelsTraining alone: validate on batches of 2 equals the cross-entropy of each unpadded series, averaged."""
+    config = apply_overrides(
+        vowels.Config(), {**dict(a.split("=") for a in TINY), **dict(a.split("=") for a in data_args(*toy))}
     )
+    torch.manual_seed(0)
+    training = vowels.VowelsTraining.build(config)
+    model = training.system.model.eval()
+    with torch.no_grad():
+        nats = [
+            torch.nn.functional.cross_entropy(model(torch.tensor(s).unsqueeze(0)).logits, torch.tensor([t])).item()
+            for s, t in zip(*training.valid, strict=True)
+        ]
+    assert len(nats) == 3
+    monkeypatch.setattr(vowels, "EVAL_BATCH_SIZE", 2)
+    assert training.validate(model)["valid_loss"] == pytest.approx(sum(nats) / 3, rel=1e-5)
 
 
 def unlabelled_copy(path: Path, out: Path) -> Path:

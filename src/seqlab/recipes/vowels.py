@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from seqlab.data.timeseries import (
     MAX_LINE_CHARS,
     MAX_SERIES_LENGTH,
+    SeriesBatch,
     SeriesDataset,
     channel_statistics,
     japanese_vowels_paths,
@@ -39,9 +42,9 @@ from seqlab.recipes.base import (
     check_vocabulary_size,
     load_recipe_config,
     model_device,
-    run_training,
 )
-from seqlab.recipes.run_directory import RunMode
+from seqlab.recipes.system import SystemOptions
+from seqlab.training.objectives import token_weighted_loss
 from seqlab.training.trainer import LossOutput, TrainConfig
 from seqlab.validation import (
     MAX_DEPTH,
@@ -55,8 +58,8 @@ from seqlab.validation import (
 
 NAME = "vowels"
 DESCRIPTION = "Japanese Vowels speaker classification (aeon's .ts files): bidirectional RNN + pooling, accuracy (%)"
-PREDICT_OPTIONS: tuple[str, ...] = ()
 LABELS_FILE = "labels.json"
+EVAL_BATCH_SIZE = 256  # series per batch when validating, testing and predicting
 
 
 @dataclass(frozen=True)
@@ -112,15 +115,53 @@ class Config:
     )
 
 
+def stratified_split(labels: Sequence[str], *, fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """Indices (train, valid): round(fraction * n_c) of each class c's series, at least one, go to valid."""
+    rng = random.Random(seed)
+    train, valid = [], []
+    for label in sorted(set(labels)):
+        rows = [i for i, y in enumerate(labels) if y == label]
+        rng.shuffle(rows)
+        n_valid = max(1, round(fraction * len(rows))) if len(rows) > 1 else 0
+        valid += rows[:n_valid]
+        train += rows[n_valid:]
+    return sorted(train), sorted(valid)
+
+
+def read_ts(path: str | Path, data: VowelsDataConfig, *, labelled: bool = True) -> SeriesDataset:
+    """``read_ts_file`` with the data section's limits."""
+    return read_ts_file(
+        path, labelled=labelled, max_line_chars=data.max_line_chars, max_series_length=data.max_series_length
+    )
+
+
+class SpeakerPrediction(NamedTuple):
+    """The predicted class of one series of an input file: ``FILE:N  LABEL`` (N from 1)."""
+
+    source: str
+    number: int
+    label: str
+
+    def lines(self) -> list[str]:
+        """The line ``seqlab predict`` prints for the series."""
+        return [f"{self.source}:{self.number}  {self.label}"]
+
+
 @dataclass
 class VowelsSystem:
-    """A trained classifier with its class names and channel statistics: what a checkpoint directory holds."""
+    """A trained classifier with its class names and channel statistics: what a checkpoint directory holds.
+
+    Attributes:
+        model: the classifier of standardised (T, C) series.  labels: the class names, by class id.
+        mean, std: (C,), the training frames' channel statistics.  config: the run's recipe config.
+    """
 
     model: Seq2VecClassifier
     labels: list[str]
     mean: np.ndarray
     std: np.ndarray
     config: Config
+    OPTIONS: ClassVar[frozenset[str]] = frozenset()
 
     def save(self, directory: Path) -> None:
         """Write the model, class names and channel statistics (``run_training`` adds ``recipe.json``)."""
@@ -129,7 +170,12 @@ class VowelsSystem:
         atomic_write(directory / LABELS_FILE, json.dumps(normalisation, indent=2) + "\n")
 
     @classmethod
-    def load(cls, directory: Path) -> VowelsSystem:
+    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> VowelsSystem:
+        """The run in ``directory``. It takes no options (``OPTIONS`` is empty: callers refuse any given).
+
+        Raises: CheckpointError (one line naming the file) for a missing or malformed file, labels or statistics
+            that do not fit the model, or a recipe.json that describes another model.
+        """
         config = load_recipe_config(directory, Config)
         try:
             stored = json.loads((directory / LABELS_FILE).read_text())
@@ -149,10 +195,33 @@ class VowelsSystem:
         check_model_config(directory, expected, model.config)
         return cls(model, labels, mean, std, config)
 
-    def prepare(
+    def predict(self, inputs: Sequence[str]) -> list[SpeakerPrediction]:
+        """The class of every series of each ``.ts`` file in ``inputs`` (labelled or not), file by file.
+
+        Raises: DataError naming the file for a malformed file or other channels; ConfigError without aeon.
+        """
+        predictions = []
+        for path in inputs:
+            data = read_ts(path, self.config.data, labelled=False)
+            series, _ = self.standardise(data, source=path, with_labels=False)
+            predictions += [SpeakerPrediction(path, i + 1, self.labels[p]) for i, p in enumerate(self.classify(series))]
+        return predictions
+
+    def evaluate(self, data_path: str) -> dict[str, float]:
+        """Accuracy (%) on a labelled ``.ts`` file, and its number of series.
+
+        Raises: DataError naming the file for a malformed or unlabelled file, other channels or unknown classes.
+        """
+        data = read_ts(data_path, self.config.data)
+        return {"accuracy": self.accuracy(data, source=data_path), "series": float(len(data.series))}
+
+    def standardise(
         self, data: SeriesDataset, *, source: str, with_labels: bool = True
     ) -> tuple[list[np.ndarray], list[int]]:
-        """Standardised series and class ids; ``source`` names the file for errors."""
+        """Standardised (T_i, C) series and class ids (-1 where unlabelled); ``source`` names the file for errors.
+
+        Raises: DataError for a series with other channels, or (``with_labels``) a class the model never saw.
+        """
         channels = len(self.mean)
         for i, s in enumerate(data.series):
             if s.shape[1] != channels:
@@ -171,54 +240,80 @@ class VowelsSystem:
         self.model.eval()
         device = model_device(self.model)
         predictions = [0] * len(series)
-        for batch in series_batches(series, [0] * len(series), batch_size=256, shuffle=False):
+        for batch in series_batches(series, [0] * len(series), batch_size=EVAL_BATCH_SIZE, shuffle=False):
             logits = self.model(batch.x.to(device), batch.lengths.to(device)).logits
             for row, label in zip(batch.indices.tolist(), logits.argmax(-1).tolist(), strict=True):
                 predictions[row] = label
         return predictions
 
     def accuracy(self, data: SeriesDataset, *, source: str) -> float:
-        """Percent of series whose predicted class is the labelled one."""
-        series, targets = self.prepare(data, source=source)
+        """Percent of series whose predicted class is the labelled one.
+
+        Raises: DataError as ``standardise``.
+        """
+        series, targets = self.standardise(data, source=source)
         predictions = self.classify(series)
         return 100.0 * sum(p == t for p, t in zip(predictions, targets, strict=True)) / len(targets)
 
 
-def stratified_split(labels: Sequence[str], *, fraction: float, seed: int) -> tuple[list[int], list[int]]:
-    """Indices (train, valid): round(fraction * n_c) of each class c's series, at least one, go to valid."""
-    rng = random.Random(seed)
-    train, valid = [], []
-    for label in sorted(set(labels)):
-        rows = [i for i, y in enumerate(labels) if y == label]
-        rng.shuffle(rows)
-        n_valid = max(1, round(fraction * len(rows))) if len(rows) > 1 else 0
-        valid += rows[:n_valid]
-        train += rows[n_valid:]
-    return sorted(train), sorted(valid)
+System = VowelsSystem
 
 
-def train(
-    config: Config,
-    out_dir: Path,
-    *,
-    progress: bool = True,
-    log: Callable[[str], None] = print,
-    mode: RunMode = "new",
-) -> Report:
-    """Train the classifier, keep the best checkpoint in ``out_dir``, and report test accuracy.
+class Labelled(NamedTuple):
+    """Standardised (T_i, C) series and their class ids."""
 
-    Raises:
-        ConfigError: aeon is missing. DataError: a .ts file is missing or malformed, channels differ between
-            files, or the test file has classes absent from training.
+    series: list[np.ndarray]
+    targets: list[int]
+
+    def rows(self, indices: Sequence[int]) -> Labelled:
+        """The series and targets at ``indices``."""
+        return Labelled([self.series[i] for i in indices], [self.targets[i] for i in indices])
+
+
+class Classified(NamedTuple):
+    """A batch's logits (B, classes) and the mean cross-entropy (nats), counted per series."""
+
+    logits: torch.Tensor
+    loss: LossOutput
+
+
+def classified(model: nn.Module, batch: SeriesBatch) -> Classified:
+    """The classifier's logits on a batch of series, on the model's device, and their cross-entropy."""
+    device = model_device(model)
+    logits = model(batch.x.to(device), batch.lengths.to(device)).logits  # (B, classes)
+    return Classified(logits, LossOutput(F.cross_entropy(logits, batch.targets.to(device)), len(batch.targets)))
+
+
+def cross_entropy(model: nn.Module, batch: SeriesBatch) -> LossOutput:
+    """The mean cross-entropy (nats) of the classifier on a batch of series (the training loss)."""
+    return classified(model, batch).loss
+
+
+@dataclass(frozen=True)
+class VowelsTraining:
+    """The parts of a vowels run (``prepare``): the system being trained and its standardised series.
+
+    Attributes:
+        system: the classifier with its labels and the training rows' statistics.
+        train, valid, test: the series of each split.  summary: the data's part of the training log line.
     """
 
-    def prepare() -> TrainingRun:
-        if (config.data.train_path is None) != (config.data.test_path is None):
-            raise ConfigError("give both data.train_path and data.test_path (or neither, for aeon's Japanese Vowels)")
-        if config.data.train_path is None:
-            train_source, test_source = map(str, japanese_vowels_paths())
-        else:
-            train_source, test_source = config.data.train_path, config.data.test_path
+    system: VowelsSystem
+    train: Labelled
+    valid: Labelled
+    test: Labelled
+    summary: str
+
+    @classmethod
+    def build(cls, config: Config) -> VowelsTraining:
+        """Read the ``.ts`` files, hold out the validation series, fit the statistics and build the model.
+
+        Raises:
+            ConfigError: one data path without the other, or aeon missing. DataError: a .ts file is missing or
+                malformed, channels differ between files, the test file has classes absent from training, or too
+                few series to validate.
+        """
+        train_source, test_source = data_sources(config.data)
         full, test = read_ts(train_source, config.data), read_ts(test_source, config.data)
         train_rows, valid_rows = stratified_split(
             full.labels, fraction=config.data.valid_fraction, seed=config.data.split_seed
@@ -229,76 +324,71 @@ def train(
         labels = sorted(set(full.labels))
         model = Seq2VecClassifier(config.model.model_config(input_size=len(mean), num_classes=len(labels)))
         system = VowelsSystem(model, labels, mean, std, config)
-        series, targets = system.prepare(full, source=train_source)
-        test_series, test_targets = system.prepare(test, source=test_source)
-        train_set = ([series[i] for i in train_rows], [targets[i] for i in train_rows])
-        valid_set = ([series[i] for i in valid_rows], [targets[i] for i in valid_rows])
-
-        def loss_fn(m, batch):
-            return LossOutput(F.cross_entropy(m(batch.x, batch.lengths).logits, batch.targets), len(batch.targets))
-
-        def train_batches(epoch, generator, batch_size):
-            return series_batches(*train_set, batch_size=batch_size, shuffle=True, generator=generator)
-
-        def validate(m):
-            device = model_device(m)
-            correct, total, loss = 0, 0, 0.0
-            for batch in series_batches(*valid_set, batch_size=256, shuffle=False):
-                logits = m(batch.x.to(device), batch.lengths.to(device)).logits
-                targets = batch.targets.to(device)
-                loss += F.cross_entropy(logits, targets, reduction="sum").item()
-                correct += int((logits.argmax(-1) == targets).sum())
-                total += len(targets)
-            return {"valid_loss": loss / total, "valid_error": 100.0 * (1 - correct / total)}
-
-        def test_report() -> Report:
-            predictions = system.classify(test_series)
-            correct = sum(p == t for p, t in zip(predictions, test_targets, strict=True))
-            examples = [
-                (f"test series {i + 1}", labels[test_targets[i]], labels[predictions[i]])
-                for i in range(0, len(test_series), 37)
-            ]
-            return Report(
-                {"accuracy": 100.0 * correct / len(test_targets), "test_series": float(len(test_series))}, examples
-            )
-
-        return TrainingRun(
-            model,
-            loss_fn=loss_fn,
-            train_batches=train_batches,
-            validate=validate,
-            save=system.save,
-            test=test_report,
-            summary=(
-                f"data: {len(train_rows)} train / {len(valid_rows)} valid / {len(test_series)} test series, "
-                f"{len(mean)} channels, {len(labels)} classes"
-            ),
-            summary_model=f"{'fused' if model.rnn.fused else 'reference'} path",
-            valid_metric="valid_error",
+        everything = Labelled(*system.standardise(full, source=train_source))
+        tested = Labelled(*system.standardise(test, source=test_source))
+        summary = (
+            f"data: {len(train_rows)} train / {len(valid_rows)} valid / {len(test.series)} test series, "
+            f"{len(mean)} channels, {len(labels)} classes"
         )
+        return cls(system, everything.rows(train_rows), everything.rows(valid_rows), tested, summary)
 
-    return run_training(NAME, config, out_dir, prepare, progress=progress, log=log, mode=mode)
+    def train_batches(self, epoch: int, generator: torch.Generator, batch_size: int) -> Iterator[SeriesBatch]:
+        """The training series in shuffled batches of ``batch_size``."""
+        return series_batches(*self.train, batch_size=batch_size, shuffle=True, generator=generator)
+
+    @torch.no_grad()
+    def validate(self, model: nn.Module) -> dict[str, float]:
+        """``valid_loss``: the cross-entropy (nats) per validation series; ``valid_error``: percent misclassified."""
+        losses, wrong = [], 0
+        for batch in series_batches(*self.valid, batch_size=EVAL_BATCH_SIZE, shuffle=False):
+            out = classified(model, batch)
+            losses.append(out.loss)
+            wrong += int((out.logits.argmax(-1).cpu() != batch.targets).sum())
+        return {"valid_loss": token_weighted_loss(losses), "valid_error": 100.0 * wrong / len(self.valid.targets)}
+
+    def test_report(self) -> Report:
+        """Test accuracy (%) and the number of test series; examples: every 37th test series."""
+        labels, targets = self.system.labels, self.test.targets
+        predictions = self.system.classify(self.test.series)
+        correct = sum(p == t for p, t in zip(predictions, targets, strict=True))
+        examples = [
+            (f"test series {i + 1}", labels[targets[i]], labels[predictions[i]]) for i in range(0, len(targets), 37)
+        ]
+        return Report({"accuracy": 100.0 * correct / len(targets), "test_series": float(len(targets))}, examples)
 
 
-def read_ts(path: str | Path, data: VowelsDataConfig, *, labelled: bool = True) -> SeriesDataset:
-    """``read_ts_file`` with the data section's limits."""
-    return read_ts_file(
-        path, labelled=labelled, max_line_chars=data.max_line_chars, max_series_length=data.max_series_length
+def data_sources(data: VowelsDataConfig) -> tuple[str, str]:
+    """The train and test ``.ts`` files of the data section (aeon's Japanese Vowels if neither is given).
+
+    Raises: ConfigError for one path without the other, or (aeon's files) aeon missing.
+    """
+    if (data.train_path is None) != (data.test_path is None):
+        raise ConfigError("give both data.train_path and data.test_path (or neither, for aeon's Japanese Vowels)")
+    if data.train_path is None:
+        train, test = japanese_vowels_paths()
+        return str(train), str(test)
+    return data.train_path, data.test_path
+
+
+def prepare(config: Config) -> TrainingRun:
+    """Read the series and build the classifier: the parts ``run_training`` trains, saves and tests (the best
+    validation error's model kept, test accuracy reported).
+
+    Raises:
+        ConfigError: aeon is missing. DataError: a .ts file is missing or malformed, channels differ between
+            files, or the test file has classes absent from training.
+    """
+    training = VowelsTraining.build(config)
+    model = training.system.model
+    return TrainingRun(
+        config,
+        model,
+        loss_fn=cross_entropy,
+        train_batches=training.train_batches,
+        validate=training.validate,
+        save=training.system.save,
+        test=training.test_report,
+        summary=training.summary,
+        summary_model=f"{'fused' if model.rnn.fused else 'reference'} path",
+        valid_metric="valid_error",
     )
-
-
-def evaluate(checkpoint: Path, data_path: str) -> dict[str, float]:
-    """Accuracy (%) of a checkpoint on a labelled ``.ts`` file."""
-    system = VowelsSystem.load(checkpoint)
-    data = read_ts(data_path, system.config.data)
-    return {"accuracy": system.accuracy(data, source=data_path), "series": float(len(data.series))}
-
-
-def predict(checkpoint: Path, inputs: Sequence[str]) -> list[str]:
-    """``FILE:N  LABEL`` for every series N (from 1) of each ``.ts`` file in ``inputs``."""
-    system = VowelsSystem.load(checkpoint)
-    lines = []
-    for path in inputs:
-        series, _ = system.prepare(read_ts(path, system.config.data, labelled=False), source=path, with_labels=False)
-        lines += [f"{path}:{i + 1}  {system.labels[p]}" for i, p in enumerate(system.classify(series))]
-    return lines

@@ -13,8 +13,9 @@ the add-one unigram model of the training tokens on the same tokens. The report 
 
 ``model.objective=masked``: a BERT (``seqlab.models.BertForMaskedLM``) trained by masked language modelling as in
 ESM-1b (Rives et al., PNAS 2021), with BERT's 80/10/10 masking of ``data.mask_prob`` of the residues
-(``seqlab.recipes.bert_mlm`` does the batching and scoring): a sequence is ``[CLS]`` + ``model.context_length - 2``
-consecutive residues of the stream of proteins, which are separated by ``[SEP]`` (never masked), + ``[SEP]``.
+(``seqlab.recipes.common.masked_lm`` does the batching and scoring, as for ``bert-mlm``): a sequence is ``[CLS]``
++ ``model.context_length - 2`` consecutive residues of the stream of proteins, which are separated by ``[SEP]``
+(never masked), + ``[SEP]``.
 Metrics at the masked residues: loss (nats per residue), its perplexity and the accuracy (%), beside the unigram
 model of the training residues at the same positions (its accuracy: predicting the most frequent residue
 everywhere). ``predict`` fills each ``_`` of a sequence with the most likely residue.

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 
 from seqlab.errors import ConfigError
 from seqlab.models import BertConfig, GPTConfig
-from seqlab.recipes import bert_mlm
 from seqlab.recipes.common.item_stream import (
     GPTSectionConfig,
     SampleConfig,
@@ -88,6 +87,15 @@ class Config:
     )
 
 
-def masking(config: Config) -> bert_mlm.DataConfig:
-    """The ``bert-mlm`` data section whose batching and masking the masked objective uses."""
-    return bert_mlm.DataConfig(max_length=config.model.context_length, mask_prob=config.data.mask_prob)
+@dataclass(frozen=True)
+class ProteinMasking:
+    """How the masked objective builds and masks its sequences (``recipes.common.masked_lm.Masking``)."""
+
+    context_length: int  # residues per sequence, [CLS] and [SEP] included (the model's positions)
+    mask_prob: float  # share of the residues selected for prediction (80% [MASK], 10% random, 10% kept)
+    nsp: bool = False  # proteins are not sentence pairs
+
+
+def masking(config: Config) -> ProteinMasking:
+    """The sequences and masking of the masked objective: the model's context and the data section's mask_prob."""
+    return ProteinMasking(context_length=config.model.context_length, mask_prob=config.data.mask_prob)

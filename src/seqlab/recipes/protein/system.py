@@ -17,8 +17,8 @@ from seqlab.data.wordpiece import WordPieceTokenizer
 from seqlab.errors import CheckpointError, ConfigError, DataError
 from seqlab.metrics import unigram_score
 from seqlab.models import GPT, BertForMaskedLM, load_pretrained
-from seqlab.recipes import bert_mlm
 from seqlab.recipes.base import check_model_config, load_recipe_config
+from seqlab.recipes.common import masked_lm
 from seqlab.recipes.common.item_stream import (
     ItemLoss,
     sample_request,
@@ -51,9 +51,9 @@ def masked_stream(tokenizer: WordPieceTokenizer, proteins: Sequence[str], *, sou
 
 
 def masked_scores(model: BertForMaskedLM, batch, train_ids: torch.Tensor | None, special: set[int]) -> dict:
-    """``bert_mlm.score`` with the perplexity exp(loss), and (given ``train_ids``) the unigram baseline of the
+    """``masked_lm.score`` with the perplexity exp(loss), and (given ``train_ids``) the unigram baseline of the
     training residues at the same masked positions."""
-    scores = bert_mlm.score(model, batch)
+    scores = masked_lm.score(model, batch)
     scores["perplexity"] = math.exp(scores["loss"])
     if train_ids is not None:
         residues = [i for i in train_ids.tolist() if i not in special]
@@ -121,10 +121,10 @@ class ProteinSystem:
             return test_perplexity(self.model, stream(self.tokenizer, proteins, source=data_path))
         masks = masking(self.config)
         ids = masked_stream(self.tokenizer, proteins, source=data_path)
-        if len(ids) < bert_mlm.window(masks):
-            raise DataError(f"{data_path}: {len(ids)} residues, too few for one sequence of {masks.max_length}")
+        if len(ids) < masked_lm.window(masks):
+            raise DataError(f"{data_path}: {len(ids)} residues, too few for one sequence of {masks.context_length}")
         generator = torch.Generator().manual_seed(self.config.train.seed + 1)
-        return masked_scores(self.model, bert_mlm.consecutive(ids, self.tokenizer, masks, generator), None, set())
+        return masked_scores(self.model, masked_lm.consecutive(ids, self.tokenizer, masks, generator), None, set())
 
     def predict(self, inputs: Sequence[str]) -> list[ItemLoss] | list[FilledProtein]:
         """Causal: each input with its loss; masked: each input with its ``_`` filled.

@@ -14,8 +14,8 @@ from seqlab.data.tokenizers import CharTokenizer
 from seqlab.data.wordpiece import WordPieceTokenizer
 from seqlab.errors import DataError
 from seqlab.models import GPT, BertForMaskedLM
-from seqlab.recipes import bert_mlm
 from seqlab.recipes.base import Report, TrainingRun
+from seqlab.recipes.common import masked_lm
 from seqlab.recipes.common.item_stream import (
     SEPARATOR,
     ItemSplits,
@@ -109,7 +109,7 @@ def _samples(model: GPT, tokenizer: CharTokenizer, config: Config) -> list[tuple
 @dataclass(frozen=True)
 class MaskedProteinTraining:
     """The training parts of the masked objective: random windows of the train stream masked 80/10/10, and the
-    masked loss of fixed masks of the valid stream (``seqlab.recipes.bert_mlm``).
+    masked loss of fixed masks of the valid stream (``seqlab.recipes.common.masked_lm``).
 
     Attributes:
         system: the BERT being trained; train_ids, valid_ids, test_ids: the residue streams (N,) long.
@@ -129,13 +129,13 @@ class MaskedProteinTraining:
         masks, tokenizer = masking(self.system.config), self.system.tokenizer
         for _ in range(self.system.config.data.batches_per_epoch):
             starts = torch.randint(
-                0, len(self.train_ids) - bert_mlm.window(masks) + 1, (batch_size,), generator=generator
+                0, len(self.train_ids) - masked_lm.window(masks) + 1, (batch_size,), generator=generator
             )
-            yield bert_mlm.batch_at(self.train_ids, tokenizer, starts, masks, generator)
+            yield masked_lm.batch_at(self.train_ids, tokenizer, starts, masks, generator)
 
     def validate(self, model: BertForMaskedLM) -> dict[str, float]:
         """``valid_loss`` (nats per masked residue) and ``valid_accuracy`` (%) of the fixed valid masks."""
-        scores = bert_mlm.score(model, self.valid_batch)
+        scores = masked_lm.score(model, self.valid_batch)
         return {"valid_loss": scores["loss"], "valid_accuracy": scores["accuracy"]}
 
     def test(self) -> Report:
@@ -143,7 +143,7 @@ class MaskedProteinTraining:
         model, tokenizer = self.system.model, self.system.tokenizer
         scores = masked_scores(model, self.test_batch, self.train_ids, set(tokenizer.special_ids))
         results = {(k if k.startswith("unigram") else f"test_{k}"): v for k, v in scores.items()}
-        return Report(results, bert_mlm.examples(model, tokenizer, self.test_batch))
+        return Report(results, masked_lm.examples(model, tokenizer, self.test_batch))
 
 
 def _masked_run(
@@ -159,12 +159,12 @@ def _masked_run(
     )
     streams = {name: masked_stream(tokenizer, items, source=source) for name, items in splits._asdict().items()}
     for name, ids in streams.items():
-        if len(ids) < bert_mlm.window(masks):
+        if len(ids) < masked_lm.window(masks):
             raise DataError(f"{source}: the {name} split has {len(ids)} residues, too few for one sequence")
-    valid_limit = max(1, data.valid_tokens // bert_mlm.window(masks))
+    valid_limit = max(1, data.valid_tokens // masked_lm.window(masks))
     fixed = torch.Generator().manual_seed(config.train.seed + 1)
-    valid = bert_mlm.consecutive(streams["valid"], tokenizer, masks, fixed, valid_limit)
-    test_batch = bert_mlm.consecutive(
+    valid = masked_lm.consecutive(streams["valid"], tokenizer, masks, fixed, valid_limit)
+    test_batch = masked_lm.consecutive(
         streams["test"], tokenizer, masks, torch.Generator().manual_seed(config.train.seed + 1)
     )
     parts = MaskedProteinTraining(system, streams["train"], valid, test_batch)

@@ -1,4 +1,4 @@
-"""Scores, baselines and the plot of the ``forecast`` recipe.
+"""Scores, baselines and the plot of the ``forecast`` recipe (its test report and ``evaluate``).
 
 Scores over every test window, horizon step and channel, in the series' own units:
 RMSE = sqrt(mean (y_hat - y)^2), MAE = mean |y_hat - y|, and MASE = the mean over channels of MAE_c / q_c, q_c the
