@@ -23,7 +23,7 @@ the command line. Old spellings keep working for one release with a warning.
     num_return_sequences  sequences generated per prompt            was --num-samples
     max_new_tokens        tokens generated after the prompt
     temperature, top_k, top_p   sampling: logits / T, the k most likely, the smallest set of mass >= p
-    context_length        most positions a model reads at once      was max_positions, block_size (recipe keys)
+    context_length        most positions a model reads at once      was max_positions, max_length (recipe keys)
     num_labels            classes of a classifier's head
     hidden_size, num_layers, bidirectional, dropout   torch.nn's names for recurrent layers
     d_model, num_heads, d_ff, norm_first              Transformer sizes (Vaswani et al. 2017), pre-LN switch

@@ -34,7 +34,7 @@ _NONE = {"none", "null"}
 ARCH = "arch"  # the field that names a choice section's architecture
 # Keys renamed so that one concept has one name across the package and the CLI: old name -> new name. The old
 # name keeps working for one release, with a FutureWarning; ``recipe.json`` files that hold it still load.
-RENAMED_KEYS = {"beam_size": "num_beams", "max_positions": "context_length"}
+RENAMED_KEYS = {"beam_size": "num_beams", "max_positions": "context_length", "max_length": "context_length"}
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

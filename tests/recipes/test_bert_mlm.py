@@ -118,11 +118,6 @@ def test_a_text_too_short_for_one_sequence_is_one_line(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="run_training calls prepare(config) without the run directory, so a resumed run cannot read its own "
-    "tokenizer (bert_mlm.prepare takes it as resume_from); its save refuses to overwrite it instead",
-)
 def test_a_resumed_run_reads_its_own_wordpiece_vocabulary(corpus, tmp_path, monkeypatch):
     """WordPiece training is not deterministic (ties between pieces), so resume must not train a second one: the
     killed run's tokenizer.json is what the resumed run trains and tests with."""
@@ -209,7 +204,6 @@ def test_saving_into_a_run_of_another_vocabulary_is_refused(checkpoint, tmp_path
     assert (own / "model.safetensors").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="config.RENAMED_KEYS lacks max_length -> context_length")
 def test_the_old_max_length_key_sets_context_length_with_a_warning_and_loads(checkpoint, tmp_path):
     with pytest.warns(FutureWarning, match=r"^--set data.max_length is renamed context_length"):
         config = apply_overrides(bert_mlm.Config(), {"data.max_length": "32"})

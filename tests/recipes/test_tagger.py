@@ -218,14 +218,7 @@ OLD_MODEL_SECTION = {  # recipe.json's model section before model.arch was a cho
 }
 
 
-OLD_KEY_OF_THE_OTHER_ARCH = pytest.mark.xfail(
-    strict=True,
-    reason="base._load_section drops another arch's fields by their new names only: an rnn section's old "
-    "max_positions (renamed context_length, a transformer key) is refused as unexpected",
-)
-
-
-@pytest.mark.parametrize("arch", [pytest.param("rnn", marks=OLD_KEY_OF_THE_OTHER_ARCH), "transformer"])
+@pytest.mark.parametrize("arch", ["rnn", "transformer"])
 def test_a_recipe_file_from_before_the_choice_loads(run, tmp_path, arch):
     copy = tmp_path / "old"
     shutil.copytree(run, copy)

@@ -76,9 +76,11 @@ class Recipe(Protocol):
     Config: type[Any]
     System: type[System]
 
-    def prepare(self, config: Any) -> TrainingRun:
+    def prepare(self, config: Any, *, resume_from: Path | None = None) -> TrainingRun:
         """Read the data, build the model and check everything that can fail, writing nothing; return the
-        parts the skeleton (``run_training``) trains with.
+        parts the skeleton (``run_training``) trains with. ``resume_from`` is the run directory a resumed run
+        continues: a recipe whose vocabulary is not rebuilt deterministically from its data (bert-mlm's
+        WordPiece) reads its own there; the others rebuild theirs and may ignore it.
 
         Raises: DataError or ConfigError (one line) for bad data or settings.
         """
@@ -151,7 +153,7 @@ def run_training(
     try:
         resume_from = load_training_state(out_dir / STATE_FILE) if mode == "resume" else None
         seed_everything(config.train.seed)
-        run = recipe.prepare(config)
+        run = recipe.prepare(config, resume_from=out_dir if mode == "resume" else None)
         pretrained = _initialise(run, log)
         _open_run(recipe.NAME, run, directory, log)
         result = _SavedTraining(recipe.NAME, run, directory, resume_from, log).fit(pretrained, progress)
@@ -293,7 +295,7 @@ def _train_beside_rank0(recipe: Recipe, config: Any, state_file: Path | None) ->
     from ``state_file`` if given), and no files, logs or tests."""
     resume_from = None if state_file is None else load_training_state(state_file)
     seed_everything(config.train.seed)
-    run = recipe.prepare(config)
+    run = recipe.prepare(config, resume_from=None if state_file is None else state_file.parent)
     pretrained = _initialise(run, lambda line: None)  # rank 0 logs
     trainer = Trainer(
         run.model,
@@ -359,6 +361,7 @@ def _load_section(annotation: Any, saved: dict[str, Any]) -> Any:
     dropped = set(saved) - known
     if architectures(annotation) is not None:
         others = {f.name for c in architectures(annotation).values() for f in dataclasses.fields(c)}
+        others |= {old for old, new in RENAMED_KEYS.items() if new in others}  # saved under an old name
         dropped -= others  # another architecture's field, saved by a run from before choice sections
     for name, default in LEGACY_TEACHER_FORCING.items():
         if name in dropped and saved[name] == default:

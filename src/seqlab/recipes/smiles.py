@@ -222,7 +222,7 @@ class SmilesTest:
         return Report(results, shown)
 
 
-def prepare(config: Config) -> TrainingRun:
+def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     """Read and split the molecules, build the tokenizer and the GPT, and check the streams (module docstring).
 
     Raises:

@@ -370,7 +370,7 @@ def data_sources(data: VowelsDataConfig) -> tuple[str, str]:
     return data.train_path, data.test_path
 
 
-def prepare(config: Config) -> TrainingRun:
+def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     """Read the series and build the classifier: the parts ``run_training`` trains, saves and tests (the best
     validation error's model kept, test accuracy reported).
 

@@ -94,7 +94,7 @@ class ClassifyTest:
         return Report({"accuracy": 100.0 * correct / len(targets), **counts}, examples)
 
 
-def prepare(config: Config) -> TrainingRun:
+def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     """Read the data, build the vocabulary and the classifier of ``model.arch`` (pre-training the elmo arm's biLM
     on its corpus first, ``BuildContext``), and return the parts that train it (``ClassifierTraining``) and test
     it (``ClassifyTest``); the best validation is the lowest ``valid_loss``, reported as ``valid_error`` (%).

@@ -122,7 +122,7 @@ class ForecastTraining:
         )
 
 
-def prepare(config: Config) -> TrainingRun:
+def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     """Read and window the series and build the forecaster: the parts ``run_training`` trains, saves and tests
     (trained on the train part, the best validation MSE's model kept).
 

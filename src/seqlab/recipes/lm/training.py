@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
@@ -191,7 +192,7 @@ def training_parts(config: Config, system: LanguageModelSystem, splits: TextSpli
     return _Parts(streams.loss, streams.train_batches, streams.validate, streams.strategy())
 
 
-def prepare(config: Config) -> TrainingRun:
+def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     """Resolve ``model.preset``, read the text, build the tokenizer and the model, and check the splits.
 
     Raises:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,7 +34,7 @@ from seqlab.training.masked_lm import masked_lm_loss
 from seqlab.training.objectives import LossOutput
 
 
-def prepare(config: Config) -> TrainingRun:
+def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     """Read and split the proteins, build the tokenizer and the objective's model, and check the streams
     (module docstring).
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -102,7 +103,7 @@ class T5G2PTraining:
         return Report(scores, examples(self.system, self.test_set))
 
 
-def prepare(config: Config) -> TrainingRun:
+def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     """Read the split, build the vocabulary from the training words and the T5, encode every split.
 
     Raises:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -73,7 +74,7 @@ class TranslateTraining:
         return Report(results | {"test_sentences": float(len(self.test_set.src))}, examples, notes)
 
 
-def prepare(config: Config) -> TrainingRun:
+def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     """Read the split, learn the BPE, build the model, encode the pairs (those longer than data.max_tokens left out
     of training).
 

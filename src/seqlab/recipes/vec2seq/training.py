@@ -7,6 +7,7 @@ import functools
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
@@ -59,7 +60,7 @@ class Vec2SeqTraining:
         return class_check(self.system, self.data, self.encoded["test"])
 
 
-def prepare(config: Config) -> TrainingRun:
+def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     """Read the labelled texts, build the character vocabulary of every split and the conditioned generator, and
     return the parts that train it by teacher forcing and test it (``Vec2SeqTraining``).
 
