@@ -22,7 +22,7 @@ from seqlab.errors import ConfigError, DataError
 from seqlab.recipes import g2p
 from seqlab.recipes.base import Report, run_training
 from seqlab.recipes.common.search import SearchDecodeConfig
-from seqlab.recipes.system import SystemOptions
+from seqlab.recipes.system import AttentionSource, ExposureSource, SystemOptions
 from seqlab.training.train_config import ScheduledSamplingTrainConfig
 
 
@@ -160,6 +160,19 @@ def test_validation_is_the_teacher_forced_token_mean_over_all_batches(overfit, w
         )
         got = training.validate(model)["valid_loss"]
     assert got == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_the_system_offers_attention_maps_on_its_own_greedy_transcription(overfit):
+    system = g2p.G2PSystem.load(overfit[0], SystemOptions(num_beams=3))
+    assert isinstance(system, AttentionSource) and isinstance(system, ExposureSource)
+    labelled = system.attention_maps("cat")
+    ((greedy, _),) = system.transcribe(["cat"], source="t", num_beams=1)[0]
+    assert labelled.output == list(greedy) and labelled.caption == f"'cat' -> {' '.join(greedy)}"
+    (cross,) = labelled.maps  # an RNN attends once per decoder step, from the decoder to the letters
+    assert (cross.module.split(".")[0], cross.kind) == ("decoder", "cross")
+    assert cross.weights.shape == (len(greedy) + 1, 3)
+    torch.testing.assert_close(cross.weights.sum(dim=1), torch.ones(len(greedy) + 1))
+    assert labelled.labels["decoder", "cross"] == ([*greedy, "</s>"], ["c", "a", "t"])
 
 
 # --- data splits ----------------------------------------------------------------------------------------
