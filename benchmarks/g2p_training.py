@@ -32,9 +32,9 @@ from language_model import median_and_iqr, time_pair
 
 from seqlab.config import apply_overrides, flatten, load_toml
 from seqlab.data.batching import batch_iterator
+from seqlab.data.pronunciations import load_splits
 from seqlab.data.vocab import Vocabulary
 from seqlab.recipes import g2p
-from seqlab.data.pronunciations import load_splits
 from seqlab.training.device import autocast
 from seqlab.training.scheduled_sampling import scheduled_sampling_loss
 
@@ -42,14 +42,14 @@ PRESET = Path(__file__).resolve().parents[1] / "configs" / "g2p-large.toml"
 PRECISIONS = ("fp32", "bf16")
 
 
-def models() -> dict[str, g2p.G2PModelConfig]:
+def models() -> dict[str, g2p.RNNConfig | g2p.TransformerConfig]:
     """The default model and the preset's, by name."""
     preset = apply_overrides(g2p.Config(), flatten(load_toml(PRESET)), source=str(PRESET))
     return {"default": g2p.Config().model, "preset": preset.model}
 
 
 def training_step(
-    model: torch.nn.Module, config: g2p.G2PModelConfig, batch, precision: str, pad_id: int
+    model: torch.nn.Module, config: g2p.RNNConfig | g2p.TransformerConfig, batch, precision: str, pad_id: int
 ) -> Callable[[], None]:
     """One training step of ``model`` on ``batch`` as the recipe takes it, with its own Adam."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)

@@ -41,7 +41,7 @@ TINY = [
     "model.dropout=0",
     "train.lr=1e-2",
     "train.batch_size=8",
-    "decode.beam_size=2",
+    "decode.num_beams=2",
 ]
 MAX_STEPS = 40
 
@@ -185,7 +185,7 @@ def test_train_saves_the_overridden_config_and_vocabularies(checkpoint, referenc
     assert recipe["config"]["model"]["hidden_size"] == 16
     assert recipe["config"]["model"]["embedding_size"] == 8
     assert recipe["config"]["train"]["max_steps"] == MAX_STEPS
-    assert recipe["config"]["decode"]["beam_size"] == 2
+    assert recipe["config"]["decode"]["num_beams"] == 2
     model = json.loads((checkpoint / "config.json").read_text())["config"]
     assert (model["hidden_size"], model["encoder_layers"], model["dropout"]) == (16, 1, 0.0)
 
@@ -204,7 +204,7 @@ def test_train_reads_toml_then_set_and_picks_a_fresh_default_directory(tmp_path,
     config.write_text(
         f'[data]\ntrain_path = "{dictionary}"\nvalid_path = "{dictionary}"\ntest_path = "{dictionary}"\n'
         "[model]\nhidden_size = 12\nembedding_size = 6\nencoder_layers = 1\n"
-        "[train]\nmax_steps = 2\n[decode]\nbeam_size = 1\n"
+        "[train]\nmax_steps = 2\n[decode]\nnum_beams = 1\n"
     )
     result = run_cli("train", "g2p", "--no-progress", "--config", config, "--set", "model.hidden_size=10")
     assert result.code == 0, result.err
@@ -215,7 +215,7 @@ def test_train_reads_toml_then_set_and_picks_a_fresh_default_directory(tmp_path,
     assert saved["model"]["hidden_size"] == 10  # --set wins over --config
     assert saved["model"]["embedding_size"] == 6
     assert saved["train"]["max_steps"] == 2
-    assert saved["decode"]["beam_size"] == 1
+    assert saved["decode"]["num_beams"] == 1
     assert json.loads(Path("runs/g2p-2/results.json").read_text())["steps"] == 2
 
 
@@ -398,13 +398,13 @@ def keys_of(section: type) -> str:
         ("data.keep_stress=maybe", "--set data.keep_stress: expected true or false, got 'maybe'"),
         ("model.cell=transformer", "--set model.cell: 'transformer' is not one of rnn, gru, lstm"),
         ("model.hidden_size=none", "--set model.hidden_size: a value is required (this key cannot be none)"),
-        ("model.bogus=1", f"--set model.bogus: unknown key in [model]; valid keys are {keys_of(g2p.G2PModelConfig)}"),
+        ("model.bogus=1", f"--set model.bogus: unknown key in [model]; valid keys are {keys_of(g2p.RNNConfig)}"),
         ("optim.lr=1", "--set optim.lr: unknown key; sections are data, model, train, decode"),
         ("hidden_size=1", "--set hidden_size: unknown key; sections are data, model, train, decode"),
         ("nothing", "--set 'nothing': expected section.key=value"),
         ("=3", "--set '=3': expected section.key=value"),
         ("data.test_fraction=0.9", "--set: [data] test_fraction (0.9) must be a finite number >= 0.0 and < 0.5"),
-        ("decode.beam_size=0", "--set: [decode] beam_size (0) must be an integer >= 1 and <= 1000"),
+        ("decode.num_beams=0", "--set: [decode] num_beams (0) must be an integer >= 1 and <= 1000"),
         ("train.lr=-1", "--set: [train] lr (-1.0) must be a finite number > 0"),
         ("train.max_steps=0", "--set: [train] max_steps (0) must be None or an integer >= 1"),
         ("model.label_smoothing=1.5", "--set: [model] label_smoothing (1.5) must be in [0, 1)"),
@@ -450,7 +450,7 @@ def test_a_bad_config_file_is_one_line(tmp_path):
     unknown.write_text("[model]\nhidden = 3\n")
     assert_error(
         run_cli("train", "g2p", "--config", unknown),
-        f"{unknown} model.hidden: unknown key in [model]; valid keys are {keys_of(g2p.G2PModelConfig)}",
+        f"{unknown} model.hidden: unknown key in [model]; valid keys are {keys_of(g2p.RNNConfig)}",
     )
 
     wrong_type = tmp_path / "wrong_type.toml"
@@ -550,7 +550,7 @@ def greedy_reference(checkpoint: Path, word: str) -> tuple[str, ...]:
 
 def test_predict_greedy_matches_a_hand_written_greedy_loop(checkpoint, references):
     words = sorted(references)[:8]
-    result = run_cli("predict", checkpoint, *words, "--beam-size", "1")
+    result = run_cli("predict", checkpoint, *words, "--num-beams", "1")
     assert result.code == 0, result.err
     predicted = parse_predictions(result.out)
     assert list(predicted) == words
@@ -579,10 +579,10 @@ def test_predict_nbest_prints_cmudict_variant_lines(checkpoint, references):
     [
         (["école"], "command line: word 'école' has letters the model never saw: 'é'"),
         (["two words"], "command line: word 'two words' has letters the model never saw: ' '"),
-        (["abc", "--beam-size", "0"], "--beam-size (0) must be >= 1"),
+        (["abc", "--num-beams", "0"], "--num-beams (0) must be >= 1"),
         (["abc", "--nbest", "0"], "--nbest (0) must be >= 1"),
-        (["abc", "--nbest", "3"], "--nbest (3) cannot exceed the beam size (2)"),
-        (["abc", "--beam-size", "1", "--nbest", "2"], "--nbest (2) cannot exceed the beam size (1)"),
+        (["abc", "--nbest", "3"], "nbest (3) cannot exceed the beam width num_beams (2)"),
+        (["abc", "--num-beams", "1", "--nbest", "2"], "nbest (2) cannot exceed the beam width num_beams (1)"),
         ([], "seqlab predict: the following arguments are required: INPUT"),
     ],
 )
@@ -621,9 +621,9 @@ def damaged(tmp_path: Path, checkpoint: Path, damage: str) -> tuple[Path, str]:
         return ckpt, f"{recipe}: written by unknown recipe 'summarize'"
     if damage == "recipe_bad_section":
         saved = json.loads(recipe.read_text())
-        saved["config"]["decode"]["beam_size"] = 0
+        saved["config"]["decode"]["num_beams"] = 0
         recipe.write_text(json.dumps(saved))
-        return ckpt, f"{recipe}: bad recipe config (beam_size (0) must be an integer >= 1 and <= 1000)"
+        return ckpt, f"{recipe}: bad recipe config (num_beams (0) must be an integer >= 1 and <= 1000)"
     if damage == "config_missing":
         config.unlink()
         return ckpt, f"{config}: missing; is {ckpt} a seqlab checkpoint?"
@@ -719,13 +719,20 @@ def test_recipes_g2p_shows_every_key_with_its_default():
     title, table = result.out.split("\n\n")
     assert title == f"g2p: {g2p.DESCRIPTION}"
     defaults = g2p.Config()
-    expected = {
-        f"{section.name}.{f.name}": repr(getattr(getattr(defaults, section.name), f.name))
+    expected = [
+        (f"{section.name}.{f.name}", repr(getattr(getattr(defaults, section.name), f.name)), "all")
         for section in dataclasses.fields(defaults)
         for f in dataclasses.fields(getattr(defaults, section.name))
-    }
-    assert table_rows(table) == expected
-    assert expected["data.train_path"] == "None"
+    ]
+    transformer = g2p.TransformerConfig()
+    other_arch = [
+        (f"model.{f.name}", repr(getattr(transformer, f.name)), "arch=transformer")
+        for f in dataclasses.fields(transformer)
+        if f.name != "arch"
+    ]
+    rows = [tuple(line.split()) for line in table.strip().splitlines()[2:]]
+    assert sorted(rows) == sorted(expected + other_arch)
+    assert ("data.train_path", "None", "all") in rows and ("model.d_model", "256", "arch=transformer") in rows
 
 
 # --- the installed console script -----------------------------------------------------------------------

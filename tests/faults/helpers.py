@@ -8,10 +8,13 @@ import torch
 from safetensors.torch import load_file
 
 import seqlab
+from seqlab.data.pronunciations import G2PDataConfig
 from seqlab.recipes import RECIPES, g2p
 from seqlab.recipes.base import load_recipe_config, run_training
+from seqlab.recipes.common.search import SearchDecodeConfig
 from seqlab.recipes.lm import config as lm_config
 from seqlab.training.checkpoint import STATE_FILE, load_training_state
+from seqlab.training.train_config import ScheduledSamplingTrainConfig
 from seqlab.training.trainer import TrainConfig, Trainer
 
 
@@ -19,17 +22,19 @@ class Killed(BaseException):
     """Raised by the simulated kill; a BaseException, so no ``except Exception`` in seqlab can swallow it."""
 
 
+TRAIN_SETTINGS = dict(lr=1e-2, batch_size=8, max_steps=14, validate_every=5, checkpoint_every=3, patience=None)
+
+
 def train_config(**changes) -> TrainConfig:
     """Steps across epochs, validation in mid-epoch, checkpoints between validations, accumulation, dropout's RNG."""
-    settings = dict(lr=1e-2, batch_size=8, max_steps=14, validate_every=5, checkpoint_every=3, patience=None)
-    return TrainConfig(**{**settings, **changes})
+    return TrainConfig(**{**TRAIN_SETTINGS, **changes})
 
 
 def g2p_config(dictionary: Path, **train_changes) -> g2p.Config:
-    data = g2p.G2PDataConfig(train_path=str(dictionary), valid_path=str(dictionary), test_path=str(dictionary))
-    model = g2p.G2PModelConfig(hidden_size=16, embedding_size=8, encoder_layers=1, dropout=0.2)
-    decode = g2p.G2PDecodeConfig(beam_size=1)
-    return g2p.Config(data=data, model=model, train=train_config(**train_changes), decode=decode)
+    data = G2PDataConfig(train_path=str(dictionary), valid_path=str(dictionary), test_path=str(dictionary))
+    model = g2p.RNNConfig(hidden_size=16, embedding_size=8, encoder_layers=1, dropout=0.2)
+    train = ScheduledSamplingTrainConfig(**{**TRAIN_SETTINGS, **train_changes})
+    return g2p.Config(data=data, model=model, train=train, decode=SearchDecodeConfig(num_beams=1))
 
 
 def lm_recipe_config(corpus: Path, arch: str, **train_changes) -> lm_config.Config:
@@ -93,7 +98,7 @@ TINY_G2P = [
     "train.lr=1e-2",
     "train.batch_size=8",
     "train.patience=none",
-    "decode.beam_size=1",
+    "decode.num_beams=1",
 ]
 
 

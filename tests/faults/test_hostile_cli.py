@@ -15,7 +15,7 @@ from seqlab.recipes import g2p
 
 ENTRIES = "hello  HH AH L OW\ncat  K AE T\ndog  D AO G\nbat  B AE T\nhat  HH AE T\nlow  L OW\ngo  G OW\ntoad  T OW D\n"
 TINY = ["model.hidden_size=8", "model.embedding_size=4", "model.encoder_layers=1", "model.dropout=0"]
-TINY += ["train.batch_size=4", "train.max_steps=2", "decode.beam_size=2"]
+TINY += ["train.batch_size=4", "train.max_steps=2", "decode.num_beams=2"]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_an_unexpected_exception_is_one_line_exit_1_and_a_traceback_only_on_requ
     def broken(*args, **kwargs):
         raise RuntimeError("kernel exploded\nsecond line")
 
-    monkeypatch.setattr(g2p, "predict", broken)
+    monkeypatch.setattr(g2p.G2PSystem, "predict", broken)
     result = run_cli("predict", checkpoint, "cat")
     assert result.code == 1 and result.out == ""
     assert result.err == (
@@ -101,8 +101,8 @@ def test_unknown_phonemes_in_the_test_file_and_in_evaluate_data_are_errors_as_in
     ("setting", "message"),
     [
         (
-            "model.d_model=100000000000000000000",
-            "--set: [model] d_model (100000000000000000000) must be an integer >= 1 and <= 65536",
+            "model.decoder_layers=100000000000000000000",
+            "--set: [model] decoder_layers (100000000000000000000) must be an integer >= 1 and <= 1024",
         ),
         ("train.lr=3e38", "--set: [train] lr (3e+38) must be <= 1e+37, the largest whose Adam step fits a float32"),
         ("train.lr=0.5", "--set train.lr: given twice ('0.1' and '0.5'); give it once"),
@@ -129,7 +129,7 @@ def test_long_words_and_huge_options_at_predict_time_are_one_line(checkpoint):
         "command line: word of 20000 letters, longer than data.max_word_length (64)",
     )
     assert_error(
-        run_cli("predict", checkpoint, "cat", "--beam-size", 10**30), f"--beam-size ({10**30}) must be <= 1,000"
+        run_cli("predict", checkpoint, "cat", "--num-beams", 10**30), f"--num-beams ({10**30}) must be <= 1,000"
     )
 
 

@@ -35,7 +35,8 @@ from seqlab.recipes.base import (
     read_json_list,
     save_recipe_file,
 )
-from seqlab.training.trainer import TrainConfig
+from seqlab.recipes.common.search import SearchDecodeConfig
+from seqlab.training.train_config import ScheduledSamplingTrainConfig
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
@@ -89,9 +90,9 @@ def test_register_refuses_a_taken_name_and_an_incomplete_recipe():
 
 def test_a_sectioned_config_round_trips_through_the_recipe_file(tmp_path):
     config = g2p.Config(
-        model=g2p.G2PModelConfig(arch="transformer", d_model=8, num_heads=2, dropout=0.0),
-        train=TrainConfig(lr=1e-2, batch_size=3, max_steps=7),
-        decode=g2p.G2PDecodeConfig(beam_size=2),
+        model=g2p.TransformerConfig(d_model=8, num_heads=2, dropout=0.0),
+        train=ScheduledSamplingTrainConfig(lr=1e-2, batch_size=3, max_steps=7, teacher_forcing=0.5),
+        decode=SearchDecodeConfig(num_beams=2),
     )
     save_recipe_file(tmp_path, g2p.NAME, config)
     assert json.loads((tmp_path / RECIPE_FILE).read_text()) == {"recipe": "g2p", "config": dataclasses.asdict(config)}
@@ -110,20 +111,36 @@ def test_a_recipe_file_missing_a_section_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("changes", "message"),
+    ("section", "changes", "message"),
     [
-        ({"arch": "lstm"}, "arch ('lstm') must be one of 'rnn', 'transformer'"),
-        ({"d_model": 10, "num_heads": 4}, "d_model (10) must be divisible by num_heads (4)"),
-        ({"d_model": 6, "num_heads": 2}, "rotary positions need an even head_dim, got 3"),
-        ({"attention_kind": "local"}, "window (None) must be set exactly when attention_kind is 'local'"),
-        ({"window": 0, "attention_kind": "local"}, "window (0) must be None or an integer >= 1"),
-        ({"cell": "tcn"}, "cell ('tcn') must be one of 'rnn', 'gru', 'lstm'"),
+        (g2p.RNNConfig, {"arch": "transformer"}, "arch ('transformer') must be one of 'rnn'"),
+        (g2p.TransformerConfig, {"arch": "lstm"}, "arch ('lstm') must be one of 'transformer'"),
+        (g2p.TransformerConfig, {"d_model": 10, "num_heads": 4}, "d_model (10) must be divisible by num_heads (4)"),
+        (g2p.TransformerConfig, {"d_model": 6, "num_heads": 2}, "rotary positions need an even head_dim, got 3"),
+        (
+            g2p.TransformerConfig,
+            {"attention_kind": "local"},
+            "window (None) must be set exactly when attention_kind is 'local'",
+        ),
+        (g2p.TransformerConfig, {"window": 0, "attention_kind": "local"}, "window (0) must be None or an integer >= 1"),
+        (g2p.RNNConfig, {"cell": "tcn"}, "cell ('tcn') must be one of 'rnn', 'gru', 'lstm'"),
+        (g2p.RNNConfig, {"encoder_layers": 0}, "encoder_layers (0) must be an integer >= 1 and <= 1024"),
     ],
 )
-def test_the_g2p_model_section_checks_its_own_fields(changes, message):
-    """Checked on the section itself (no dummy model config), for either arch."""
+def test_the_g2p_model_sections_check_their_own_fields(section, changes, message):
+    """Checked on the section itself (no dummy model config), each arch's class its own fields."""
     with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
-        g2p.G2PModelConfig(**changes)
+        section(**changes)
+
+
+def test_the_g2p_model_sections_build_their_own_model_config():
+    rnn = g2p.RNNConfig(hidden_size=8, encoder_layers=3).model_config(src_vocab_size=5, tgt_vocab_size=7)
+    assert (rnn.hidden_size, rnn.encoder_layers, rnn.src_vocab_size, rnn.tgt_vocab_size) == (8, 3, 5, 7)
+    transformer = g2p.TransformerConfig(d_model=8, num_heads=2, dropout=0.2).model_config(
+        src_vocab_size=5, tgt_vocab_size=7
+    )
+    assert (transformer.d_model, transformer.num_heads, transformer.dropout) == (8, 2, 0.2)
+    assert not hasattr(transformer, "hidden_size") and not hasattr(rnn, "d_model")
 
 
 def test_read_json_list_names_the_file_and_what_is_wrong(tmp_path):

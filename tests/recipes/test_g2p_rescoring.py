@@ -9,6 +9,7 @@ import torch
 from cli_helpers import assert_error, run_cli
 
 from seqlab.data.batching import collate_seq2seq
+from seqlab.data.pronunciations import read_entries
 from seqlab.decoding.beam_search import beam_search
 from seqlab.recipes import g2p
 
@@ -67,13 +68,13 @@ def test_rescoring_picks_the_best_weighted_sum_of_the_beam(weight):
 def test_a_right_to_left_run_learns_reversed_pronunciations_and_rescores(tmp_path):
     out = tmp_path / "rtl"
     files = [f"data.{split}_path={DICTIONARY}" for split in ("train", "valid", "test")]
-    tiny = ["model.embedding_size=4", "model.hidden_size=4", "train.max_steps=2", "decode.beam_size=3"]
+    tiny = ["model.embedding_size=4", "model.hidden_size=4", "train.max_steps=2", "decode.num_beams=3"]
     settings = [*files, *tiny, "model.target_order=right_to_left"]
     result = run_cli("train", "g2p", "--no-progress", "--out", out, "--set", *settings)
     assert result.code == 0, result.err
     system = g2p.G2PSystem.load(out)
     assert system.config.model.target_order == "right_to_left"
-    entries = g2p.read_entries(str(DICTIONARY), system.config.data)
+    entries = read_entries(str(DICTIONARY), system.config.data)
     reversed_pairs = g2p.encode_pairs(system, entries, source="t")
     assert [ids[::-1] for _, ids in reversed_pairs] == [system.phonemes.encode(e.phonemes) for e in entries]
     # its own predictions read left to right: the model's beam output, reversed
@@ -100,5 +101,5 @@ def test_bad_rescoring_options_are_refused_in_one_line():
     assert_error(run_cli("predict", RNN, "cat", "--rescore-weight", "0.5"), message)
     assert_error(
         run_cli("evaluate", RNN, "--data", DICTIONARY, "--rescore", TRANSFORMER, "--rescore-weight", "1.5"),
-        "--rescore-weight (1.5) must be a finite number >= 0.0 and <= 1.0",
+        "--rescore-weight (1.5) must be in [0, 1]",
     )

