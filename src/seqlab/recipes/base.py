@@ -120,24 +120,15 @@ def run_training(
     mode: RunMode = "new",
 ) -> Report:
     """The train skeleton every recipe shares: train ``recipe`` with its sectioned ``config`` (whose ``train``
-    section is a ``TrainConfig``) into the run directory ``out_dir``.
+    section is a ``TrainConfig``) into the run directory ``out_dir`` ("new", "overwrite" or "resume": ``mode``).
 
-    Checks ``out_dir`` and, for "resume" and "overwrite", locks it (``seqlab.recipes.run_directory``); reads
-    the training checkpoint to resume from; seeds Python, NumPy and torch with ``config.train.seed``; calls
-    ``recipe.prepare(config)`` (which reads the data, builds the model and checks everything that can fail, so an
-    error leaves no directory behind); loads ``config.model.init_from`` by name if the model section has one
-    (``seqlab.recipes.init_from``) and freezes ``config.train.freeze``; creates and locks the run directory;
-    writes the run's files (``run.save``) and ``recipe.json``; logs
-    ``checkpoint: DIR; SUMMARY; model: N parameters[, SUMMARY_MODEL]``; trains with a :class:`Trainer`, saving
-    the run (``run.save`` and ``recipe.json``) each time validation improves and the training state
-    (``training_state.safetensors``) at each checkpoint (the first one swaps an overwriting run in); saves the
-    best model, or with ``train.average_last`` = k the average of the weights at the last k validations
-    (``seqlab.training.averaging``; kept in the training state under ``AVERAGED_KEY``, so a resumed run averages
-    the same validations); tests it; writes ``results.json``. Every file is written atomically
-    (``seqlab.files``).
-
-    In data-parallel training (``seqlab.training.distributed``) rank 0 does all of this; the other ranks
-    only read the data and the checkpoint, build the model and train with rank 0, and write nothing.
+    In order: check and lock ``out_dir`` (``run_directory``); read the training state to resume from; seed with
+    ``config.train.seed``; ``recipe.prepare`` (data, model, every check: an error leaves no directory); load
+    ``model.init_from`` and freeze ``train.freeze`` (``_initialise``); create the run directory with the run's files
+    and ``recipe.json`` and log its summary line (``_open_run``); train, saving the best model and the training
+    state as it goes, and test the final model (``_SavedTraining``); write ``results.json``. Every file is written
+    atomically (``seqlab.files``). In data-parallel training rank 0 does all of this; the other ranks read, build
+    and train beside it and write nothing (``_train_beside_rank0``).
 
     Returns: Report(results, examples): the test scores, then the best ``valid_metric``, steps, epochs,
         train_seconds and total_seconds (wall-clock seconds); ``results.json`` adds ``stopped_by``. Ranks
@@ -188,7 +179,14 @@ class _Fitted(NamedTuple):
 
 
 class _SavedTraining:
-    """A fit whose best model, training state and averages are saved into the run directory as it goes."""
+    """A fit whose best model, training state and averages are saved into the run directory as it goes.
+
+    The run's files and ``recipe.json`` are saved each time validation improves, the training state
+    (``training_state.safetensors``) at each checkpoint (the first one swaps an overwriting run in). The final model
+    is the best one, or with ``train.average_last`` = k the average of the weights at the last k validations
+    (``seqlab.training.averaging``; kept in the training state under ``AVERAGED_KEY``, so a resumed run averages the
+    same validations).
+    """
 
     def __init__(
         self,

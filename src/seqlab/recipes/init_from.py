@@ -61,36 +61,9 @@ def load_by_name(model: nn.Module, directory: str | Path, *, strict: bool, log: 
             (one line naming each: missing, unexpected, wrong shape).
     """
     directory = Path(directory)
-    path = directory / WEIGHTS_FILE
-    if not directory.is_dir():
-        raise CheckpointError(f"model.init_from {directory}: no such directory")
-    if not path.is_file():
-        raise CheckpointError(
-            f"model.init_from {directory}: no {WEIGHTS_FILE}; is it a seqlab run directory or a Hugging Face folder?"
-        )
     state = model.state_dict()
-    hf_type = hugging_face_type(directory)
-    if hf_type is not None:
-        stored = hugging_face_state(directory, hf_type, body_prefix=any(n.startswith("bert.") for n in state))
-    else:
-        try:
-            stored = load_file(str(path))
-        except (SafetensorError, OSError) as e:
-            raise CheckpointError(f"{path}: cannot load weights ({e})") from None
-    # A file keeps one name of tensors that share memory (tied weights); the model's other names are not missing.
-    kept = {state[name].data_ptr() for name in stored if name in state}
-    missing = sorted(n for n in state if n not in stored and state[n].data_ptr() not in kept)
-    unexpected = sorted(n for n in stored if n not in state)
-    wrong_shape = sorted(
-        f"{n} {list(stored[n].shape)} vs {list(state[n].shape)}"
-        for n in stored
-        if n in state and stored[n].shape != state[n].shape
-    )
-    problems = "; ".join(
-        f"{kind}: {', '.join(names)}"
-        for kind, names in (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong_shape))
-        if names
-    )
+    stored = _stored_tensors(directory, body_prefix=any(n.startswith("bert.") for n in state))
+    problems = _misfits(state, stored)
     if problems and strict:
         raise CheckpointError(
             f"model.init_from {directory}: tensors that do not fit ({problems}); "
@@ -106,6 +79,45 @@ def load_by_name(model: nn.Module, directory: str | Path, *, strict: bool, log: 
     loaded = [n for n, p in model.named_parameters() if p.data_ptr() in loaded_ptrs]
     log(f"model.init_from {directory}: loaded {len(fitting)} of {len(state)} tensors by name")
     return loaded
+
+
+def _stored_tensors(directory: Path, *, body_prefix: bool) -> dict[str, torch.Tensor]:
+    """The tensors of ``directory``'s weights, by seqlab name (a Hugging Face folder's converted).
+
+    Raises: CheckpointError for a missing directory or weights file, or weights that do not load.
+    """
+    path = directory / WEIGHTS_FILE
+    if not directory.is_dir():
+        raise CheckpointError(f"model.init_from {directory}: no such directory")
+    if not path.is_file():
+        raise CheckpointError(
+            f"model.init_from {directory}: no {WEIGHTS_FILE}; is it a seqlab run directory or a Hugging Face folder?"
+        )
+    hf_type = hugging_face_type(directory)
+    if hf_type is not None:
+        return hugging_face_state(directory, hf_type, body_prefix=body_prefix)
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(f"{path}: cannot load weights ({e})") from None
+
+
+def _misfits(state: dict[str, torch.Tensor], stored: dict[str, torch.Tensor]) -> str:
+    """One line of the tensors that do not fit (missing, unexpected, wrong shape), "" if all fit."""
+    # A file keeps one name of tensors that share memory (tied weights); the model's other names are not missing.
+    kept = {state[name].data_ptr() for name in stored if name in state}
+    missing = sorted(n for n in state if n not in stored and state[n].data_ptr() not in kept)
+    unexpected = sorted(n for n in stored if n not in state)
+    wrong_shape = sorted(
+        f"{n} {list(stored[n].shape)} vs {list(state[n].shape)}"
+        for n in stored
+        if n in state and stored[n].shape != state[n].shape
+    )
+    return "; ".join(
+        f"{kind}: {', '.join(names)}"
+        for kind, names in (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong_shape))
+        if names
+    )
 
 
 HF_FAMILIES: dict[str, Any] = {"bert": Bert, "gpt2": GPT, "t5": T5}  # Hugging Face model_type -> seqlab class
