@@ -36,20 +36,16 @@ from seqlab.recipes.base import (
     save_recipe_file,
 )
 from seqlab.recipes.common.search import SearchDecodeConfig
+from seqlab.recipes.system import SystemOptions
 from seqlab.training.train_config import ScheduledSamplingTrainConfig
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
-def test_predict_takes_exactly_the_declared_options(name):
-    """The CLI passes only PREDICT_OPTIONS: each must be an optional keyword-only argument, and nothing else."""
-    recipe = RECIPES[name]
-    parameters = inspect.signature(recipe.predict).parameters.values()
-    keywords = [p for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
-    assert tuple(p.name for p in keywords) == recipe.PREDICT_OPTIONS
-    assert all(p.default is not inspect.Parameter.empty for p in keywords)
-    assert [p.kind for p in parameters if p.kind is not inspect.Parameter.KEYWORD_ONLY] == 2 * [
-        inspect.Parameter.POSITIONAL_OR_KEYWORD
-    ]  # (checkpoint, inputs)
+def test_a_system_declares_only_options_that_exist(name):
+    """The CLI refuses options a System does not list in OPTIONS; every name listed must be a SystemOptions field."""
+    system = RECIPES[name].System
+    assert system.OPTIONS.issubset(f.name for f in dataclasses.fields(SystemOptions))
+    assert "options" in inspect.signature(system.load).parameters
 
 
 def test_recipe_members_name_the_whole_protocol():
@@ -83,7 +79,7 @@ def test_register_refuses_a_taken_name_and_an_incomplete_recipe():
     with pytest.raises(TypeError, match=r"^recipe name 'g2p' is taken by "):
         register_recipe(g2p)
     partial = types.SimpleNamespace(NAME="half", DESCRIPTION="", Config=object, train=print)
-    with pytest.raises(TypeError, match=r"is not a recipe: it lacks PREDICT_OPTIONS, evaluate, predict$"):
+    with pytest.raises(TypeError, match=r"is not a recipe: it lacks System, prepare$"):
         register_recipe(partial)
     assert "half" not in RECIPES
 

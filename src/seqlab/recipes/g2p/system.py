@@ -48,7 +48,6 @@ RESCORE_WEIGHT = 0.5  # the weight of --rescore when --rescore-weight is not giv
 SOURCE_VOCAB = "source_vocab.json"
 TARGET_VOCAB = "target_vocab.json"
 EXPOSURE_BATCH = 256  # pronunciations per batch of ``exposure_bias``
-NO_OPTIONS = SystemOptions()  # the run's own settings
 
 # One word's hypotheses, best first: (phonemes in reading order, score in nats).
 Hypotheses = list[tuple[tuple[str, ...], float]]
@@ -108,7 +107,7 @@ class G2PSystem:
         self.phonemes.save(directory / TARGET_VOCAB)
 
     @classmethod
-    def load(cls, directory: Path, options: SystemOptions = NO_OPTIONS) -> G2PSystem:
+    def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> G2PSystem:
         """The run in ``directory`` with ``options``: the runs ``options.ensemble`` decoded with it, the run
         ``options.rescore`` re-ranking its beam with weight ``options.rescore_weight`` (default ``RESCORE_WEIGHT``),
         ``num_beams`` and ``nbest`` for predictions, ``errors`` for ``evaluate``.

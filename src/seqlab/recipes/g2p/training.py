@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -90,8 +91,9 @@ class G2PTraining:
         return Report(results, examples(self.system, self.test_set))
 
 
-def prepare(config: Config) -> TrainingRun:
-    """Read and check the data, build the vocabularies and the model; write nothing.
+def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
+    """Read and check the data, build the vocabularies and the model; write nothing. A resumed run (its directory
+    ``resume_from``) rebuilds the same vocabularies from the same data, so nothing is read from there.
 
     Raises:
         DataError: a data file is missing or malformed, or a valid/test word has letters or phonemes absent from
