@@ -13,7 +13,7 @@ from seqlab.models.seq2seq.transformer import TransformerSeq2Seq, TransformerSeq
 from seqlab.models.seq2seq.unroll import unroll
 from seqlab.training.objectives import teacher_forcing_loss
 from seqlab.training.scheduled_sampling import TeacherForcingSchedule, scheduled_sampling_loss
-from seqlab.training.train_config import TrainConfig
+from seqlab.training.train_config import ScheduledSamplingTrainConfig
 
 PAIRS = [([3, 4, 5], [3, 4, 5, 6]), ([4], [5]), ([6, 3, 7, 8], [6, 3, 4])]
 V = 9
@@ -37,7 +37,7 @@ def test_schedule_values_at_landmarks():
         0.5, abs=0.01
     )
     assert TeacherForcingSchedule("inverse_sigmoid", k=10.0).probability(10**6) < 1e-300  # no OverflowError
-    assert TrainConfig().teacher_forcing_probability(12345) == 1.0
+    assert ScheduledSamplingTrainConfig().teacher_forcing_probability(12345) == 1.0
 
 
 @pytest.mark.parametrize(
@@ -68,7 +68,7 @@ def test_schedule_values_at_landmarks():
 )
 def test_train_config_validates_the_schedule(options, message):
     with pytest.raises(ValueError, match=message):
-        TrainConfig(**options)
+        ScheduledSamplingTrainConfig(**options)
 
 
 def rnn_model():
