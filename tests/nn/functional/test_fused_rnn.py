@@ -101,3 +101,28 @@ def test_layers_fall_back_with_one_warning_and_still_equal_torch(broken_kernels,
     expected, _ = reference(pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False))
     expected_padded = torch.nn.utils.rnn.pad_packed_sequence(expected, batch_first=True, total_length=T)[0]
     assert_close(outputs[0].outputs, expected_padded, **EXACT)
+
+
+def test_bf16_autocast_without_a_bf16_lstm_kernel_runs_the_lstm_in_float32(monkeypatch):
+    # As on a CPU without AVX512-BF16 or AMX, where oneDNN's bf16 LSTM raises: the kernel runs in float32, so the
+    # layer's outputs are exactly the fp32 layer's, padded and packed.
+    monkeypatch.setattr(fr, "bf16_kernels_available", lambda: False)
+    torch.manual_seed(0)
+    layer = LSTM(3, 4, num_layers=2, bidirectional=True).float()
+    x, lengths = torch.randn(2, 5, 3, dtype=torch.float32), torch.tensor([5, 2])
+    expected = layer(x, lengths)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = layer(x, lengths)
+    assert got[0].dtype == torch.float32
+    assert_close(got[0], expected[0], rtol=0, atol=0)
+    assert_close(got[1], expected[1], rtol=0, atol=0)
+
+
+def test_the_bf16_probe_agrees_with_torch_nn_lstm_under_autocast():
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            nn.LSTM(2, 2)(torch.zeros(1, 1, 2))
+        runs = True
+    except RuntimeError:
+        runs = False
+    assert fr.bf16_kernels_available() == runs

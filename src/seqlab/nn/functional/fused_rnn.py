@@ -15,6 +15,11 @@ torch.nn.LSTMCell / GRUCell / RNNCell call) compute the same step as the sequenc
 sequence kernels' per-call set-up (oneDNN's LSTM re-lays out its weights on every call), which costs more than the
 step itself when decoding one token at a time.
 
+Under CPU bf16 autocast, oneDNN's LSTM needs a CPU with bf16 instructions (AVX512-BF16 or AMX); elsewhere it raises
+"could not create a primitive descriptor" (torch.nn.LSTM too). ``bf16_kernels_available`` probes that once; where it
+fails, the sequence kernels run in float32 with autocast off (what fp32 training computes), so a bf16 run still
+trains: its other layers keep bf16.
+
 ``weights`` lists, per layer and direction in torch's order, weight_ih, weight_hh, then bias_ih, bias_hh (with
 bias) and weight_hr (with a projection). ``hx`` is h_0 (L*C, B, H), or (h_0, c_0) for the LSTM.
 """
@@ -56,10 +61,16 @@ def fused_rnn(
 ) -> tuple[Tensor, ...]:
     """Run kernel ``name`` on padded x (B, T, E) if batch_first else (T, B, E), from state hx.
 
-    Returns (outputs in x's layout with C*H features, h_n (L*C, B, H)), plus c_n (L*C, B, H) for "lstm".
+    Returns (outputs in x's layout with C*H features, h_n (L*C, B, H)), plus c_n (L*C, B, H) for "lstm"; float32
+    where CPU bf16 autocast has no kernel (module docstring).
     Raises: ValueError for a name not in ``KERNEL_NAMES``.
     """
-    return tuple(_kernel(name)(x, hx, list(weights), bias, num_layers, dropout, training, bidirectional, batch_first))
+    kernel = _kernel(name)
+    options = (bias, num_layers, dropout, training, bidirectional, batch_first)
+    if _bf16_without_kernel(x):
+        with torch.autocast("cpu", enabled=False):
+            return tuple(kernel(x.float(), _float(hx), [w.float() for w in weights], *options))
+    return tuple(kernel(x, hx, list(weights), *options))
 
 
 def fused_rnn_packed(
@@ -78,12 +89,44 @@ def fused_rnn_packed(
     """Run kernel ``name`` on a packed sequence's ``data`` (sum of lengths, E) and ``batch_sizes`` (T,), with hx
     in the packed (sorted) batch order.
 
-    Returns (packed outputs (sum of lengths, C*H), h_n (L*C, B, H)), plus c_n for "lstm".
+    Returns (packed outputs (sum of lengths, C*H), h_n (L*C, B, H)), plus c_n for "lstm"; float32 where CPU bf16
+    autocast has no kernel (module docstring).
     Raises: ValueError for a name not in ``KERNEL_NAMES``.
     """
-    return tuple(
-        _kernel(name)(data, batch_sizes, hx, list(weights), bias, num_layers, dropout, training, bidirectional)
+    kernel = _kernel(name)
+    options = (bias, num_layers, dropout, training, bidirectional)
+    if _bf16_without_kernel(data):
+        with torch.autocast("cpu", enabled=False):
+            return tuple(kernel(data.float(), batch_sizes, _float(hx), [w.float() for w in weights], *options))
+    return tuple(kernel(data, batch_sizes, hx, list(weights), *options))
+
+
+def _float(hx: Hidden) -> Hidden:
+    return tuple(h.float() for h in hx) if isinstance(hx, tuple) else hx.float()
+
+
+def _bf16_without_kernel(x: Tensor) -> bool:
+    """True under CPU bf16 autocast on a CPU whose oneDNN has no bf16 LSTM (``bf16_kernels_available``)."""
+    return (
+        x.device.type == "cpu"
+        and x.dtype in (torch.float32, torch.bfloat16)  # autocast leaves float64 alone
+        and torch.is_autocast_enabled("cpu")
+        and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        and not bf16_kernels_available()
     )
+
+
+@functools.cache
+def bf16_kernels_available() -> bool:
+    """Checked once per process (cached): whether the fused LSTM runs under CPU bf16 autocast on this CPU."""
+    weights = [torch.zeros(8, 2), torch.zeros(8, 2)]
+    h0 = torch.zeros(1, 1, 2)
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            _kernel("lstm")(torch.zeros(1, 1, 2), (h0, h0), weights, False, 1, 0.0, False, False, False)
+    except RuntimeError:
+        return False
+    return True
 
 
 def fused_cell(
