@@ -202,7 +202,8 @@ def _positional(args: argparse.Namespace, out_dir: Path) -> str:
 
 
 def _attention_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", type=Path, help="a run whose model attends (g2p, or an lm GPT, ...)")
+    offering = ", ".join(_recipes_offering(AttentionSource))
+    parser.add_argument("checkpoint", type=Path, help=f"a run whose model attends (a run of {offering})")
     parser.add_argument("--input", required=True, help="one input, as the run's predict reads it (a word, a text)")
 
 
@@ -213,9 +214,14 @@ def _offering(checkpoint: Path, protocol: type, what: str) -> Any:
     """
     recipe = recipe_of_checkpoint(checkpoint)
     if not issubclass(recipe.System, protocol):
-        offering = ", ".join(name for name, r in sorted(RECIPES.items()) if issubclass(r.System, protocol))
+        offering = ", ".join(_recipes_offering(protocol))
         raise ConfigError(f"{checkpoint}: a {recipe.NAME} run; {what} needs a run of {offering}")
     return recipe.System.load(checkpoint, SystemOptions())
+
+
+def _recipes_offering(protocol: type) -> list[str]:
+    """The names of the registered recipes whose System offers ``protocol``, sorted."""
+    return [name for name, recipe in sorted(RECIPES.items()) if issubclass(recipe.System, protocol)]
 
 
 def _attention(args: argparse.Namespace, out_dir: Path) -> str:
@@ -343,7 +349,8 @@ def _plot(args: argparse.Namespace, out_dir: Path) -> str:
 
 
 def _exposure_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", type=Path, help="a seq2seq run directory trained with teacher forcing (g2p)")
+    offering = ", ".join(_recipes_offering(ExposureSource))
+    parser.add_argument("checkpoint", type=Path, help=f"a seq2seq run trained with teacher forcing (of {offering})")
     parser.add_argument("--data", help="a data file in the run's format (default: the run's own test split)")
 
 

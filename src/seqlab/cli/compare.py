@@ -11,10 +11,10 @@ task took 67 s in all (57 s of runs) on an otherwise quiet 2-core machine, 308 s
 it; the adding problem costs less. The report prints each run's wall time and their total. Lags 100 and 200 are
 opt-in with ``--lags``.
 
-``--recipe NAME`` instead trains a recipe whose config has a ``model.arch`` choice (lm: gpt, lstm, gru, rnn; g2p:
-rnn, transformer) once per arch for ``--max-steps`` steps, with ``--set`` applied to every run, into
-``--out/ARCH``, and reports the recipe's own test metrics; the sizes are the recipe's, not matched
-(``seqlab.cli.compare_recipe``).
+``--recipe NAME`` instead trains a recipe whose model section is a choice (``model.arch``; ``seqlab recipes NAME``
+lists each arch's keys) once per arch for ``--max-steps`` steps, with ``--set`` applied to every run (each arch
+takes its own model keys), into ``--out/ARCH``, and reports the recipe's own test metrics; the sizes are the
+recipe's, not matched (``seqlab.cli.compare_recipe``).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("compare", help="RNN, GRU, LSTM and Transformer on the copy task / adding problem")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--task", choices=TASKS, help="copy (Arjovsky et al. 2016) or adding")
-    what.add_argument("--recipe", help="a recipe with a model.arch choice (e.g. lm: gpt, lstm, gru, rnn)")
+    what.add_argument("--recipe", help="a recipe whose model section is a choice of model.arch")
     parser.add_argument("--lags", help="--task: comma-separated lags (default: 10,50; try 10,50,100,200)")
     parser.add_argument("--archs", help="comma-separated subset (default: rnn,gru,lstm,transformer, or the recipe's)")
     parser.add_argument(
