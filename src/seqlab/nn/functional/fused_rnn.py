@@ -119,11 +119,12 @@ def _bf16_without_kernel(x: Tensor) -> bool:
 @functools.cache
 def bf16_kernels_available() -> bool:
     """Checked once per process (cached): whether the fused LSTM runs under CPU bf16 autocast on this CPU."""
-    weights = [torch.zeros(8, 2), torch.zeros(8, 2)]
-    h0 = torch.zeros(1, 1, 2)
+    zeros = functools.partial(torch.zeros, dtype=torch.float32)  # what autocast casts, whatever the default dtype
+    weights = [zeros(8, 2), zeros(8, 2)]
+    h0 = zeros(1, 1, 2)
     try:
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            _kernel("lstm")(torch.zeros(1, 1, 2), (h0, h0), weights, False, 1, 0.0, False, False, False)
+            _kernel("lstm")(zeros(1, 1, 2), (h0, h0), weights, False, 1, 0.0, False, False, False)
     except RuntimeError:
         return False
     return True
