@@ -722,20 +722,27 @@ def test_recipes_g2p_shows_every_key_with_its_default():
     title, table = result.out.split("\n\n")
     assert title == f"g2p: {g2p.DESCRIPTION}"
     defaults = g2p.Config()
+    rnn, transformer = g2p.RNNConfig(), g2p.TransformerConfig()
+    shared = {f.name for f in dataclasses.fields(g2p.config.SharedModelConfig)}
     expected = [
         (f"{section.name}.{f.name}", repr(getattr(getattr(defaults, section.name), f.name)), "all")
         for section in dataclasses.fields(defaults)
+        if section.name != "model"
         for f in dataclasses.fields(getattr(defaults, section.name))
     ]
-    transformer = g2p.TransformerConfig()
-    other_arch = [
-        (f"model.{f.name}", repr(getattr(transformer, f.name)), "arch=transformer")
-        for f in dataclasses.fields(transformer)
-        if f.name != "arch"
+    expected += [
+        (f"model.{f.name}", repr(getattr(rnn, f.name)), "all") for f in dataclasses.fields(rnn) if f.name in shared
     ]
+    for arch, config in (("rnn", rnn), ("transformer", transformer)):
+        expected += [
+            (f"model.{f.name}", repr(getattr(config, f.name)), f"arch={arch}")
+            for f in dataclasses.fields(config)
+            if f.name not in shared
+        ]
     rows = [tuple(line.split()) for line in table.strip().splitlines()[2:]]
-    assert sorted(rows) == sorted(expected + other_arch)
+    assert sorted(rows) == sorted(expected)
     assert ("data.train_path", "None", "all") in rows and ("model.d_model", "256", "arch=transformer") in rows
+    assert ("model.hidden_size", "128", "arch=rnn") in rows and ("model.dropout", "0.1", "all") in rows
 
 
 # --- the installed console script -----------------------------------------------------------------------

@@ -386,8 +386,8 @@ def test_switching_arch_keeps_shared_values_and_refuses_values_it_would_drop():
 
 def test_describe_lists_the_other_archs_keys_with_their_arch():
     rows = describe(Choice())
-    assert rows[:3] == [("model.arch", "rnn", ""), ("model.hidden_size", 8, ""), ("model.dropout", 0.1, "")]
-    assert rows[3:5] == [("model.num_heads", 2, "arch=transformer"), ("model.dropout", 0.0, "arch=transformer")]
+    assert rows[:3] == [("model.arch", "rnn", ""), ("model.hidden_size", 8, "arch=rnn"), ("model.dropout", 0.1, "")]
+    assert rows[3:] == [("model.num_heads", 2, "arch=transformer"), ("window.low", 0, ""), ("window.high", 1, "")]
 
 
 @dataclass(frozen=True)

@@ -169,23 +169,32 @@ def section_class(annotation: Any, saved: Mapping[str, Any]) -> type:
 def describe(config: Any) -> list[tuple[str, Any, str]]:
     """``[("section.key", value, applies_to), ...]`` for every field of a sectioned config, in declaration order.
 
-    ``applies_to`` is "" for a key of a plain section or of the chosen architecture; a choice section's other
-    architectures follow with their keys' defaults and ``"arch=X"``.
+    ``applies_to`` is "" for a key of a plain section, or of every architecture of a choice section; a key of only
+    some architectures says which (``"arch=rnn"``). A choice section lists the chosen architecture's keys with
+    their values, then the other architectures' own keys with their defaults.
     """
     hints = typing.get_type_hints(type(config))
     rows = []
     for section in dataclasses.fields(config):
         value = getattr(config, section.name)
-        rows.extend((f"{section.name}.{f.name}", getattr(value, f.name), "") for f in dataclasses.fields(value))
-        for arch, other in (architectures(hints[section.name]) or {}).items():
-            if other is not type(value):
-                default = other()
-                rows.extend(
-                    (f"{section.name}.{f.name}", getattr(default, f.name), f"{ARCH}={arch}")
-                    for f in dataclasses.fields(other)
-                    if f.name != ARCH
-                )
+        choices = architectures(hints[section.name]) or {}
+        rows.extend(
+            (f"{section.name}.{f.name}", getattr(value, f.name), _applies_to(f.name, choices))
+            for f in dataclasses.fields(value)
+        )
+        listed = _field_names(type(value))
+        for other in choices.values():
+            for f in dataclasses.fields(other):
+                if f.name not in listed:
+                    listed.add(f.name)
+                    rows.append((f"{section.name}.{f.name}", getattr(other(), f.name), _applies_to(f.name, choices)))
     return rows
+
+
+def _applies_to(key: str, choices: dict[str, type]) -> str:
+    """ "" for a key of a plain section or of every architecture, else ``"arch=A | B"`` (those that have it)."""
+    owners = [arch for arch, cls in choices.items() if key in _field_names(cls)]
+    return "" if len(owners) == len(choices) else f"{ARCH}=" + " | ".join(owners)
 
 
 def _current_name(key: str, hints: Mapping[str, Any], where: str) -> str:
@@ -195,6 +204,10 @@ def _current_name(key: str, hints: Mapping[str, Any], where: str) -> str:
         return key
     warnings.warn(f"{where}.{key} is renamed {new}; the old name goes in the next release", FutureWarning, stacklevel=3)
     return new
+
+
+def _field_names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
 
 
 def _arch_of(cls: type) -> str:
