@@ -193,6 +193,6 @@ def test_exposure_of_a_g2p_checkpoint_on_a_file(checkpoint, tmp_path):
 def test_exposure_needs_a_g2p_run(gpt_checkpoint, tmp_path):
     assert_error(
         run_cli("analyze", "exposure", gpt_checkpoint, "--out", tmp_path / "e"),
-        f"{gpt_checkpoint}: a lm run; exposure bias needs a run of g2p",
+        f"{gpt_checkpoint}: a lm run; measuring exposure bias needs a run of g2p",
     )
     assert not (tmp_path / "e").exists()

@@ -225,7 +225,7 @@ def _recipes_offering(protocol: type) -> list[str]:
 
 
 def _attention(args: argparse.Namespace, out_dir: Path) -> str:
-    system: AttentionSource = _offering(args.checkpoint, AttentionSource, "attention maps")
+    system: AttentionSource = _offering(args.checkpoint, AttentionSource, "drawing attention maps")
     labelled = system.attention_maps(args.input)
     groups: dict[tuple[str, str], list[attention.AttentionMap]] = {}
     for m in labelled.maps:
@@ -355,7 +355,7 @@ def _exposure_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _exposure(args: argparse.Namespace, out_dir: Path) -> str:
-    system: ExposureSource = _offering(args.checkpoint, ExposureSource, "exposure bias")
+    system: ExposureSource = _offering(args.checkpoint, ExposureSource, "measuring exposure bias")
     result, source = system.exposure_bias(args.data)
     exposure.plot_exposure(result, out_dir / "exposure.png", title=f"{args.checkpoint} on {source}")
     numbers = {**result._asdict(), "loss_gap": result.loss_gap, "checkpoint": str(args.checkpoint), "data": source}

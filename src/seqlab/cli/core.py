@@ -190,15 +190,32 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    if args.beam_size is not None:
-        if args.num_beams is not None:
-            raise ConfigError("--beam-size is the old name of --num-beams; give --num-beams only")
-        warnings.warn("--beam-size is renamed --num-beams; the old name goes in the next release", FutureWarning, 1)
-        args.num_beams = args.beam_size
+    renamed = _renamed(args, "beam_size", "num_beams")
     for prediction in _load(args).predict(args.inputs):
         for line in prediction.lines():
             print(line)
+    _warn_renamed(renamed)
     return 0
+
+
+def _renamed(args: argparse.Namespace, old: str, new: str) -> str | None:
+    """Move a value given under the old flag ``old`` to ``new``; return the old flag if it was used.
+
+    Raises: ConfigError if both were given.
+    """
+    if getattr(args, old) is None:
+        return None
+    old_flag, new_flag = (f"--{name.replace('_', '-')}" for name in (old, new))
+    if getattr(args, new) is not None:
+        raise ConfigError(f"{old_flag} is the old name of {new_flag}; give {new_flag} only")
+    setattr(args, new, getattr(args, old))
+    return f"{old_flag} is renamed {new_flag}; the old name goes in the next release"
+
+
+def _warn_renamed(message: str | None) -> None:
+    """The FutureWarning of a renamed flag, once the command has done its work (an error stays the one line)."""
+    if message is not None:
+        warnings.warn(message, FutureWarning, 1)
 
 
 def _load(args: argparse.Namespace) -> System:
@@ -236,11 +253,7 @@ GENERATE_FLAGS = {
 
 
 def _generate(args: argparse.Namespace) -> int:
-    if args.num_samples is not None:
-        if args.num_return_sequences is not None:
-            raise ConfigError("--num-samples is the old name of --num-return-sequences; give that one only")
-        warnings.warn("--num-samples is renamed --num-return-sequences; the old name goes", FutureWarning, 1)
-        args.num_return_sequences = args.num_samples
+    renamed = _renamed(args, "num_samples", "num_return_sequences")
     given = {name: getattr(args, name) for name in GENERATE_FLAGS if getattr(args, name) is not None}
     flags = {**GENERATE_FLAGS, **({"num_return_sequences": "--num-samples"} if args.num_samples is not None else {})}
     try:
@@ -259,6 +272,7 @@ def _generate(args: argparse.Namespace) -> int:
             started = chunk.index
             _write(f"--- sample {chunk.index + 1}/{count} ---\n" * (count > 1) + request.prompt)
         _write(chunk.text + "\n" * chunk.finished)
+    _warn_renamed(renamed)
     return 0
 
 
