@@ -44,7 +44,7 @@ def test_the_old_flag_names_work_with_a_warning_and_not_beside_the_new_ones():
     assert old.err == "seqlab: warning: --beam-size is renamed --num-beams; the old name goes in the next release\n"
     both = run_cli("predict", G2P, "cat", "--beam-size", "2", "--num-beams", "2")
     assert_error(both, "--beam-size is the old name of --num-beams; give --num-beams only")
-    assert_error(run_cli("predict", G2P, "cat", "--beam-size", "0"), "--num-beams (0) must be >= 1")
+    assert_error(run_cli("predict", G2P, "cat", "--beam-size", "0"), "--beam-size (0) must be >= 1")
     samples = ["generate", GPT, "--prompt", "The", "--max-new-tokens", "3", "--seed", "1"]
     old = run_cli(*samples, "--temperature", "2", "--num-samples", "2")
     assert old.out == run_cli(*samples, "--temperature", "2", "--num-return-sequences", "2").out

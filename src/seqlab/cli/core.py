@@ -191,7 +191,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _predict(args: argparse.Namespace) -> int:
     renamed = _renamed(args, "beam_size", "num_beams")
-    for prediction in _load(args).predict(args.inputs):
+    flags = {**OPTION_FLAGS, **({"num_beams": "--beam-size"} if renamed else {})}
+    for prediction in _load(args, flags).predict(args.inputs):
         for line in prediction.lines():
             print(line)
     _warn_renamed(renamed)
@@ -218,24 +219,24 @@ def _warn_renamed(message: str | None) -> None:
         warnings.warn(message, FutureWarning, 1)
 
 
-def _load(args: argparse.Namespace) -> System:
+def _load(args: argparse.Namespace, flags: dict[str, str] = OPTION_FLAGS) -> System:
     """The System of ``args.checkpoint`` with the options given, refused in one line if its recipe takes none such.
 
     Raises: ConfigError for a refused or out-of-range option, CheckpointError for an unreadable run.
     """
-    options = _options(args)
+    options = _options(args, flags)
     recipe = recipe_of_checkpoint(args.checkpoint)
-    refuse_options(recipe.System, options, OPTION_FLAGS, recipe.NAME)
+    refuse_options(recipe.System, options, flags, recipe.NAME)
     return recipe.System.load(args.checkpoint, options)
 
 
-def _options(args: argparse.Namespace) -> SystemOptions:
-    """The ``SystemOptions`` of the command line; a bad value is named by its flag."""
+def _options(args: argparse.Namespace, flags: dict[str, str]) -> SystemOptions:
+    """The ``SystemOptions`` of the command line; a bad value is named by its flag (``flags``: field -> flag)."""
     given = {name: getattr(args, name) for name in OPTION_FLAGS if getattr(args, name, None) is not None}
     try:
         return SystemOptions(**{k: tuple(v) if k == "ensemble" else v for k, v in given.items()})
     except ConfigError as e:
-        raise ConfigError(_with_flags(str(e), OPTION_FLAGS)) from None
+        raise ConfigError(_with_flags(str(e), flags)) from None
 
 
 def _with_flags(message: str, flags: dict[str, str]) -> str:
