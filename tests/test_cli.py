@@ -22,7 +22,7 @@ from seqlab.data.vocab import Vocabulary
 from seqlab.files import is_bookkeeping
 from seqlab.models.seq2seq.rnn import RNNSeq2Seq
 from seqlab.recipes import RECIPES, g2p
-from seqlab.recipes.system import Generator
+from seqlab.recipes.system import TextGenerator
 
 CHECKPOINT_FILES = {
     "config.json",
@@ -686,7 +686,7 @@ def test_corrupt_weights_are_one_line(tmp_path, checkpoint):
 
 def test_generate_refuses_a_recipe_without_generation_in_one_line(checkpoint):
     before = snapshot(checkpoint)
-    generating = ", ".join(name for name, recipe in sorted(RECIPES.items()) if issubclass(recipe.System, Generator))
+    generating = ", ".join(name for name, recipe in sorted(RECIPES.items()) if issubclass(recipe.System, TextGenerator))
     assert "lm" in generating
     assert_error(
         run_cli("generate", checkpoint, "--prompt", "hello"),

@@ -29,7 +29,7 @@ from seqlab.recipes.base import load_recipe_config, run_training
 from seqlab.recipes.common.causal_blocks import CausalBlockTraining
 from seqlab.recipes.lm.config import GPTModelConfig, LMDataConfig, LSTMModelConfig, apply_preset
 from seqlab.recipes.lm.training import RecurrentTraining
-from seqlab.recipes.system import AttentionSource, GenerationRequest, Generator
+from seqlab.recipes.system import AttentionSource, GenerationRequest, TextGenerator
 from seqlab.training.trainer import TrainConfig
 
 SENTENCE = "the lord said unto moses and aaron in the land of egypt this month shall be unto you the beginning"
@@ -136,7 +136,7 @@ def test_evaluate_equals_an_independent_computation(checkpoints, corpus, tmp_pat
 def test_greedy_generation_streams_what_generate_returns(checkpoints, name):
     prompt = "The lord said"
     system = lm.System.load(checkpoints[name])
-    assert isinstance(system, Generator)
+    assert isinstance(system, TextGenerator)
     chunks = list(system.generate(GenerationRequest(prompt, max_new_tokens=12)))
     model, tokenizer = load_pretrained(checkpoints[name]), load_tokenizer(checkpoints[name])
     ids = tokenizer.encode(prompt)

@@ -15,7 +15,7 @@ from seqlab.errors import ConfigError, SeqlabError
 from seqlab.recipes import PLUGIN_ERRORS, RECIPES, Recipe, get_recipe, recipe_of_checkpoint
 from seqlab.recipes.base import load_recipe_config, run_directory, run_training
 from seqlab.recipes.run_directory import RunMode
-from seqlab.recipes.system import GenerationRequest, Generator, System, SystemOptions, refuse_options
+from seqlab.recipes.system import GenerationRequest, System, SystemOptions, TextGenerator, refuse_options
 from seqlab.training.distributed import is_writer, launch, launched_by_torchrun, process_group, record_error
 
 # The flag of each SystemOptions field, for messages: an option a recipe's System does not take is refused.
@@ -262,8 +262,8 @@ def _generate(args: argparse.Namespace) -> int:
     except ConfigError as e:
         raise ConfigError(_with_flags(str(e), flags)) from None
     recipe = recipe_of_checkpoint(args.checkpoint)
-    if not issubclass(recipe.System, Generator):
-        generating = ", ".join(name for name, r in sorted(RECIPES.items()) if issubclass(r.System, Generator))
+    if not issubclass(recipe.System, TextGenerator):
+        generating = ", ".join(name for name, r in sorted(RECIPES.items()) if issubclass(r.System, TextGenerator))
         raise ConfigError(f"{args.checkpoint}: the {recipe.NAME} recipe does not generate; runs of {generating} do")
     system = recipe.System.load(args.checkpoint, SystemOptions())
     count = request.num_return_sequences

@@ -7,7 +7,7 @@ and the recipe's config. Its recipe's ``System`` class loads it (``load_system(r
 - ``predict(inputs) -> list[Prediction]``: typed outputs (a pronunciation n-best with scores, class
   probabilities, tags, a forecast), each of which renders as the lines ``seqlab predict`` prints;
 - ``evaluate(data_path) -> dict[str, float]``: the recipe's metrics on a file in the task's standard format;
-- ``generate(GenerationRequest) -> Iterator[GenerationChunk]``, where the task generates (``Generator``): text
+- ``generate(GenerationRequest) -> Iterator[GenerationChunk]``, where the task generates (``TextGenerator``): text
   streamed piece by piece as tokens are produced.
 
 Options that only some systems take (``num_beams``, ``nbest``, ``--ensemble``, ``--rescore``, ``--errors``) travel
@@ -189,7 +189,7 @@ class System(Protocol):
 
 
 @runtime_checkable
-class Generator(Protocol):
+class TextGenerator(Protocol):
     """A system that generates text (``seqlab generate``)."""
 
     def generate(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
