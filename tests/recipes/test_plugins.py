@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from cli_helpers import Result, assert_error
-from readme_example import example_source
+from recipe_example import example_source
 
 TESTS = Path(__file__).parents[1]
 # Runs each argv of the JSON list in sys.argv[1] through seqlab's main, printing the Results as JSON.

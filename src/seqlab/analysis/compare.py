@@ -41,8 +41,9 @@ class SequenceModel(nn.Module):
             ``TRANSFORMER_HEADS``, for the Transformer).
     Inputs: x (B, T) token ids (copy) or (B, T, 2) (adding).
     Outputs: logits (B, T, 9) (copy) or predictions (B,) (adding).
-    Raises: ConfigError for an unknown arch or a width < 1; ValueError for a Transformer width that is odd or not
-        divisible by the heads (from the layers).
+    Raises:
+        ConfigError: for an unknown arch or a width < 1; ValueError for a Transformer width that is odd or not
+            divisible by the heads (from the layers).
     """
 
     def __init__(self, arch: str, task: LongRangeTask, width: int) -> None:
@@ -99,8 +100,9 @@ class MatchedModel(NamedTuple):
 def matched_width(arch: str, task: LongRangeTask, target: int, *, tolerance: float = 0.1) -> int:
     """The width W of ``arch`` whose parameter count is closest to ``target`` (binary search: counts grow with W).
 
-    Raises: ConfigError for an unknown arch, target < 1, tolerance outside (0, 1), or when the closest count is
-        more than ``tolerance`` (a fraction) away from ``target``; the message shows the closest count.
+    Raises:
+        ConfigError: for an unknown arch, target < 1, tolerance outside (0, 1), or when the closest count is
+            more than ``tolerance`` (a fraction) away from ``target``; the message shows the closest count.
     """
     check_choice("arch", arch, ARCHITECTURES)
     check_int("target", target)

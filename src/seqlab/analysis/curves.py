@@ -33,8 +33,9 @@ class TrainingCurves(NamedTuple):
 def read_metrics(run_dir: Path) -> TrainingCurves:
     """The step and validation records of ``run_dir/metrics.jsonl``.
 
-    Raises: DataError if the directory or file is missing, a line is not a JSON object of a known event (file and
-        line named), or the file holds no step record.
+    Raises:
+        DataError: if the directory or file is missing, a line is not a JSON object of a known event (file and
+            line named), or the file holds no step record.
     """
     path = run_dir / METRICS_FILE
     if not run_dir.is_dir():

@@ -121,8 +121,11 @@ def repetition_penalty(logits: Tensor, tokens: Tensor, penalty: float, keep_mask
 
     penalty > 1 discourages repetition, penalty < 1 encourages it, 1 changes nothing.
 
-    Args: logits (B, V); tokens (B, t) the prompt and generated tokens; penalty > 0; keep_mask (B, t) True at
-        real tokens (None: all real), so left padding is not penalised.
+    Args:
+        logits: (B, V).
+        tokens: (B, t), the prompt and generated tokens.
+        penalty: > 0.
+        keep_mask: (B, t), True at real tokens (None: all real), so left padding is not penalised.
     Returns: logits (B, V).
     Raises: ConfigError ``repetition_penalty (0.0) must be a finite number > 0.0`` when penalty <= 0.
 
@@ -140,11 +143,15 @@ def no_repeat_ngram(logits: Tensor, tokens: Tensor, n: int, keep_mask: Tensor | 
     as transformers' ``NoRepeatNGramLogitsProcessor``, prompt included): if the last n - 1 tokens equal
     tokens[j : j + n - 1] for some j, token tokens[j + n - 1] gets -inf. n = 1 bans every token seen.
 
-    Args: logits (B, V); tokens (B, t) the prompt and generated tokens; n >= 1; keep_mask (B, t) True at real
-        tokens (None: all real): n-grams touching left padding do not count.
+    Args:
+        logits: (B, V).
+        tokens: (B, t), the prompt and generated tokens.
+        n: >= 1.
+        keep_mask: (B, t), True at real tokens (None: all real): n-grams touching left padding do not count.
     Returns: logits (B, V).
-    Raises: ConfigError ``no_repeat_ngram_size (0) must be an integer >= 1`` when n < 1, and
-        ``no_repeat_ngram_size (1) bans every token of the vocabulary in rows [0]`` when nothing is left to choose.
+    Raises:
+        ConfigError: ``no_repeat_ngram_size (0) must be an integer >= 1`` when n < 1, and
+            ``no_repeat_ngram_size (1) bans every token of the vocabulary in rows [0]`` when nothing is left to choose.
 
     >>> no_repeat_ngram(torch.zeros(1, 4), torch.tensor([[1, 2, 3, 1]]), 2)  # (1, 2) exists: ban 2 after 1
     tensor([[0., 0., -inf, 0.]])
@@ -188,9 +195,10 @@ def logits_processor(
     (temperature 1, top_p 1, penalty 1, n-gram size 0, None) are left out.
 
     Returns: ``process(logits (B, V), tokens (B, t), keep_mask (B, t) | None) -> logits (B, V)``.
-    Raises: ConfigError for a setting out of range (the message of the processor that checks it), and
-        ``top_k (5) applies only with do_sample=True`` for a warper set without sampling (greedy and beam search
-        rank by the model's scores; a warper would be silently ignored).
+    Raises:
+        ConfigError: for a setting out of range (the message of the processor that checks it), and
+            ``top_k (5) applies only with do_sample=True`` for a warper set without sampling (greedy and beam search
+            rank by the model's scores; a warper would be silently ignored).
 
     >>> process = logits_processor(do_sample=True, temperature=0.5, top_k=1)
     >>> process(torch.tensor([[1.0, 2.0]]), torch.zeros(1, 0, dtype=torch.long), None)

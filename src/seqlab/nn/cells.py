@@ -61,7 +61,8 @@ class RNNCell(CellParameters):
         nonlinearity: "tanh" or "relu".
         recurrent_init: "uniform" (torch.nn's U(-1/sqrt(H), 1/sqrt(H))) or "orthogonal" (each gate's block of
             weight_hh orthogonal, Saxe et al., 2014; the other parameters stay uniform).
-        device, dtype: where and how the parameters are created.
+        device: where the parameters are created.
+        dtype: the parameters' floating-point type.
 
     Inputs: x (B, E); state h (B, H), zeros if None.
     Outputs: h_t (B, H).
@@ -156,7 +157,8 @@ class LSTMCell(CellParameters):
         proj_size: P; 0 for no projection. weight_hh becomes (4H, P) and weight_hr (P, H) is added.
         recurrent_init: "uniform" (torch.nn's U(-1/sqrt(H), 1/sqrt(H))) or "orthogonal" (each gate's block of
             weight_hh, (H, H) or (H, P), orthogonal, Saxe et al., 2014; weight_hr and the rest stay uniform).
-        device, dtype: where and how the parameters are created.
+        device: where the parameters are created.
+        dtype: the parameters' floating-point type.
 
     Inputs: x (B, E); state LSTMState(h, c), h (B, H) or (B, P), c (B, H), zeros if None.
     Outputs: LSTMState(h_t, c_t), h_t (B, H) or (B, P), c_t (B, H).
@@ -282,7 +284,8 @@ class GRUCell(CellParameters):
         variant: "reset_after" (torch.nn.GRU semantics, fused kernel available) or "textbook".
         recurrent_init: "uniform" (torch.nn's U(-1/sqrt(H), 1/sqrt(H))) or "orthogonal" (each gate's block of
             weight_hh orthogonal, Saxe et al., 2014; the other parameters stay uniform).
-        device, dtype: where and how the parameters are created.
+        device: where the parameters are created.
+        dtype: the parameters' floating-point type.
 
     Inputs: x (B, E); state h (B, H), zeros if None.
     Outputs: h_t (B, H).

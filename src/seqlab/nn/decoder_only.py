@@ -39,16 +39,17 @@ class TransformerDecoderOnlyLayer(TransformerEncoderLayer):
     on: a GPT block differs from an encoder layer only in what each position may attend to. ``from_torch`` copies a
     torch.nn.TransformerEncoderLayer, which this layer then runs causally.
 
-    Args:
-        d_model, num_heads, d_ff, dropout, activation, norm_first, layer_norm_eps, bias, attention_kind, window,
-            rotary: as ``TransformerEncoderLayer``.
+    Its arguments (d_model, num_heads, d_ff, dropout, activation, norm_first, layer_norm_eps, bias, attention_kind,
+    window, rotary) are ``TransformerEncoderLayer``'s.
+
     Inputs: x (B, T, D), the T newest positions; keep_mask (B, S) bool, True at real positions (S counts cached
         positions too), or None; cache: the self-attention KVCache of the earlier positions (``KVCache.empty``
         to start), or None to attend only to x. Causal masking is bottom-right aligned, so x's positions follow
         the cached ones.
     Outputs: ``LayerOutput(output (B, T, D), cache with x's keys and values appended, or None)``.
-    Raises: ValueError for a bad activation, D not divisible by N, or a mask of the wrong shape (from
-        ``MultiHeadAttention``).
+    Raises:
+        ValueError: for a bad activation, D not divisible by N, or a mask of the wrong shape (from
+            ``MultiHeadAttention``).
     """
 
     def forward(  # type: ignore[override]  # causal is not an option here
@@ -76,8 +77,9 @@ class TransformerDecoderOnly(nn.Module):
     Inputs: x (B, T, D), the T newest positions; keep_mask (B, S) bool, True at real positions (S counts cached
         positions too), or None; caches: one KVCache per layer, or None to attend only to x.
     Outputs: ``DecoderOnlyOutput(output (B, T, D), caches or None)``.
-    Raises: ValueError if layers is empty or holds something other than ``TransformerDecoderOnlyLayer``, or if
-        caches does not hold one cache per layer; as the layers otherwise.
+    Raises:
+        ValueError: if layers is empty or holds something other than ``TransformerDecoderOnlyLayer``, or if
+            caches does not hold one cache per layer; as the layers otherwise.
     """
 
     def __init__(
@@ -155,8 +157,9 @@ class IncrementalStep:
         keep_mask (B, S + 1) bool, True at real positions, or None when all are real; the new position must be
         real (a query with no real key is the reference path's business).
     Outputs: ``DecoderOnlyOutput(output (B, 1, D), caches with S + 1 steps)``, final norm applied.
-    Raises: ValueError if caches does not hold one cache per layer; as ``KVCache.append`` for a cache of the
-        wrong shape or dtype.
+    Raises:
+        ValueError: if caches does not hold one cache per layer; as ``KVCache.append`` for a cache of the
+            wrong shape or dtype.
     """
 
     def __init__(self, decoder: TransformerDecoderOnly) -> None:

@@ -104,8 +104,9 @@ class KVCache(NamedTuple):
     def append(self, k: Tensor, v: Tensor) -> KVCache:
         """A new cache holding this one's steps followed by k, v (B, N, t, Dh): S + t steps. This cache is unchanged.
 
-        Raises: ValueError if k or v is not (B, N, t, Dh) with the cache's B, N, Dh (message shows both shapes),
-            or their dtype is not the cache's.
+        Raises:
+            ValueError: if k or v is not (B, N, t, Dh) with the cache's B, N, Dh (message shows both shapes),
+                or their dtype is not the cache's.
         """
         keys, values, buffer = self
         B, N, S, Dh = keys.shape

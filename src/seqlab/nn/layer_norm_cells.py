@@ -179,7 +179,8 @@ class LayerNormLSTMCell(_LayerNormCell):
             (Jozefowicz et al., 2015); no effect when bias=False.
         eps: added to the variance in every LN (1e-5, as Ba et al.'s code and torch.nn.LayerNorm).
         recurrent_init: "uniform" or "orthogonal" (each gate's block of weight_hh), as for ``LSTMCell``.
-        device, dtype: where and how the parameters are created.
+        device: where the parameters are created.
+        dtype: the parameters' floating-point type.
 
     Inputs: x (B, E); state LSTMState(h, c), each (B, H), zeros if None.
     Outputs: LSTMState(h_t, c_t), each (B, H).
@@ -283,7 +284,8 @@ class LayerNormGRUCell(_LayerNormCell):
         variant: "reset_after" or "textbook" (where r_t is applied, see ``seqlab.nn.cells.GRUCell``).
         eps: added to the variance in every LN.
         recurrent_init: "uniform" or "orthogonal" (each gate's block of weight_hh), as for ``GRUCell``.
-        device, dtype: where and how the parameters are created.
+        device: where the parameters are created.
+        dtype: the parameters' floating-point type.
 
     Inputs: x (B, E); state h (B, H), zeros if None.
     Outputs: h_t (B, H).

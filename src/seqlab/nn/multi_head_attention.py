@@ -65,7 +65,8 @@ class MultiHeadAttention(nn.Module):
         dropout: dropout probability on the attention weights while training (attention_kind "full" only: the
             other kinds form no weight matrix to drop).
         bias: biases in the four projections.
-        kdim, vdim: features of the keys / values for cross-attention; D if None.
+        kdim: features of the keys for cross-attention; D if None.
+        vdim: features of the values for cross-attention; D if None.
         attention_kind: "full", "local" or "linear" (``kind=`` still works for one release, with a
             DeprecationWarning).
         window: keys per query for attention_kind "local" (required there, not allowed otherwise).
@@ -86,11 +87,12 @@ class MultiHeadAttention(nn.Module):
         The previous release's names ``key_padding_mask`` (same meaning as keep_mask: True = real key) and
         ``positions_offset`` still work for one release, with a DeprecationWarning.
     Outputs: ``AttentionOutput(output (B, T, D), weights (B, N, T, S) or None, cache or None)``.
-    Raises: ValueError if d_model is not divisible by num_heads, attention_kind is unknown, window does not fit
-        attention_kind, dropout > 0 with attention_kind other than "full", need_weights with attention_kind
-        "linear", sizes are not integers >= 1, dropout is outside [0, 1), inputs have the wrong shape,
-        a mask is not bool or its shape does not match (the message shows both shapes), or a cache / rotary
-        embedding is used with cross-attention.
+    Raises:
+        ValueError: if d_model is not divisible by num_heads, attention_kind is unknown, window does not fit
+            attention_kind, dropout > 0 with attention_kind other than "full", need_weights with attention_kind
+            "linear", sizes are not integers >= 1, dropout is outside [0, 1), inputs have the wrong shape,
+            a mask is not bool or its shape does not match (the message shows both shapes), or a cache / rotary
+            embedding is used with cross-attention.
     """
 
     def __init__(

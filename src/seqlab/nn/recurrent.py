@@ -55,7 +55,8 @@ class RNN(RecurrentBase):
             x_{l+1} = layer_l(x_l) + x_l; sizes always match there. Needs num_layers >= 2. Forces the reference path.
         use_fused: run torch's fused kernel when the configuration allows (see ``fused``); False forces the
             reference loop.
-        device, dtype: where and how the parameters are created.
+        device: where the parameters are created.
+        dtype: the parameters' floating-point type.
 
     Inputs: x (B, T, E) or (T, B, E), T >= 1, floating point with the weights' dtype; lengths (B,) integers in
         [1, T] (a tensor or a sequence of ints) or None for all T; state h_0 (L*C, B, H) or None for zeros.
@@ -129,9 +130,10 @@ class RNN(RecurrentBase):
 class LSTM(RecurrentBase):
     """Stacked, optionally bidirectional LSTM (``LSTMCell``, Hochreiter & Schmidhuber, 1997).
 
+    input_size, hidden_size, num_layers, bidirectional, dropout, batch_first, bias, merge_mode, recurrent_dropout,
+    recurrent_init, residual, use_fused, device and dtype are as for ``RNN``.
+
     Args:
-        input_size, hidden_size, num_layers, bidirectional, dropout, batch_first, bias, merge_mode,
-            recurrent_dropout, recurrent_init, residual, use_fused, device, dtype: as for ``RNN``.
         forget_bias: added to every cell's forget-gate bias b_if at init (Jozefowicz et al., 2015).
         proj_size: P > 0 projects every h_t to P features, h_t = W_hr (o_t * tanh(c_t)) (Sak et al., 2014), as
             torch.nn.LSTM's proj_size: h (and each direction's outputs) has P features, c keeps H; the fused
@@ -235,9 +237,10 @@ class LSTM(RecurrentBase):
 class GRU(RecurrentBase):
     """Stacked, optionally bidirectional GRU (``GRUCell``, Cho et al., 2014), reset-after or textbook form.
 
+    input_size, hidden_size, num_layers, bidirectional, dropout, batch_first, bias, merge_mode, recurrent_dropout,
+    recurrent_init, device and dtype are as for ``RNN``.
+
     Args:
-        input_size, hidden_size, num_layers, bidirectional, dropout, batch_first, bias, merge_mode,
-            recurrent_dropout, recurrent_init, device, dtype: as for ``RNN``.
         variant: "reset_after" (torch.nn.GRU semantics) or "textbook" (the seeds' equations: r_t applied to
             h_{t-1} before W_hn, h_t = (1 - z_t) * h_{t-1} + z_t * h~_t; see ``GRUCell`` and
             ``flip_update_gate`` for the weight map between the two z conventions).

@@ -111,14 +111,17 @@ class TransformerEncoderLayer(nn.Module):
         norm_first: pre-LN instead of post-LN.
         layer_norm_eps: epsilon of both layer norms.
         bias: learn the biases of the projections, the feed-forward network and the layer norms.
-        attention_kind, window, rotary: of the self-attention, as ``MultiHeadAttention``'s.
+        attention_kind: of the self-attention, as ``MultiHeadAttention``'s.
+        window: of the self-attention, as ``MultiHeadAttention``'s.
+        rotary: of the self-attention, as ``MultiHeadAttention``'s.
     Inputs: x (B, T, D); keep_mask (B, S) bool, True at real positions (S counts cached positions too), or None;
         causal: position i sees only positions <= i (for decoder-only use); cache: the self-attention KVCache of
         the earlier positions, or None.
     Outputs: ``LayerOutput(output (B, T, D), cache or None)``. Padded positions get values too; they never change
         the real positions.
-    Raises: ValueError for a bad activation, D not divisible by N, or a mask of the wrong shape (from
-        ``MultiHeadAttention``).
+    Raises:
+        ValueError: for a bad activation, D not divisible by N, or a mask of the wrong shape (from
+            ``MultiHeadAttention``).
     """
 
     def __init__(
@@ -170,8 +173,9 @@ class TransformerEncoderLayer(nn.Module):
 
         batch_first does not matter: the weights are the same, and seqlab's layer is always batch-first.
 
-        Raises: ValueError if module is not a torch.nn.TransformerEncoderLayer or its activation is neither
-            relu nor gelu.
+        Raises:
+            ValueError: if module is not a torch.nn.TransformerEncoderLayer or its activation is neither
+                relu nor gelu.
         """
         return _layer_from_torch(cls, module, nn.TransformerEncoderLayer)
 
@@ -196,11 +200,10 @@ class TransformerDecoderLayer(nn.Module):
     that is passed in and returned, and the cross-attention keys and values, which depend only on the memory M,
     can be computed once per source with ``project_memory`` and passed in place of M.
 
-    Args:
-        d_model, num_heads, d_ff, dropout, activation, norm_first, layer_norm_eps, bias: as
-            ``TransformerEncoderLayer``.
-        attention_kind, window, rotary: for the self-attention only. Cross-attention is always full and without
-            rotary positions: target and source positions are not on one axis.
+    d_model, num_heads, d_ff, dropout, activation, norm_first, layer_norm_eps and bias are as for
+    ``TransformerEncoderLayer``; attention_kind, window and rotary are too, for the self-attention only.
+    Cross-attention is always full and without rotary positions: target and source positions are not on one axis.
+
     Inputs:
         x: (B, T, D), the T newest target positions.
         memory: encoder output (B, S, D), or its keys and values from ``project_memory``.
@@ -209,8 +212,9 @@ class TransformerDecoderLayer(nn.Module):
             attend only to x. Causal masking is bottom-right aligned, so x's positions follow the cached ones.
         need_weights: also return the cross-attention weights.
     Outputs: ``DecoderLayerOutput(output (B, T, D), cache, cross_weights (B, N, T, S) or None)``.
-    Raises: ValueError as ``TransformerEncoderLayer``, and (from ``MultiHeadAttention`` / ``KVCache``) for a
-        memory mask of the wrong shape or a cache too short for T more positions.
+    Raises:
+        ValueError: as ``TransformerEncoderLayer``, and (from ``MultiHeadAttention`` / ``KVCache``) for a
+            memory mask of the wrong shape or a cache too short for T more positions.
     """
 
     def __init__(
@@ -277,8 +281,9 @@ class TransformerDecoderLayer(nn.Module):
         """A layer with the configuration, device, dtype and a copy of the weights of ``module`` (its
         ``multihead_attn`` becomes ``cross_attn``).
 
-        Raises: ValueError if module is not a torch.nn.TransformerDecoderLayer or its activation is neither
-            relu nor gelu.
+        Raises:
+            ValueError: if module is not a torch.nn.TransformerDecoderLayer or its activation is neither
+                relu nor gelu.
         """
         return _layer_from_torch(cls, module, nn.TransformerDecoderLayer)
 
@@ -355,8 +360,9 @@ class TransformerDecoder(nn.Module):
         caches: one self-attention KVCache per layer, or None to attend only to x.
         need_weights: also return every layer's cross-attention weights.
     Outputs: ``DecoderOutput(output (B, T, D), caches, cross_weights)``.
-    Raises: ValueError if layers is empty or holds something other than ``TransformerDecoderLayer``, or if
-        memory or caches are lists whose length is not L; as the layers otherwise.
+    Raises:
+        ValueError: if layers is empty or holds something other than ``TransformerDecoderLayer``, or if
+            memory or caches are lists whose length is not L; as the layers otherwise.
     """
 
     def __init__(self, layers: Iterable[TransformerDecoderLayer], *, final_norm: nn.LayerNorm | None = None) -> None:

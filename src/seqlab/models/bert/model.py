@@ -188,8 +188,9 @@ class Bert(PretrainedMixin, nn.Module):
         unpickle); float32 parameters, eval mode. Heads in the folder are ignored; a folder without a pooler gives
         a model without one.
 
-        Raises: CheckpointError (one line) for a missing file, another architecture, an unsupported config field,
-            or a missing or mis-shaped tensor (named).
+        Raises:
+            CheckpointError: (one line) for a missing file, another architecture, an unsupported config field,
+                or a missing or mis-shaped tensor (named).
         """
         return convert_hf.load_hf(cls, Path(directory))
 

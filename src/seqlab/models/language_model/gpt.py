@@ -102,8 +102,9 @@ class GPT(PretrainedMixin, nn.Module):
     Inputs (``forward``): input_ids (B, T) long; state: a ``GPTState`` from an earlier call to continue those
         streams, or None to start; keep_mask (B, T) bool, True at real tokens (pads on the left only), or None.
     Outputs: ``LanguageModelOutput(logits (B, T, V) scores of the token after each position, GPTState)``.
-    Raises: ValueError if a row would reach past ``config.context_length`` positions with learned positions (one
-        line with the numbers), or input_ids / keep_mask have the wrong shape.
+    Raises:
+        ValueError: if a row would reach past ``config.context_length`` positions with learned positions (one
+            line with the numbers), or input_ids / keep_mask have the wrong shape.
     """
 
     config_class: ClassVar[type] = GPTConfig
@@ -266,8 +267,9 @@ class GPT(PretrainedMixin, nn.Module):
         """Load a Hugging Face GPT-2 folder (config.json + model.safetensors from
         ``GPT2LMHeadModel.save_pretrained``); float32 parameters, eval mode.
 
-        Raises: CheckpointError (one line) for a missing file, an unsupported config field, or a missing,
-            unexpected or mis-shaped tensor (named).
+        Raises:
+            CheckpointError: (one line) for a missing file, an unsupported config field, or a missing,
+                unexpected or mis-shaped tensor (named).
         """
         directory = Path(directory)
         model = cls(GPTConfig(**convert_hf.read_gpt2_config(directory)))

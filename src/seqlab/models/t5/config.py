@@ -18,9 +18,10 @@ class T5Config:
     The defaults are t5-small's (v1.0: ReLU feed-forward, tied output layer); T5 v1.1 sets
     feed_forward_proj="gated-gelu" and tie_word_embeddings=False.
 
-    Raises: ConfigError (one line showing the bad value) for a size that is not an integer >= 1, dropout outside
-        [0, 1), layer_norm_eps <= 0, an unknown feed_forward_proj, fewer than 4 buckets, a max_distance that
-        leaves no logarithmic buckets, or a special id outside the vocabulary.
+    Raises:
+        ConfigError: (one line showing the bad value) for a size that is not an integer >= 1, dropout outside
+            [0, 1), layer_norm_eps <= 0, an unknown feed_forward_proj, fewer than 4 buckets, a max_distance that
+            leaves no logarithmic buckets, or a special id outside the vocabulary.
     """
 
     vocab_size: int = 32128  # V, shared by encoder and decoder

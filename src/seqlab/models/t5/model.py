@@ -208,8 +208,9 @@ class T5(PretrainedMixin, nn.Module):
         """A T5 from a Hugging Face ``T5ForConditionalGeneration`` folder (config.json, model.safetensors), in
         float32 and eval mode.
 
-        Raises: CheckpointError (one line) for a missing file, another architecture, an unsupported setting, or a
-            missing, unexpected or mis-shaped tensor (named).
+        Raises:
+            CheckpointError: (one line) for a missing file, another architecture, an unsupported setting, or a
+                missing, unexpected or mis-shaped tensor (named).
         """
         directory = Path(directory)
         model = cls(read_t5_config(directory))

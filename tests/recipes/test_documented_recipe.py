@@ -1,6 +1,6 @@
-"""The example recipe in README.md's "Writing a recipe" section runs as written, so the README cannot go stale.
+"""The example recipe of the documentation's "Writing a recipe" page runs as written, so the page cannot go stale.
 
-The example is cut out of README.md, imported as a module, registered, and driven through the command line:
+The example is cut out of docs/guide/writing-a-recipe.md, imported as a module, registered, and driven through the command line:
 train for a few steps, then evaluate and predict, whose answers must agree with the bits' true majorities.
 """
 
@@ -10,7 +10,7 @@ import io
 import json
 
 import pytest
-from readme_example import example_source
+from recipe_example import example_source
 
 from seqlab.cli import main
 from seqlab.models import Seq2VecClassifier, load_pretrained
