@@ -58,6 +58,7 @@ def weights_digest(run: Path) -> str:
     return digest.hexdigest()
 
 
+@torch.inference_mode(False)  # torch.export traces no inference tensors, so a caller's inference mode is left
 def export_onnx(run: Path, out: Path, *, overwrite: bool = False) -> dict[str, Any]:
     """Export the model of run directory ``run`` to ``out`` (module docstring); return the manifest.
 
@@ -127,8 +128,8 @@ def _export_graph(graph: Graph, directory: Path) -> dict[str, Any]:
 
 
 def _swap_in(staging: Path, out: Path) -> None:
-    """Rename the finished ``staging`` directory to ``out``; an old export there is moved aside first and removed
-    once the new one is in place."""
+    """Rename the finished ``staging`` directory to ``out``; an old export there is moved aside first, put back if
+    the rename fails, and removed once the new one is in place."""
     old = None
     try:
         if out.exists():
@@ -136,6 +137,8 @@ def _swap_in(staging: Path, out: Path) -> None:
             os.replace(out, old / out.name)
         os.replace(staging, out)
     except OSError as e:
+        if old is not None and (old / out.name).exists() and not out.exists():
+            os.replace(old / out.name, out)
         raise storage_error(out, e) from None
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
