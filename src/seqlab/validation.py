@@ -11,6 +11,8 @@ import math
 import numbers
 from collections.abc import Collection
 
+import torch
+
 from seqlab.errors import ConfigError
 
 # The largest width (hidden_size, d_model, embedding_size, d_ff, context_length) and depth (layers, heads) that a
@@ -21,8 +23,8 @@ MAX_DEPTH = 1_024
 
 
 def is_int(value: object) -> bool:
-    """True for an integer that is not a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    """True for an integer that is not a bool; a ``torch.SymInt`` (a size while a model is exported) is one."""
+    return isinstance(value, (numbers.Integral, torch.SymInt)) and not isinstance(value, bool)
 
 
 def is_real(value: object) -> bool:

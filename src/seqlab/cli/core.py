@@ -15,7 +15,14 @@ from seqlab.errors import ConfigError, SeqlabError
 from seqlab.recipes import PLUGIN_ERRORS, RECIPES, Recipe, get_recipe, recipe_of_checkpoint
 from seqlab.recipes.base import load_recipe_config, run_directory, run_training
 from seqlab.recipes.run_directory import RunMode
-from seqlab.recipes.system import GenerationRequest, System, SystemOptions, TextGenerator, refuse_options
+from seqlab.recipes.system import (
+    BACKENDS,
+    GenerationRequest,
+    System,
+    SystemOptions,
+    TextGenerator,
+    refuse_options,
+)
 from seqlab.training.distributed import is_writer, launch, launched_by_torchrun, process_group, record_error
 
 # The flag of each SystemOptions field, for messages: an option a recipe's System does not take is refused.
@@ -26,7 +33,9 @@ OPTION_FLAGS = {
     "rescore": "--rescore",
     "rescore_weight": "--rescore-weight",
     "errors": "--errors",
+    "backend": "--backend",
 }
+BACKEND_HELP = "run the decoding steps in torch (default) or onnxruntime (needs `seqlab export RUN --format onnx`)"
 ENSEMBLE_HELP = "more run directories of the same recipe and vocabularies, decoded together with CHECKPOINT"
 RESCORE_HELP = "a run of the same vocabularies (e.g. trained right to left) that re-ranks CHECKPOINT's beam"
 WEIGHT_HELP = "weight w in [0, 1] of --rescore's scores: (1 - w) * beam score + w * its score (default 0.5)"
@@ -86,6 +95,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("--ensemble", type=Path, nargs="+", metavar="DIR", help=ENSEMBLE_HELP)
     predict.add_argument("--rescore", type=Path, metavar="DIR", help=RESCORE_HELP)
     predict.add_argument("--rescore-weight", type=float, metavar="W", help=WEIGHT_HELP)
+    predict.add_argument("--backend", choices=BACKENDS, help=BACKEND_HELP)
     predict.set_defaults(handler=_predict, errors=None)
 
     generate = commands.add_parser("generate", help="continue a prompt with a language model, streaming the text")
@@ -102,6 +112,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     generate.add_argument("--num-samples", type=int, dest="num_samples", help=argparse.SUPPRESS)  # the old name
     generate.add_argument("--stop", help="end a continuation once it contains this string")
+    generate.add_argument("--backend", choices=BACKENDS, help=BACKEND_HELP)
     generate.set_defaults(handler=_generate)
 
     recipes = commands.add_parser("recipes", help="list recipes, or show one recipe's defaults")
@@ -265,7 +276,9 @@ def _generate(args: argparse.Namespace) -> int:
     if not issubclass(recipe.System, TextGenerator):
         generating = ", ".join(name for name, r in sorted(RECIPES.items()) if issubclass(r.System, TextGenerator))
         raise ConfigError(f"{args.checkpoint}: the {recipe.NAME} recipe does not generate; runs of {generating} do")
-    system = recipe.System.load(args.checkpoint, SystemOptions())
+    options = SystemOptions(backend=args.backend)  # generate's other flags are the request's, not options
+    refuse_options(recipe.System, options, OPTION_FLAGS, recipe.NAME)
+    system = recipe.System.load(args.checkpoint, options)
     count = request.num_return_sequences
     started = -1
     for chunk in system.generate(request):

@@ -144,7 +144,8 @@ class RecurrentBase(nn.Module):
             self._check_lengths(lengths, B, T)
         state = self._initial_state(x, B) if state is None else self._check_state(state, B)
         options = {"batch_first": self.batch_first, "dropout": self.dropout, "training": self.training}
-        if self.fused:
+        # Packed sequences cannot be exported (their batch sizes are data); the reference path's loop can.
+        if self.fused and not (lengths is not None and torch.compiler.is_exporting()):
             outputs, final_state = run_fused(
                 self.fused_kernel,
                 self.cells,
@@ -177,6 +178,8 @@ class RecurrentBase(nn.Module):
             raise ValueError(f"lengths must have shape (B,) = ({B},), got {tuple(lengths.shape)}")
         if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
             raise ValueError(f"lengths must be an integer tensor, got dtype {lengths.dtype}")
+        if torch.compiler.is_exporting():
+            return  # the values are not known while exporting; the graph's caller checks them
         low, high = int(lengths.min()), int(lengths.max())
         if low < 1 or high > T:
             raise ValueError(f"lengths must be in [1, T] = [1, {T}], got values from {low} to {high}")

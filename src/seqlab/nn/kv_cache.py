@@ -117,7 +117,9 @@ class KVCache(NamedTuple):
             )
         if k.dtype != keys.dtype or v.dtype != keys.dtype:
             raise ValueError(f"k ({k.dtype}) and v ({v.dtype}) must have the cache's dtype ({keys.dtype})")
-        if torch.is_grad_enabled() and (keys.requires_grad or k.requires_grad or v.requires_grad):
+        # An exported graph takes and returns caches of exactly S steps: no buffer, no writes in place.
+        exporting = torch.compiler.is_exporting()
+        if exporting or (torch.is_grad_enabled() and (keys.requires_grad or k.requires_grad or v.requires_grad)):
             return KVCache(torch.cat([keys, k], dim=2), torch.cat([values, v], dim=2))  # (B, N, S + t, Dh)
         t = shape[2]
         if not self._owns(buffer) or S + t > buffer.capacity:

@@ -96,7 +96,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         _check_input(x, self.d_model)
         _check_offset(offset)
         T = x.shape[1]
-        if offset + T <= self.max_length:
+        # While exporting, offset is a symbol (the cache's length): the angles are computed for any offset.
+        if not torch.compiler.is_exporting() and offset + T <= self.max_length:
             pe = self.table[offset : offset + T]
         else:
             pe = self._encoding_range(offset, T, x.device)
@@ -190,7 +191,8 @@ class RotaryEmbedding(nn.Module):
 
     def _cos_sin(self, offset: int, T: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """cos and sin of (offset + t) theta_i, float64, each (T, Dh/2)."""
-        if offset + T <= self.max_length:
+        # While exporting, offset is a symbol (the cache's length): the angles are computed for any offset.
+        if not torch.compiler.is_exporting() and offset + T <= self.max_length:
             return self.cos_table[offset : offset + T], self.sin_table[offset : offset + T]
         angles = _angles(offset, T, _inverse_frequencies(self.head_dim, self.base, device))  # (T, Dh/2)
         return angles.cos(), angles.sin()

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from seqlab.nn.functional.fused_rnn import fused_cell, fused_rnn, fused_rnn_packed
+from seqlab.nn.functional.fused_rnn import fused_cell, fused_rnn, fused_rnn_packed, scan_loop
 from seqlab.nn.functional.recurrence import LSTMState
 
 State = Tensor | LSTMState
@@ -47,8 +47,11 @@ def scan(
     """Run ``step`` over xw (T, B, G*H) from ``state``; keep (T, B, 1) is True on real steps, None if all are.
 
     Returns the hidden states (T, B, H) and the final state. Steps come from ``unbind`` because indexing
-    xw[t] in the loop gives every step's backward a full-size gradient of xw, quadratic in T.
+    xw[t] in the loop gives every step's backward a full-size gradient of xw, quadratic in T. While exporting, the
+    same steps run as one ``scan_loop``, which serves every T (a Python loop would be unrolled at the export's T).
     """
+    if torch.compiler.is_exporting():
+        return _scan_exported(step, xw, state, keep, reverse=reverse)
     xw_steps = xw.unbind(0)
     keep_steps = keep.unbind(0) if keep is not None else (None,) * len(xw_steps)
     steps = list(zip(xw_steps, keep_steps, strict=True))
@@ -62,6 +65,24 @@ def scan(
     if reverse:
         h_steps.reverse()
     return torch.stack(h_steps), state  # (T, B, H)
+
+
+def _scan_exported(
+    step: Callable[[Tensor, State], State], xw: Tensor, state: State, keep: Tensor | None, *, reverse: bool
+) -> tuple[Tensor, State]:
+    """``scan``'s loop as one ``scan_loop`` (same arguments and results)."""
+
+    lstm = isinstance(state, LSTMState)
+
+    def combine(carry: tuple[Tensor, ...], inputs: tuple[Tensor, ...]) -> tuple[tuple[Tensor, ...], Tensor]:
+        old = LSTMState(*carry) if lstm else carry[0]  # the scan carries plain tuples of tensors
+        new = step(inputs[0], old)
+        new = new if keep is None else _select(inputs[1], new, old)
+        return (tuple(new) if lstm else (new,)), _hidden(new).clone()  # y must not alias the carry
+
+    init = tuple(state) if lstm else (state,)
+    final, h_steps = scan_loop(combine, init, (xw,) if keep is None else (xw, keep), reverse=reverse)
+    return h_steps, LSTMState(*final) if lstm else final[0]
 
 
 def merge_directions(forward: Tensor, backward: Tensor, merge_mode: str) -> Tensor:

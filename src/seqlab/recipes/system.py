@@ -33,6 +33,7 @@ from seqlab.errors import ConfigError
 # The largest value of each count a request may ask for: beyond it a command would only run out of memory or time.
 MAX_BEAMS = 1_000
 MAX_NEW_TOKENS = 1_000_000
+BACKENDS = ("torch", "onnxruntime")  # what may run a model's decoding steps (``SystemOptions.backend``)
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,10 @@ class SystemOptions:
         rescore: a run directory whose scores re-rank the beam (e.g. one trained right to left).
         rescore_weight: w in [0, 1], the weight of ``rescore``'s scores.
         errors: a new file that ``evaluate`` fills with the wrong predictions.
-    Raises: ConfigError for a count outside [1, MAX_BEAMS] or a weight outside [0, 1], naming the option.
+        backend: what runs the model's decoding steps: "torch" (the default) or "onnxruntime" (the graphs that
+            ``seqlab export RUN --format onnx`` wrote in RUN/onnx, driven by the same decoding engine).
+    Raises: ConfigError for a count outside [1, MAX_BEAMS], a weight outside [0, 1] or an unknown backend, naming
+        the option.
     """
 
     num_beams: int | None = None
@@ -56,12 +60,15 @@ class SystemOptions:
     rescore: Path | None = None
     rescore_weight: float | None = None
     errors: Path | None = None
+    backend: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_beams", "nbest"):
             _check_count(name, getattr(self, name), MAX_BEAMS)
         if self.rescore_weight is not None and not 0 <= self.rescore_weight <= 1:
             raise ConfigError(f"rescore_weight ({self.rescore_weight}) must be in [0, 1]")
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise ConfigError(f"backend ({self.backend!r}) must be one of {', '.join(BACKENDS)}")
 
     def given(self) -> list[str]:
         """The names of the options set (not None or empty), in declaration order."""

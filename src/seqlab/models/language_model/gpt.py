@@ -183,7 +183,8 @@ class GPT(PretrainedMixin, nn.Module):
         next_position = state.next_position + counts
         x = self.wte(input_ids)  # (B, T, D)
         if self.wpe is not None:
-            self._check_reach(state.caches[0].length + T, next_position)
+            if not torch.compiler.is_exporting():  # positions are data then; the graph's caller checks the reach
+                self._check_reach(state.caches[0].length + T, next_position)
             x = x + self.wpe(positions)
         # Rotary positions need no per-row shift: <R(m) q, R(n) k> depends on m - n only, the same with or without
         # a row's left pads, and pads are never attended.

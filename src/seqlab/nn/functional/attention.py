@@ -121,10 +121,12 @@ def scaled_dot_product_attention(
     if keep_mask is not None:
         _check_keep_mask(keep_mask, (B, N, T, S))
 
-    # SDPA's own is_causal is top-left aligned, which equals bottom-right only for T == S.
-    is_causal = causal and T == S and keep_mask is None and not need_weights
+    # SDPA's own is_causal is top-left aligned, which equals bottom-right only for T == S. While exporting, T and S
+    # are symbols, so whether T == S (or T > 1) is not known: the explicit mask serves every T and S.
+    exporting = torch.compiler.is_exporting()
+    is_causal = causal and not exporting and T == S and keep_mask is None and not need_weights
     mask = keep_mask
-    if causal and T > 1 and not is_causal:  # with T == 1 the causal mask would be all True
+    if causal and (exporting or T > 1) and not is_causal:  # with T == 1 the causal mask would be all True
         causal_mask = causal_keep_mask(T, S, device=q.device)
         mask = causal_mask if mask is None else mask & causal_mask
     has_key = None

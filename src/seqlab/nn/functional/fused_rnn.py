@@ -22,6 +22,10 @@ trains: its other layers keep bf16.
 
 ``weights`` lists, per layer and direction in torch's order, weight_ih, weight_hh, then bias_ih, bias_hh (with
 bias) and weight_hr (with a projection). ``hx`` is h_0 (L*C, B, H), or (h_0, c_0) for the LSTM.
+
+``scan_loop`` is torch's ``scan`` operator (``torch._higher_order_ops.scan``, not public either): while a model is
+exported (``torch.onnx.export(..., dynamo=True)``), a Python loop over T steps would be unrolled at the export shape's
+T, so the reference path's recurrence goes in as one scan (ONNX ``Scan``) that serves every T.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -44,6 +49,15 @@ def _kernel(name: str) -> Callable[..., tuple[Tensor, ...]]:
     if name not in KERNEL_NAMES:
         raise ValueError(f"kernel must be one of {KERNEL_NAMES}, got {name!r}")
     return getattr(torch._VF, name)
+
+
+def scan_loop(
+    combine: Callable[[Any, Any], tuple[Any, Tensor]], init: Any, xs: Any, *, reverse: bool
+) -> tuple[Any, Tensor]:
+    """carry, y_t = combine(carry, x_t) over the leading dimension of every tensor of ``xs`` (backwards with
+    ``reverse``, y still indexed by t) from ``init``; returns the final carry and the stacked y (T, ...).
+    ``combine`` must return a y that is no view of its carry. For exporting (module docstring)."""
+    return torch._higher_order_ops.scan(combine, init, xs, dim=0, reverse=reverse)
 
 
 def fused_rnn(

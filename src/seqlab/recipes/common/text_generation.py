@@ -80,7 +80,9 @@ def stream_continuation(
 
     Raises: ConfigError from ``generate`` for a bad setting, or for ``stop`` with beam search.
     """
-    ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=next(model.parameters()).device)
+    # A torch model takes its inputs where its parameters are; exported graphs (onnxruntime) take CPU tensors.
+    device = next(model.parameters()).device if isinstance(model, torch.nn.Module) else torch.device("cpu")
+    ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
     if settings.get("num_beams", 1) > 1:
         if stop is not None:
             raise ConfigError("--stop cannot be combined with beam search (--num-beams > 1)")

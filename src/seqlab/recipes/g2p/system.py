@@ -28,6 +28,7 @@ from seqlab.decoding.beam_search import beam_search
 from seqlab.decoding.ensemble import EnsembleStepModel
 from seqlab.decoding.greedy import greedy_search
 from seqlab.errors import CheckpointError, ConfigError, DataError, UnknownSymbolError
+from seqlab.export import OnnxRNNSeq2Seq, load_step_model
 from seqlab.metrics import g2p_scores
 from seqlab.models.seq2seq.rnn import RNNSeq2Seq
 from seqlab.models.seq2seq.transformer import TransformerSeq2Seq
@@ -83,10 +84,12 @@ class G2PSystem:
         rescorer: another system over the same vocabularies that re-ranks the beam with weight ``rescore_weight``.
         num_beams: K of predictions (None: ``config.decode.num_beams``); nbest: hypotheses per predicted word.
         errors: a new file that ``evaluate`` fills with the wrong words, or None.
+        step_model: what searches decode with instead of ``model``: the run's exported graphs under onnxruntime
+            (``--backend onnxruntime``), else None.
     """
 
     OPTIONS: ClassVar[frozenset[str]] = frozenset(
-        {"num_beams", "nbest", "ensemble", "rescore", "rescore_weight", "errors"}
+        {"num_beams", "nbest", "ensemble", "rescore", "rescore_weight", "errors", "backend"}
     )
 
     model: RNNSeq2Seq | TransformerSeq2Seq
@@ -99,6 +102,7 @@ class G2PSystem:
     num_beams: int | None = None
     nbest: int = 1
     errors: Path | None = None
+    step_model: OnnxRNNSeq2Seq | None = None
 
     def save(self, directory: Path) -> None:
         """Write the model and both vocabularies (``run_training`` adds ``recipe.json``, which ``load`` reads)."""
@@ -117,10 +121,15 @@ class G2PSystem:
                 describes another model than ``config.json``; an ensemble or rescoring run is not a g2p run, has
                 other vocabularies, or (ensemble) reads pronunciations in another order (one line naming it).
             ConfigError: ``rescore_weight`` without ``rescore``; ``nbest`` above the beam width; an ``errors`` file
-                that exists or whose directory does not.
+                that exists or whose directory does not; ``backend`` "onnxruntime" with ``ensemble``, or without
+                onnxruntime installed.
+            CheckpointError: (onnxruntime) the export in ``directory/onnx`` is missing, stale or of another model.
         """
         if options.rescore is None and options.rescore_weight is not None:
             raise ConfigError("--rescore-weight needs --rescore, the run whose scores it weighs")
+        onnxruntime = options.backend == "onnxruntime"
+        if onnxruntime and options.ensemble:
+            raise ConfigError("--backend onnxruntime cannot be combined with --ensemble (an ensemble decodes in torch)")
         system = cls._load_run(directory)
         nbest = nbest_within_beam(options, options.num_beams or system.config.decode.num_beams)
         if options.errors is not None:
@@ -138,6 +147,7 @@ class G2PSystem:
             num_beams=options.num_beams,
             nbest=nbest,
             errors=options.errors,
+            step_model=load_step_model(directory) if onnxruntime else None,
         )
 
     @classmethod
@@ -251,7 +261,7 @@ class G2PSystem:
         decode = self.config.decode
         for model in (self.model, *self.ensemble):
             model.eval()
-        decoder = EnsembleStepModel((self.model, *self.ensemble)) if self.ensemble else self.model
+        decoder = EnsembleStepModel((self.model, *self.ensemble)) if self.ensemble else self.step_model or self.model
         device = model_device(self.model)
         batch = collate_seq2seq([(x, []) for x in chunk]).to(device)
         state = decoder.encode(batch.src, batch.src_lengths)

@@ -15,6 +15,7 @@ from seqlab.analysis.attention import LabelledAttention, attention_maps
 from seqlab.data.text import read_text
 from seqlab.data.tokenizers import TOKENIZER_FILE, Tokenizer, load_tokenizer
 from seqlab.errors import CheckpointError, ConfigError, DataError
+from seqlab.export import OnnxGPT, load_step_model
 from seqlab.models import GPT, RNNLanguageModel, load_pretrained
 from seqlab.recipes.base import check_model_config, check_vocabulary_size, load_recipe_config
 from seqlab.recipes.common.text_generation import continuation_pieces, prompt_tokens
@@ -43,13 +44,16 @@ class LanguageModelSystem:
         model: a GPT or a recurrent language model.
         tokenizer: the run's char, word or BPE tokenizer.
         config: the run's whole recipe config (its decode section sets generation's defaults).
+        step_model: what generation decodes with when it is not ``model``: the run's exported graphs under
+            onnxruntime (``--backend onnxruntime``), else None.
     """
 
-    OPTIONS: ClassVar[frozenset[str]] = frozenset()
+    OPTIONS: ClassVar[frozenset[str]] = frozenset({"backend"})
 
     model: GPT | RNNLanguageModel
     tokenizer: Tokenizer
     config: Config
+    step_model: OnnxGPT | None = None
 
     def save(self, directory: Path) -> None:
         """Write the model and ``tokenizer.json`` (``run_training`` adds ``recipe.json``, which ``load`` reads)."""
@@ -58,9 +62,11 @@ class LanguageModelSystem:
 
     @classmethod
     def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> LanguageModelSystem:
-        """The run in ``directory`` (``options``: none taken).
+        """The run in ``directory``; with ``options.backend`` "onnxruntime", generation runs its export in
+        ``directory/onnx`` (``seqlab.export.load_step_model``).
 
-        Raises: CheckpointError for a run that holds another model, or whose files disagree.
+        Raises: CheckpointError for a run that holds another model, or whose files disagree, or (onnxruntime) whose
+            export is missing, stale or not a GPT's; ConfigError if onnxruntime is not installed.
         """
         config = load_recipe_config(directory, Config)
         model = load_pretrained(directory)
@@ -69,7 +75,8 @@ class LanguageModelSystem:
         tokenizer = load_tokenizer(directory)
         check_vocabulary_size(directory / TOKENIZER_FILE, tokenizer.vocab_size, model.config.vocab_size)
         check_model_config(directory, config.model.model_config(vocab_size=tokenizer.vocab_size), model.config)
-        return cls(model, tokenizer, config)
+        step_model = load_step_model(directory) if options.backend == "onnxruntime" else None
+        return cls(model, tokenizer, config, step_model)
 
     def encode(self, text: str, *, source: str) -> torch.Tensor:
         """(N,) long token ids of ``text``; ``source`` names the text in the error message.
@@ -163,7 +170,12 @@ class LanguageModelSystem:
         """The chunks of ``generate``, once its checks have passed."""
         for index in range(request.num_return_sequences):
             pieces = continuation_pieces(
-                self.model, self.tokenizer, prompt_ids, settings=settings, stop=request.stop, generator=generator
+                self.step_model or self.model,
+                self.tokenizer,
+                prompt_ids,
+                settings=settings,
+                stop=request.stop,
+                generator=generator,
             )
             for piece in pieces:
                 yield GenerationChunk(index, piece, finished=False)

@@ -1,0 +1,144 @@
+"""The onnxruntime backend against the torch backend (and transformers), measured in the same run.
+
+step rows   one GPT decode step at batch 1 over a cache of --cache tokens (``GPT.step`` under inference_mode against
+            ``OnnxGPT.step``), and one g2p word (encoder, then greedy steps to EOS) of a g2p run (--g2p, default
+            the committed fixture) through ``RNNSeq2Seq`` against ``OnnxRNNSeq2Seq``; microseconds per call.
+generation  ``seqlab.decoding.generate`` over the torch GPT (torch backend) and over its exported graphs
+            (onnxruntime backend) against transformers' ``generate`` on GPT2LMHeadModel with the same weights,
+            greedy and beam (K = --beams), --new-tokens tokens after a 16-token prompt, at language_model.py's
+            default shape (L4 D256 N4 V4096) and the char shape (GPTConfig's defaults: L4 D128 N4 V65).
+            Ratios are tokens/s against transformers (the median of per-round time ratios).
+All three must choose the same tokens (checked and printed). One thread by default (--threads), float32, CPU; the
+times are this process's CPU time (--clock wall for wall time). Exports go to a temporary directory first.
+
+    python benchmarks/export.py                    # minutes (exports included)
+    python benchmarks/export.py --new-tokens 8 --repeats 1 --shapes char    # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from language_model import PROMPT_LENGTH, gpt_pair, hf_generate, median_and_iqr, time_pair
+
+from seqlab.decoding import generate, greedy_search
+from seqlab.export import export_onnx, load_step_model
+from seqlab.models import RNNSeq2Seq
+
+SHAPES = {"default": (4, 256, 4, 4096), "char": (4, 128, 4, 65)}  # L, D, N, V
+G2P_FIXTURE = Path(__file__).parents[1] / "tests" / "fixtures" / "checkpoints" / "g2p_v0_1"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default="default,char", help="comma-separated: default, char")
+    parser.add_argument("--new-tokens", type=int, default=256, help="tokens generated at batch 1")
+    parser.add_argument("--beams", type=int, default=5, help="K of the beam rows")
+    parser.add_argument("--cache", type=int, default=64, help="cached tokens before the timed GPT step")
+    parser.add_argument("--g2p", type=Path, default=G2P_FIXTURE, help="g2p run of the word row")
+    parser.add_argument("--word", default="pronunciation", help="the g2p word")
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads of torch and onnxruntime")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="cpu")
+    args = parser.parse_args()
+    args.clock = time.perf_counter if args.clock == "wall" else time.process_time
+    return args
+
+
+def exported(model: torch.nn.Module, directory: Path):
+    """Save ``model`` as a run in ``directory``, export it, and return its onnxruntime step model."""
+    model.save_pretrained(directory)
+    export_onnx(directory, directory / "onnx")
+    return load_step_model(directory)
+
+
+def row(kind: str, name: str, seconds: list[float], reference: list[float] | None, per: float, unit: str) -> None:
+    value, q1, q3 = median_and_iqr([per / s for s in seconds] if unit == "tokens/s" else [s * 1e6 for s in seconds])
+    if reference is None:
+        ratio = f"{'1.00x':>8}"
+    else:
+        r = median_and_iqr([t / s for s, t in zip(seconds, reference, strict=True)])
+        ratio = f"{r[0]:>7.2f}x {f'{r[1]:.2f}-{r[2]:.2f}':>11}"
+    print(f"{kind:<18} {name:<22} {value:>11,.0f} {f'{q1:,.0f}-{q3:,.0f}':>17} {unit:<9} {ratio}", flush=True)
+
+
+def step_rows(args: argparse.Namespace, directory: Path) -> None:
+    """One GPT decode step and one g2p word, torch against onnxruntime (reference: torch)."""
+    L, D, N, V = SHAPES["default"]
+    shape = argparse.Namespace(vocab=V, context=256, new_tokens=args.new_tokens, d_model=D, heads=N, layers=L)
+    gpt = gpt_pair(shape, torch.device("cpu"))[0].eval()
+    onnx_gpt = exported(gpt, directory / "step_gpt")
+    ids = torch.randint(0, V, (1, args.cache), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        torch_state, onnx_state = gpt.prefill(ids).state, onnx_gpt.prefill(ids).state
+    token = torch.tensor([7])
+    runs = [lambda: gpt.step(token, torch_state), lambda: onnx_gpt.step(token, onnx_state)]
+    with torch.inference_mode():
+        seconds = time_pair(runs, repeats=args.repeats * 20, sync=lambda: None, clock=args.clock)
+    row("GPT step", "torch", seconds[0], None, 1, "us/step")
+    row("GPT step", "onnxruntime", seconds[1], seconds[0], 1, "us/step")
+
+    run = directory / "g2p"
+    shutil.copytree(args.g2p, run)
+    shutil.rmtree(run / "onnx", ignore_errors=True)
+    export_onnx(run, run / "onnx")
+    model, onnx = RNNSeq2Seq.from_pretrained(run).eval(), load_step_model(run)
+    src = torch.randint(3, model.config.src_vocab_size, (1, len(args.word)), generator=torch.Generator().manual_seed(1))
+    lengths = torch.tensor([len(args.word)])
+    bos, eos = torch.tensor([model.config.bos_id]), model.config.eos_id
+    words = [
+        lambda m=m: greedy_search(m, m.encode(src, lengths), bos, eos_id=eos, max_length=32) for m in (model, onnx)
+    ]
+    with torch.inference_mode():
+        same = torch.equal(words[0]().tokens, words[1]().tokens)
+        seconds = time_pair(words, repeats=args.repeats * 4, sync=lambda: None, clock=args.clock)
+    row("g2p word", "torch", seconds[0], None, 1, "us/word")
+    row("g2p word", "onnxruntime", seconds[1], seconds[0], 1, "us/word")
+    print(f"same g2p tokens: {'yes' if same else 'no'}")
+
+
+def generation_rows(args: argparse.Namespace, name: str, directory: Path) -> None:
+    """Greedy and beam generation: torch backend, onnxruntime backend, transformers (reference)."""
+    L, D, N, V = SHAPES[name]
+    shape = argparse.Namespace(vocab=V, context=256, new_tokens=args.new_tokens, d_model=D, heads=N, layers=L)
+    ours, hf = (m.eval() for m in gpt_pair(shape, torch.device("cpu")))
+    onnx = exported(ours, directory / f"gpt_{name}")
+    prompt = torch.randint(0, V, (1, PROMPT_LENGTH), generator=torch.Generator().manual_seed(2))
+    n = args.new_tokens
+    for kind, beams in (("greedy", 1), ("beam", args.beams)):
+        runs = [
+            lambda m=ours, b=beams: generate(m, prompt, max_new_tokens=n, num_beams=b).tokens[:, PROMPT_LENGTH:],
+            lambda m=onnx, b=beams: generate(m, prompt, max_new_tokens=n, num_beams=b).tokens[:, PROMPT_LENGTH:],
+            lambda b=beams: hf_generate(hf, prompt, n, b),
+        ]
+        with torch.inference_mode():
+            tokens = [run() for run in runs]
+            seconds = time_pair(runs, repeats=args.repeats, sync=lambda: None, clock=args.clock)
+        same = all(torch.equal(t, tokens[2]) for t in tokens[:2])
+        label = f"{name} {kind}" + (f" K={beams}" if beams > 1 else "")
+        for backend, times in zip(("seqlab torch", "seqlab onnxruntime"), seconds[:2], strict=True):
+            row(label, backend, times, seconds[2], n, "tokens/s")
+        row(label, "transformers", seconds[2], None, n, "tokens/s")
+        print(f"same {label} tokens (all three): {'yes' if same else 'no'}")
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    clock = "wall" if args.clock is time.perf_counter else "CPU"
+    print(f"torch {torch.__version__}, float32, {torch.get_num_threads()} thread(s), median [IQR] of {clock} times\n")
+    print(f"{'row':<18} {'backend':<22} {'value':>11} {'IQR':>17} {'unit':<9} {'ratio':>8} {'ratio IQR':>11}")
+    with tempfile.TemporaryDirectory() as tmp:
+        step_rows(args, Path(tmp))
+        for name in args.shapes.split(","):
+            generation_rows(args, name, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""ONNX export and the onnxruntime backend: the exported graphs compute what the modules compute (float32, within
+1e-5, on shapes other than the export's), greedy and beam decoding through them choose seqlab's tokens, and the
+export directory and ``--backend onnxruntime`` keep their promises. Each model is exported once per module (a dynamo
+export takes seconds)."""
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+if importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnxscript") is None:
+    pytest.skip("onnxruntime/onnxscript not installed (pip install -e '.[export]')", allow_module_level=True)
+
+from cli_helpers import assert_error, run_cli
+
+from seqlab.decoding import beam_search, generate, greedy_search
+from seqlab.errors import CheckpointError, ConfigError
+from seqlab.export import MANIFEST_FILE, OnnxGPT, OnnxRNNSeq2Seq, export_onnx, load_step_model, read_manifest
+from seqlab.models import GPT, RNNSeq2Seq, load_pretrained
+from seqlab.models.language_model.gpt import GPTConfig
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
+TOLERANCE = {"rtol": 0.0, "atol": 1e-5}
+
+
+def _exported(run: Path) -> tuple[torch.nn.Module, OnnxGPT | OnnxRNNSeq2Seq]:
+    export_onnx(run, run / "onnx")
+    return load_pretrained(run).eval(), load_step_model(run)
+
+
+@pytest.fixture(scope="module", params=["learned", "rotary"])
+def gpt(request, tmp_path_factory):
+    """(GPT, its graphs under onnxruntime): the lm fixture run (learned positions) and a tiny rotary GPT."""
+    run = tmp_path_factory.mktemp(f"gpt_{request.param}")
+    if request.param == "learned":
+        shutil.copytree(FIXTURES / "lm_gpt_9a192c4", run, dirs_exist_ok=True)
+    else:
+        torch.manual_seed(0)
+        config = GPTConfig(vocab_size=13, context_length=24, d_model=16, num_heads=2, num_layers=2, positional="rotary")
+        GPT(config).save_pretrained(run)
+    return _exported(run)
+
+
+@pytest.fixture(scope="module")
+def g2p_run(tmp_path_factory):
+    """A copy of the g2p fixture run (bidirectional 2-layer LSTM encoder, additive attention), exported."""
+    run = tmp_path_factory.mktemp("g2p")
+    shutil.copytree(FIXTURES / "g2p_v0_1", run, dirs_exist_ok=True)
+    export_onnx(run, run / "onnx")
+    return run
+
+
+@pytest.fixture(scope="module")
+def g2p(g2p_run):
+    return RNNSeq2Seq.from_pretrained(g2p_run).eval(), load_step_model(g2p_run)
+
+
+def _prompts(vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three left-padded prompts of 6, 4 and 1 tokens (the export traced 2 x 3)."""
+    ids = torch.randint(3, vocab_size, (3, 6), generator=torch.Generator().manual_seed(1))
+    keep_mask = torch.arange(6) >= torch.tensor([0, 2, 5])[:, None]
+    return ids, keep_mask
+
+
+def test_gpt_prefill_and_steps_match_the_module_within_1e5(gpt):
+    model, onnx = gpt
+    ids, keep_mask = _prompts(model.config.vocab_size)
+    with torch.no_grad():
+        expected = model.prefill(ids, keep_mask)
+        got = onnx.prefill(ids, keep_mask)
+        torch.testing.assert_close(got.logits, expected.logits, **TOLERANCE)
+        keys = [t for cache in expected.state.caches for t in (cache.keys, cache.values)]
+        for got_cache, cache in zip(got.state.caches, keys, strict=True):
+            torch.testing.assert_close(got_cache, cache, **TOLERANCE)
+        expected_state, state = expected.state, got.state
+        for token in (4, 7, 5, 9):
+            tokens = torch.full((3,), token)
+            expected = model.step(tokens, expected_state)
+            got = onnx.step(tokens, state)
+            torch.testing.assert_close(got.logits, expected.logits, **TOLERANCE)
+            expected_state, state = expected.state, got.state
+        assert state.caches[0].shape[2] == 6 + 4
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_gpt_decoding_through_the_graphs_chooses_the_modules_tokens(gpt, num_beams):
+    model, onnx = gpt
+    ids, keep_mask = _prompts(model.config.vocab_size)
+    settings = {"keep_mask": keep_mask, "max_new_tokens": 12, "num_beams": num_beams}
+    expected, got = generate(model, ids, **settings), generate(onnx, ids, **settings)
+    torch.testing.assert_close(got.tokens, expected.tokens, rtol=0, atol=0)
+
+
+def test_g2p_encoder_and_steps_match_the_module_within_1e5(g2p):
+    model, onnx = g2p
+    src = torch.randint(3, model.config.src_vocab_size, (3, 7), generator=torch.Generator().manual_seed(2))
+    lengths = torch.tensor([7, 2, 5])
+    src[1, 2:] = src[2, 5:] = model.config.pad_id
+    with torch.no_grad():
+        expected = model.encode(src, lengths)
+        state = onnx.encode(src, lengths)
+        torch.testing.assert_close(state["memory"], expected.memory, **TOLERANCE)
+        torch.testing.assert_close(state["hidden.h"], expected.hidden.h, **TOLERANCE)
+        torch.testing.assert_close(state["hidden.c"], expected.hidden.c, **TOLERANCE)
+        for token in (model.config.bos_id, 5, 8):
+            tokens = torch.full((3,), token)
+            out = model.step(tokens, expected)
+            got = onnx.step(tokens, state)
+            torch.testing.assert_close(got.logits, out.logits, **TOLERANCE)
+            expected, state = out.state, got.state
+
+
+def test_g2p_greedy_and_beam_search_through_the_graphs_choose_the_modules_tokens(g2p):
+    model, onnx = g2p
+    src = torch.randint(3, model.config.src_vocab_size, (4, 9), generator=torch.Generator().manual_seed(3))
+    lengths = torch.tensor([9, 3, 6, 1])
+    bos, eos = torch.full((4,), model.config.bos_id), model.config.eos_id
+    with torch.no_grad():
+        for search, options in ((greedy_search, {}), (beam_search, {"beam_size": 3})):
+            expected = search(model, model.encode(src, lengths), bos, eos_id=eos, max_length=10, **options)
+            got = search(onnx, onnx.encode(src, lengths), bos, eos_id=eos, max_length=10, **options)
+            torch.testing.assert_close(got.tokens, expected.tokens, rtol=0, atol=0)
+
+
+def test_the_export_directory_has_the_graphs_a_manifest_and_the_runs_files(g2p_run):
+    manifest = read_manifest(g2p_run / "onnx")
+    assert manifest["model_type"] == "rnn_seq2seq"
+    assert manifest["run"] == str(g2p_run.resolve())
+    assert manifest["graphs"]["encoder"]["inputs"] == ["src", "src_lengths"]
+    assert manifest["graphs"]["step"]["outputs"] == ["logits", "hidden.h_out", "hidden.c_out"]
+    names = {path.name for path in (g2p_run / "onnx").iterdir()}
+    assert names == {"encoder.onnx", "step.onnx", MANIFEST_FILE, *manifest["run_files"]}
+    assert {"recipe.json", "config.json", "source_vocab.json", "target_vocab.json"} <= set(manifest["run_files"])
+
+
+def test_an_existing_out_is_refused_without_overwrite_and_a_non_export_even_with_it(g2p_run, tmp_path):
+    with pytest.raises(ConfigError, match=r"^--out .*onnx: exists; pass --overwrite to replace it$"):
+        export_onnx(g2p_run, g2p_run / "onnx")
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    with pytest.raises(ConfigError, match=f"^--out {other}: not an export directory"):
+        export_onnx(g2p_run, other, overwrite=True)
+    assert (other / "keep.txt").read_text() == "mine"
+
+
+def test_a_model_without_graphs_is_refused_naming_those_that_have_them(tmp_path):
+    run = FIXTURES / "classify_9a192c4"
+    with pytest.raises(ConfigError, match=r"cannot be exported yet; exported types: gpt, rnn_seq2seq$"):
+        export_onnx(run, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_export_of_other_weights_is_refused(g2p_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(g2p_run, run)
+    model = RNNSeq2Seq.from_pretrained(run)
+    with torch.no_grad():
+        model.decoder.output.bias.add_(1.0)
+    model.save_pretrained(run)
+    with pytest.raises(CheckpointError, match=r"exported from other weights than .*; make it afresh with"):
+        load_step_model(run)
+
+
+def test_predict_with_the_onnxruntime_backend_prints_what_torch_prints(g2p_run):
+    words = ("hello", "world", "testing")
+    torch_run = run_cli("predict", g2p_run, *words, "--num-beams", "3", "--nbest", "2")
+    onnx_run = run_cli("predict", g2p_run, *words, "--num-beams", "3", "--nbest", "2", "--backend", "onnxruntime")
+    assert onnx_run.code == 0 and onnx_run.out == torch_run.out
+
+
+def test_the_onnxruntime_backend_without_an_export_says_how_to_make_one(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "lm_gpt_9a192c4", run)
+    assert_error(
+        run_cli("generate", run, "--prompt", "th", "--backend", "onnxruntime"),
+        f"{run / 'onnx' / MANIFEST_FILE}: missing; make the export with `seqlab export RUN --format onnx`",
+    )
+    assert_error(
+        run_cli("predict", FIXTURES / "classify_9a192c4", "Ivanov", "--backend", "onnxruntime"),
+        "--backend: the classify recipe takes no such option",
+    )
