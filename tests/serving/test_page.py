@@ -56,7 +56,7 @@ def test_stream_a_generation_to_its_end(page, models: dict[str, ServedModel]) ->
     page.wait_for_function("document.getElementById('generation-status').textContent === 'done'")
     request = GenerationRequest("The ", max_new_tokens=60, do_sample=False)
     continuation = "".join(c.text for c in models["lm_gpt_9a192c4"].system.generate(request))
-    assert page.inner_text("#generation") == ("The " + continuation).strip()
+    assert page.text_content("#generation") == "The " + continuation + "\n"  # the prompt, the stream, its end
 
 
 def test_stop_mid_stream(page, models: dict[str, ServedModel]) -> None:
