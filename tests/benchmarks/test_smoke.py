@@ -51,6 +51,14 @@ SMOKE = {
         ),
         ["T path", "vs no cache", "same tokens on every path: yes"],
     ),
+    "serve.py": (
+        flags(
+            {"--g2p": ROOT / "tests/fixtures/checkpoints/g2p_v0_1"}
+            | {"--lm": ROOT / "tests/fixtures/checkpoints/lm_gpt_9a192c4"}
+            | {"--requests": 8, "--new-tokens": 4, "--repeats": 1}
+        ),
+        ["g2p predict         1", "gpt generate       32", "POST /v1/generate (SSE)"],
+    ),
 }
 
 
