@@ -195,3 +195,9 @@ def test_gate_bounds_running_and_waiting_requests() -> None:
         assert (gate.active, gate.waiting) == (1, 0)
 
     asyncio.run(scenario())
+
+
+def test_a_streamed_body_over_the_limit_is_refused(client: TestClient) -> None:
+    chunks = iter([b'{"model": "g2p_v0_1", "inputs": ["' + b"a" * 3000, b"a" * 3000 + b'"]}'])  # no Content-Length
+    response = client.post("/v1/predict", content=chunks, headers={"Content-Type": "application/json"})
+    assert (response.status_code, response.json()) == (413, {"error": "request body over the limit of 4,096 bytes"})
