@@ -18,7 +18,7 @@ cores, so the absolute numbers depend on its load; the ratio is measured in one 
 
     nice python benchmarks/serve.py --g2p /work/runs/g2p --lm /work/runs/lm
     python benchmarks/serve.py --g2p tests/fixtures/checkpoints/g2p_v0_1 \\
-        --lm tests/fixtures/checkpoints/lm_gpt_9a192c4 --requests 16 --new-tokens 16 --repeats 1   # smoke test
+        --lm tests/fixtures/checkpoints/lm_gpt_9a192c4 --word cat --requests 16 --new-tokens 16 --repeats 1
 """
 
 from __future__ import annotations
@@ -106,6 +106,7 @@ async def measure(args: argparse.Namespace, url: str) -> None:
 
         system = load_system(args.lm)
         request = GenerationRequest(**{k: v for k, v in generation.items() if k != "model"})
+        collections.deque(system.generate(request), maxlen=0)  # warm up, as the server was
         streamed, direct = [], []
         for _ in range(args.repeats):  # taking turns, so a change of load falls on both
             started = time.perf_counter()

@@ -55,9 +55,9 @@ SMOKE = {
         flags(
             {"--g2p": ROOT / "tests/fixtures/checkpoints/g2p_v0_1"}
             | {"--lm": ROOT / "tests/fixtures/checkpoints/lm_gpt_9a192c4"}
-            | {"--requests": 8, "--new-tokens": 4, "--repeats": 1}
+            | {"--word": "cat", "--requests": 8, "--new-tokens": 4, "--repeats": 1}
         ),
-        ["g2p predict         1", "gpt generate       32", "POST /v1/generate (SSE)"],
+        ["Table 1: seqlab serve", "g2p predict", "gpt generate", "POST /v1/generate (SSE)"],
     ),
 }
 
