@@ -51,6 +51,14 @@ SMOKE = {
         ),
         ["T path", "vs no cache", "same tokens on every path: yes"],
     ),
+    "serve.py": (
+        flags(
+            {"--g2p": ROOT / "tests/fixtures/checkpoints/g2p_v0_1"}
+            | {"--lm": ROOT / "tests/fixtures/checkpoints/lm_gpt_9a192c4"}
+            | {"--word": "cat", "--requests": 8, "--new-tokens": 4, "--repeats": 1}
+        ),
+        ["Table 1: seqlab serve", "g2p predict", "gpt generate", "POST /v1/generate (SSE)"],
+    ),
 }
 
 

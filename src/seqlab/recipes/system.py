@@ -232,6 +232,30 @@ class ExposureSource(Protocol):
         ...
 
 
+@runtime_checkable
+class FileInputs(Protocol):
+    """A system whose ``predict`` inputs are names of files it reads (series files, ``.ts`` files), not texts: a
+    server never passes it a client's strings, which would name files on the server.
+
+    Attributes:
+        PREDICT_READS_FILES: True (the marker; its presence is what callers check).
+    """
+
+    PREDICT_READS_FILES: ClassVar[bool]
+
+
+@runtime_checkable
+class SeriesForecaster(Protocol):
+    """A system that forecasts from values a caller gives (a served page's series), not only from files."""
+
+    def forecast_values(self, values: Sequence[Sequence[float]], *, source: str) -> Prediction:
+        """The forecast of the steps after the end of ``values`` (T steps of C numbers), named ``source``.
+
+        Raises: DataError naming ``source``: rows of unequal or wrong width, non-finite values, too few steps.
+        """
+        ...
+
+
 def _check_count(name: str, value: int | None, maximum: int) -> None:
     """A count a caller gave (None: not given) must be an integer in [1, maximum]. Raises: ConfigError."""
     if value is None:

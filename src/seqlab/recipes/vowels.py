@@ -162,6 +162,7 @@ class VowelsSystem:
     std: np.ndarray
     config: Config
     OPTIONS: ClassVar[frozenset[str]] = frozenset()
+    PREDICT_READS_FILES: ClassVar[bool] = True  # ``FileInputs``: predict's inputs are .ts files
 
     def save(self, directory: Path) -> None:
         """Write the model, class names and channel statistics (``run_training`` adds ``recipe.json``)."""

@@ -59,6 +59,7 @@ class ForecastSystem:
     season: int
     config: Config
     OPTIONS: ClassVar[frozenset[str]] = frozenset()
+    PREDICT_READS_FILES: ClassVar[bool] = True  # ``FileInputs``: predict's inputs are series files
 
     def save(self, directory: Path) -> None:
         """Write the model and ``scaling.json`` (``run_training`` adds ``recipe.json``)."""
@@ -104,6 +105,24 @@ class ForecastSystem:
                 raise DataError(f"{source}: {len(values)} steps, but the model reads L = {L}")
             forecasts.append(Forecast(source, self.forecast(values[None, -L:])[0]))  # (H, C)
         return forecasts
+
+    def forecast_values(self, values: Sequence[Sequence[float]], *, source: str) -> Forecast:
+        """The H steps after the end of ``values`` (T steps of C numbers, T >= L), as ``predict`` gives for a file
+        holding them (``SeriesForecaster``).
+
+        Raises: DataError naming ``source``: rows of unequal or wrong width, non-finite values, or fewer than L
+            steps.
+        """
+        L, C = self.model_window[0], self.model.config.channels
+        widths = {len(row) for row in values}
+        if widths and widths != {C}:
+            raise DataError(f"{source}: rows of {sorted(widths)} values, but the model forecasts {C} channels")
+        series = np.asarray(values, dtype=float).reshape(len(values), C)  # (T, C)
+        if not np.isfinite(series).all():
+            raise DataError(f"{source}: has non-finite values")
+        if len(series) < L:
+            raise DataError(f"{source}: {len(series)} steps, but the model reads L = {L}")
+        return Forecast(source, self.forecast(series[None, -L:])[0])  # (H, C)
 
     def evaluate(self, data_path: str) -> dict[str, float]:
         """RMSE, MAE and MASE of the model and the naive baselines on every window of a series file (MASE scaled
