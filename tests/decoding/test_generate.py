@@ -213,6 +213,23 @@ def test_stops_at_eos_and_pads_finished_rows():
 
 
 @pytest.mark.parametrize("num_beams", [1, 2])
+def test_a_pad_id_of_zero_fills_finished_rows_though_it_is_falsy(num_beams):
+    out = generate(_chain(), torch.tensor([[1], [5]]), max_new_tokens=6, eos_id=3, pad_id=0, num_beams=num_beams)
+    assert out.tokens.tolist() == [[1, 2, 3, 0, 0], [5, 0, 1, 2, 3]]  # up to the longest row
+    assert out.lengths.tolist() == [2, 4]
+
+
+def test_beam_search_fills_every_position_after_a_rows_length_with_pad_id():
+    ids, keep = _left_pad(PROMPTS)
+    out = generate(PrefixLM(), ids, keep_mask=keep, max_new_tokens=4, num_beams=3, eos_id=1, pad_id=2)
+    generated = out.tokens[:, ids.shape[1] :]
+    assert out.lengths.min() < generated.shape[1]  # some row ended early and was padded
+    for b, n in enumerate(out.lengths.tolist()):
+        assert generated[b, n:].tolist() == [2] * (generated.shape[1] - n)
+        assert n == generated.shape[1] or generated[b, n - 1] == 1  # a row ends early only at its eos
+
+
+@pytest.mark.parametrize("num_beams", [1, 2])
 def test_outputs_are_ordinary_tensors_the_caller_may_change(num_beams):
     out = generate(_chain(), torch.tensor([[3], [1]]), max_new_tokens=3, num_beams=num_beams)
     for tensor in out:
