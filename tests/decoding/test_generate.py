@@ -305,3 +305,11 @@ def test_bad_prompts_give_one_line_messages():
         generate(model, torch.tensor([[1], [2]]), keep_mask=torch.tensor([[True], [False]]), max_new_tokens=1)
     with pytest.raises(ValueError, match=r"^input_ids must have shape \(B, T\) with T >= 1, got \(3,\)$"):
         generate(model, torch.tensor([1, 2, 3]), max_new_tokens=1)
+    with pytest.raises(ValueError, match=r"^input_ids has no prompts \(B = 0, shape \(0, 3\)\); give at least one$"):
+        generate(model, torch.zeros(0, 3, dtype=torch.long), max_new_tokens=1)
+    with pytest.raises(ValueError, match=r"^input_ids holds token id -1; token ids are >= 0$"):
+        generate(model, torch.tensor([[1, -1]]), max_new_tokens=1)
+    with pytest.raises(TypeError, match=r"^input_ids must be an integer tensor of token ids, got torch.float32$"):
+        generate(model, torch.tensor([[1.0, 2.0]]), max_new_tokens=1)
+    with pytest.raises(TypeError, match=r"^input_ids must be a tensor of token ids, got list$"):
+        generate(model, [[1, 2]], max_new_tokens=1)

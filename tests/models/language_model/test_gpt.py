@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from seqlab.decoding import generate
 from seqlab.errors import ConfigError
 from seqlab.models import GPT, GPTConfig, GPTState, load_pretrained
 from seqlab.models.language_model import gpt, gpt_char_small
@@ -200,3 +201,8 @@ def test_dropout_is_active_in_training_and_off_in_eval():
     assert not torch.equal(model(x).logits, model(x).logits)
     model.eval()
     assert torch.equal(model(x).logits, model(x).logits)
+
+
+def test_generate_refuses_a_token_id_outside_the_vocabulary_in_one_line():
+    with pytest.raises(ConfigError, match=rf"^input_ids holds token id {V}, outside the vocabulary \[0, {V}\)$"):
+        generate(tiny(), torch.tensor([[1, V]]), max_new_tokens=2)
