@@ -18,6 +18,11 @@ from seqlab.errors import ConfigError
 # typo that would otherwise end in an allocation failure.
 MAX_WIDTH = 65_536
 MAX_DEPTH = 1_024
+# Counts of steps and epochs (max_steps, max_epochs, warmup_steps, ...): a billion optimizer steps is beyond any
+# run seqlab makes, and keeps every count well inside the 64-bit integers torch's schedulers and counters hold.
+MAX_STEPS = 1_000_000_000
+# Sequences per optimizer step: a million is far past what fits a device at once.
+MAX_BATCH_SIZE = 1_048_576
 
 
 def is_int(value: object) -> bool:
