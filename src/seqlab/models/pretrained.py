@@ -17,7 +17,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
-from torch import nn
+from torch import Tensor, nn
 
 from seqlab.errors import CheckpointError
 from seqlab.files import atomic_path, atomic_write
@@ -176,5 +176,20 @@ def _check_weight_shapes(model: nn.Module, weights_path: Path) -> None:
 def _check_finite(model: nn.Module, weights_path: Path) -> None:
     """Raise CheckpointError (one line) if a loaded tensor holds a NaN or an infinity (a diverged model)."""
     for name, tensor in model.state_dict().items():
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            raise CheckpointError(f"{weights_path}: {name} holds NaN or infinite values (a diverged model?)")
+        if tensor.is_floating_point():
+            check_weight(weights_path, name, tensor)
+
+
+def check_weight(path: Path, name: str, tensor: Tensor) -> None:
+    """Refuse a weight read from ``path`` for a floating-point parameter that would load without a word and
+    compute garbage: integer or bool values (``.float()`` and ``load_model`` convert them silently), or a NaN or
+    an infinity (a diverged model). ``load_pretrained`` and every ``from_hf`` check each weight with it.
+
+    Raises: CheckpointError naming the file and the tensor: ``PATH: NAME holds int64 values, expected floating
+        point`` or ``PATH: NAME holds NaN or infinite values (a diverged model?)``.
+    """
+    if not tensor.is_floating_point():
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        raise CheckpointError(f"{path}: {name} holds {dtype} values, expected floating point")
+    if not bool(torch.isfinite(tensor).all()):
+        raise CheckpointError(f"{path}: {name} holds NaN or infinite values (a diverged model?)")
