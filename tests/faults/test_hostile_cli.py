@@ -4,6 +4,7 @@
 import json
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -113,6 +114,18 @@ def test_unknown_phonemes_in_the_test_file_and_in_evaluate_data_are_errors_as_in
 def test_absurd_or_repeated_settings_are_one_line(tmp_path, files, setting, message):
     extra = ["train.lr=0.1"] if "given twice" in message else []
     assert_error(train(tmp_path, files, *extra, setting), message)
+
+
+def test_an_impossible_width_is_refused_in_one_line_before_allocation_and_leaves_no_run(tmp_path, files):
+    out, width = tmp_path / "out", "model.hidden_size=65536"  # ~190e9 parameters: 700 GB of weights
+    result = run_cli("train", "g2p", "--out", out, "--no-progress", "--set", *data_args(files), width)
+    assert result.code == 2 and result.out == ""
+    assert re.fullmatch(
+        r"seqlab: error: rnn_seq2seq: [0-9,]+ parameters, more than the limit of 1,000,000,000 "
+        r"\(3\.7 GiB of float32 weights\); reduce hidden_size \(65536\)\n",
+        result.err,
+    )
+    assert not out.exists()
 
 
 def test_a_fifo_is_refused_as_training_data_evaluate_data_and_config(tmp_path, files, checkpoint):
