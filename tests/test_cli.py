@@ -406,8 +406,8 @@ def keys_of(section: type) -> str:
         ("=3", "--set '=3': expected section.key=value"),
         ("data.test_fraction=0.9", "--set: [data] test_fraction (0.9) must be a finite number >= 0.0 and < 0.5"),
         ("decode.num_beams=0", "--set: [decode] num_beams (0) must be an integer >= 1 and <= 1000"),
-        ("train.lr=-1", "--set: [train] lr (-1.0) must be a finite number > 0"),
-        ("train.max_steps=0", "--set: [train] max_steps (0) must be None or an integer >= 1"),
+        ("train.lr=-1", "--set: [train] lr (-1.0) must be a finite number > 0 and <= 10.0"),
+        ("train.max_steps=0", "--set: [train] max_steps (0) must be None or an integer >= 1 and <= 1000000000"),
         ("model.label_smoothing=1.5", "--set: [model] label_smoothing (1.5) must be in [0, 1)"),
     ],
 )

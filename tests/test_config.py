@@ -166,6 +166,9 @@ def test_real_recipe_config_accepts_the_documented_overrides():
         ({"net.size": ""}, "--set net.size: expected int, got ''"),
         ({"net.size": 2.5}, "--set net.size: expected int, got 2.5"),
         ({"net.size": True}, "--set net.size: expected int, got True"),
+        ({"net.size": float("inf")}, "--set net.size: expected int, got inf"),
+        ({"net.name": ["a.txt"]}, "--set net.name: expected a string, got ['a.txt']"),
+        ({"net.name": 5}, "--set net.name: expected a string, got 5"),
         ({"net.rate": "fast"}, "--set net.rate: expected float, got 'fast'"),
         ({"net.rate": False}, "--set net.rate: expected float, got False"),
         ({"net.steps": "many"}, "--set net.steps: expected int, got 'many'"),
@@ -198,10 +201,25 @@ def test_validation_errors_of_the_training_section_surface_as_config_error():
     # TrainConfig raises ConfigError itself; it is reported like a ValueError from any other section.
     with pytest.raises(ConfigError) as caught:
         apply_overrides(g2p.Config(), {"train.batch_size": "0"})
-    assert str(caught.value) == "--set: [train] batch_size (0) must be an integer >= 1"
+    assert str(caught.value) == "--set: [train] batch_size (0) must be an integer >= 1 and <= 1048576"
     with pytest.raises(ConfigError) as caught:
         apply_overrides(g2p.Config(), {"train.time_budget": "-5"})
     assert str(caught.value) == "--set: [train] time_budget (-5.0) must be None or a finite number > 0"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("train.lr", "1e30", "lr (1e+30) must be a finite number > 0 and <= 10.0"),
+        ("train.max_steps", 10**30, "max_steps (10**30) must be None or an integer >= 1 and <= 1000000000"),
+        ("train.max_epochs", 10**30, "max_epochs (10**30) must be an integer >= 1 and <= 1000000000"),
+        ("train.warmup_steps", 10**30, "warmup_steps (10**30) must be an integer >= 0 and <= 1000000000"),
+    ],
+)
+def test_training_settings_past_a_sane_bound_are_refused_naming_the_key(key, value, message):
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides(g2p.Config(), {key: value}, source="run.toml")
+    assert str(caught.value) == "run.toml: [train] " + message.replace("10**30", str(10**30))
 
 
 def test_config_error_is_a_value_error():

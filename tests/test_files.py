@@ -59,6 +59,16 @@ def test_a_second_lock_is_refused_naming_the_holder_and_the_lock_file_does_not_o
         pass
 
 
+def test_a_lock_is_released_on_leaving_its_block_normally_or_by_an_exception_while_still_referenced(tmp_path):
+    with RunLock(tmp_path) as held:
+        pass
+    RunLock(tmp_path).acquire().release()  # 'held' still refers to the first lock: only __exit__ released it
+    with pytest.raises(RuntimeError, match="failed"), RunLock(tmp_path) as held:
+        raise RuntimeError("failed")
+    RunLock(tmp_path).acquire().release()
+    assert held.path == tmp_path / LOCK_FILE
+
+
 def test_bookkeeping_names_are_the_lock_and_temporary_files():
     assert is_bookkeeping(LOCK_FILE)
     assert is_bookkeeping(".model.safetensors.seqlab-tmp-x1y2")

@@ -276,12 +276,14 @@ def _convert(raw: Any, annotation: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected {kind.__name__}, got {raw!r}")
         try:
             value = kind(raw)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
             raise ConfigError(f"{where}: expected {kind.__name__}, got {raw!r}") from None
         if kind is int and isinstance(raw, float) and raw != value:
             raise ConfigError(f"{where}: expected int, got {raw!r}")
         return value
-    return str(raw)
+    if not isinstance(raw, str):  # a TOML list, table or number where a path or name is expected
+        raise ConfigError(f"{where}: expected a string, got {raw!r}")
+    return raw
 
 
 def _is_union(annotation: Any) -> bool:

@@ -20,6 +20,18 @@ from seqlab.errors import ConfigError
 # typo that would otherwise end in an allocation failure.
 MAX_WIDTH = 65_536
 MAX_DEPTH = 1_024
+# Counts of steps and epochs (max_steps, max_epochs, warmup_steps, ...): a billion optimizer steps is beyond any
+# run seqlab makes, and keeps every count well inside the 64-bit integers torch's schedulers and counters hold.
+MAX_STEPS = 1_000_000_000
+# Sequences per optimizer step: a million is far past what fits a device at once.
+MAX_BATCH_SIZE = 1_048_576
+# Symbols of a vocabulary a recipe learns (data.bpe_size, ...): a million is past any tokenizer in use (GPT-4's has
+# ~100k) and keeps the embedding of a 1k-wide model under the parameter limit below.
+MAX_VOCAB_SIZE = 1_000_000
+# Parameters of one model, counted before its weights are allocated (``seqlab.models.pretrained``): 3.7 GiB of
+# float32 weights, about 15 GiB to train with Adam (weights, gradients and two moments). Every model built from a
+# config is held to it, so a typo in a width fails in one line instead of in the allocator.
+MAX_PARAMETERS = 1_000_000_000
 
 
 def is_int(value: object) -> bool:
@@ -124,3 +136,19 @@ def check_special_ids(
     check_token_id("pad_id", pad_id, min(src_vocab_size, tgt_vocab_size))
     check_token_id("bos_id", bos_id, tgt_vocab_size)
     check_token_id("eos_id", eos_id, tgt_vocab_size)
+
+
+def check_parameter_count(model_type: str, count: int, sizes: dict[str, int]) -> None:
+    """A model of ``count`` parameters fits ``MAX_PARAMETERS``; ``sizes`` are its config's integer fields, the
+    largest of which the message names as the one to reduce.
+
+    Raises: ConfigError, e.g. ``gpt: 51,556,646,912 parameters, more than the limit of 1,000,000,000 (3.7 GiB of
+        float32 weights); reduce d_model (65536)``.
+    """
+    if count <= MAX_PARAMETERS:
+        return
+    key = max(sizes, key=lambda name: sizes[name])
+    raise ConfigError(
+        f"{model_type}: {count:,} parameters, more than the limit of {MAX_PARAMETERS:,} "
+        f"({MAX_PARAMETERS * 4 / 2**30:.1f} GiB of float32 weights); reduce {key} ({sizes[key]})"
+    )

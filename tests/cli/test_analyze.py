@@ -129,7 +129,8 @@ def test_bad_arguments_end_in_one_line_and_leave_nothing(tmp_path, gpt_checkpoin
     out, missing = tmp_path / "out", tmp_path / "missing"
     layers = "rnn, gru, lstm, attention_reference, attention_fused, attention_local, attention_linear"
     cases = [
-        (("analyze", "gradients", "--length", 0), "--length (0) must be >= 1"),
+        (("analyze", "gradients", "--length", 0), "--length (0) must be >= 1 and <= 65536"),
+        (("analyze", "gradients", "--length", 10**8), "--length (100000000) must be >= 1 and <= 65536"),
         (("analyze", "gradients", "--arch", "rnn,cnn"), "--arch 'rnn,cnn': choose from rnn, gru, lstm"),
         (("analyze", "gradients", missing), f"{missing}: no such checkpoint directory"),
         (

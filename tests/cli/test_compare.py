@@ -74,6 +74,7 @@ def test_lstm_solves_the_copy_task_at_lag_5(tmp_path):
         (("--lags", "10,x"), "--lags '10,x': expected comma-separated integers"),
         (("--lags", "1"), "--lags: lag (1) must be >= 2 for the adding task"),
         (("--max-steps", 0), "--max-steps (0) must be >= 1"),
+        (("--params", 10**12), "--params (1000000000000) must be <= 1000000000 (MAX_PARAMETERS, a model's limit)"),
         (("--time-budget", -1), "--time-budget (-1.0) must be > 0"),
         (
             ("--params", 40, "--archs", "transformer"),

@@ -5,6 +5,8 @@ from pathlib import Path
 
 from cli_helpers import assert_error, run_cli
 
+from seqlab.recipes.common import text_generation
+
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
 CLASSIFY, G2P, GPT = FIXTURES / "classify_9a192c4", FIXTURES / "g2p_v0_1", FIXTURES / "lm_gpt_9a192c4"
 
@@ -50,3 +52,23 @@ def test_the_old_flag_names_work_with_a_warning_and_not_beside_the_new_ones():
     assert old.out == run_cli(*samples, "--temperature", "2", "--num-return-sequences", "2").out
     assert old.out.count("--- sample ") == 2
     assert_error(run_cli(*samples, "--num-samples", "0"), "--num-samples (0) must be >= 1")
+
+
+def test_generate_interrupted_keeps_what_it_printed_ends_its_line_and_exits_130(monkeypatch):
+    five = run_cli("generate", GPT, "--prompt", "the", "--max-new-tokens", "5")
+    assert five.code == 0 and five.out.endswith("\n")
+    push = text_generation._TextStream.push
+
+    def interrupted_after_five(stream, tokens):
+        push(stream, tokens)
+        if len(stream.new_ids) == 5:
+            raise KeyboardInterrupt  # as Ctrl-C would, mid-generation
+
+    monkeypatch.setattr(text_generation._TextStream, "push", interrupted_after_five)
+    result = run_cli("generate", GPT, "--prompt", "the", "--max-new-tokens", "1000")
+    assert (result.code, result.out, result.err) == (130, five.out, "seqlab: interrupted\n")
+
+
+def test_generate_bounds_max_new_tokens_in_one_line():
+    result = run_cli("generate", GPT, "--prompt", "the", "--max-new-tokens", "1000000")
+    assert_error(result, "--max-new-tokens (1000000) must be <= 100,000")

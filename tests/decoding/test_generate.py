@@ -213,6 +213,23 @@ def test_stops_at_eos_and_pads_finished_rows():
 
 
 @pytest.mark.parametrize("num_beams", [1, 2])
+def test_a_pad_id_of_zero_fills_finished_rows_though_it_is_falsy(num_beams):
+    out = generate(_chain(), torch.tensor([[1], [5]]), max_new_tokens=6, eos_id=3, pad_id=0, num_beams=num_beams)
+    assert out.tokens.tolist() == [[1, 2, 3, 0, 0], [5, 0, 1, 2, 3]]  # up to the longest row
+    assert out.lengths.tolist() == [2, 4]
+
+
+def test_beam_search_fills_every_position_after_a_rows_length_with_pad_id():
+    ids, keep = _left_pad(PROMPTS)
+    out = generate(PrefixLM(), ids, keep_mask=keep, max_new_tokens=4, num_beams=3, eos_id=1, pad_id=2)
+    generated = out.tokens[:, ids.shape[1] :]
+    assert out.lengths.min() < generated.shape[1]  # some row ended early and was padded
+    for b, n in enumerate(out.lengths.tolist()):
+        assert generated[b, n:].tolist() == [2] * (generated.shape[1] - n)
+        assert n == generated.shape[1] or generated[b, n - 1] == 1  # a row ends early only at its eos
+
+
+@pytest.mark.parametrize("num_beams", [1, 2])
 def test_outputs_are_ordinary_tensors_the_caller_may_change(num_beams):
     out = generate(_chain(), torch.tensor([[3], [1]]), max_new_tokens=3, num_beams=num_beams)
     for tensor in out:
@@ -288,3 +305,11 @@ def test_bad_prompts_give_one_line_messages():
         generate(model, torch.tensor([[1], [2]]), keep_mask=torch.tensor([[True], [False]]), max_new_tokens=1)
     with pytest.raises(ValueError, match=r"^input_ids must have shape \(B, T\) with T >= 1, got \(3,\)$"):
         generate(model, torch.tensor([1, 2, 3]), max_new_tokens=1)
+    with pytest.raises(ValueError, match=r"^input_ids has no prompts \(B = 0, shape \(0, 3\)\); give at least one$"):
+        generate(model, torch.zeros(0, 3, dtype=torch.long), max_new_tokens=1)
+    with pytest.raises(ValueError, match=r"^input_ids holds token id -1; token ids are >= 0$"):
+        generate(model, torch.tensor([[1, -1]]), max_new_tokens=1)
+    with pytest.raises(TypeError, match=r"^input_ids must be an integer tensor of token ids, got torch.float32$"):
+        generate(model, torch.tensor([[1.0, 2.0]]), max_new_tokens=1)
+    with pytest.raises(TypeError, match=r"^input_ids must be a tensor of token ids, got list$"):
+        generate(model, [[1, 2]], max_new_tokens=1)

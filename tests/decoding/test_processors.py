@@ -94,6 +94,25 @@ def test_no_repeat_ngram_by_hand():
     assert torch.equal(no_repeat_ngram(logits, tokens[:, :2], 3), logits)  # shorter than n: nothing to ban
 
 
+def test_top_p_keeps_the_token_whose_mass_reaches_p_exactly():
+    # Uniform over 4: the first two tokens' mass is exactly 0.5 (a sum of powers of two), so p = 0.5 keeps two, as
+    # transformers' TopPLogitsWarper does (its ties fall the other way); keeping while the mass is <= p would keep
+    # three.
+    logits = torch.zeros(1, 4)
+    assert top_p(logits, 0.5).isfinite().tolist() == [[True, True, False, False]]
+    assert int(TopPLogitsWarper(0.5)(None, logits.clone()).isfinite().sum()) == 2
+
+
+def test_no_repeat_ngram_at_a_row_exactly_n_long_and_next_to_left_padding():
+    logits = torch.zeros(1, 3)
+    # [1, 1] holds the 2-gram (1, 1) and ends in 1: 1 is banned, though the row is no longer than n.
+    assert no_repeat_ngram(logits, torch.tensor([[1, 1]]), 2).isinf().nonzero().tolist() == [[0, 1]]
+    # [pad 0, 5, 0]: the only earlier 2-gram (0, 5) starts on padding, so nothing is banned after the real 0.
+    logits = torch.zeros(1, 6)
+    out = no_repeat_ngram(logits, torch.tensor([[0, 5, 0]]), 2, torch.tensor([[False, True, True]]))
+    assert torch.equal(out, logits)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_equal_to_transformers_processors_on_random_logits(seed):
     logits = _random_logits(seed, B=8, V=13)

@@ -7,7 +7,8 @@ import torch
 from safetensors import safe_open
 from torch.testing import assert_close
 
-from seqlab.errors import CheckpointError
+from seqlab.errors import CheckpointError, ConfigError
+from seqlab.models import GPT, GPTConfig, load_pretrained
 from seqlab.models.seq2seq.rnn import RNNSeq2Seq, RNNSeq2SeqConfig
 
 CONFIG = RNNSeq2SeqConfig(11, 9, embedding_size=5, hidden_size=8, encoder_layers=2, decoder_layers=2, dropout=0.3)
@@ -163,3 +164,28 @@ def test_weights_with_other_shapes(checkpoint):
     message = str(info.value)
     assert message.startswith(f"{weights_path}: weights do not match the config"), message
     assert "\n" not in message
+
+
+def test_a_model_past_the_parameter_limit_is_refused_before_allocation_naming_its_largest_size():
+    # 65,536 wide: 2.3 TB of float32 weights, so only the meta-device count can have run. By hand: token and
+    # position embeddings (tied head), per layer 4 D^2 + 4 D attention, 8 D^2 + 5 D feed-forward, 4 D two norms,
+    # and the final norm.
+    D, V, T, L = 65_536, 50_000, 1024, 12
+    count = V * D + T * D + L * (12 * D * D + 13 * D) + 2 * D
+    with pytest.raises(ConfigError) as caught:
+        GPT(GPTConfig(vocab_size=V, context_length=T, d_model=D, num_heads=2, num_layers=L))
+    assert str(caught.value) == (
+        f"gpt: {count:,} parameters, more than the limit of 1,000,000,000 (3.7 GiB of float32 weights); "
+        "reduce d_model (65536)"
+    )
+
+
+def test_a_saved_config_with_a_huge_width_is_a_checkpoint_error_before_allocation(tmp_path):
+    GPT(GPTConfig(vocab_size=11, context_length=8, d_model=8, num_heads=2, num_layers=1)).save_pretrained(tmp_path)
+    payload = json.loads((tmp_path / "config.json").read_text())
+    payload["config"]["d_model"] = 65_536
+    (tmp_path / "config.json").write_text(json.dumps(payload))
+    with pytest.raises(
+        CheckpointError, match=r"config.json: bad config \(gpt: [0-9,]+ parameters, more than the limit"
+    ):
+        load_pretrained(tmp_path)

@@ -332,6 +332,10 @@ def test_returns_named_output():
             r"lengths must be an integer tensor, got dtype torch.float64",
         ),
         (
+            lambda m: m(torch.randn(B, T, E), torch.tensor([5, 2, 4, 1], device="meta")),
+            r"lengths must be on the cpu or on x's device \(cpu\), got meta",
+        ),
+        (
             lambda m: m(torch.randn(B, T, E), state=torch.zeros(2, B, H)),
             r"state h must have shape \(L\*C, B, H\) = \(4, 4, 4\), got \(2, 4, 4\)",
         ),
@@ -340,6 +344,18 @@ def test_returns_named_output():
 def test_input_error_messages(call, message, use_fused):
     with pytest.raises(ValueError, match=f"^{message}$"):
         call(GRU(E, H, num_layers=2, bidirectional=True, use_fused=use_fused))
+
+
+@pytest.mark.parametrize("use_fused", [True, False], ids=["fused", "reference"])
+@pytest.mark.parametrize("layer", [RNN, LSTM, GRU])
+def test_an_empty_batch_with_lengths_gives_what_it_gives_without(layer, use_fused):
+    model = layer(E, H, num_layers=2, bidirectional=True, use_fused=use_fused)
+    with_lengths = model(torch.randn(0, T, E), torch.zeros(0, dtype=torch.long))
+    without = model(torch.randn(0, T, E))
+    assert with_lengths.outputs.shape == without.outputs.shape == (0, T, 2 * H)
+    states = [s if isinstance(s, tuple) else (s,) for s in (with_lengths.state, without.state)]  # LSTM: (h, c)
+    for a, b in zip(*states, strict=True):
+        assert a.shape == b.shape == (4, 0, H)
 
 
 def test_lstm_state_error_names_the_part():

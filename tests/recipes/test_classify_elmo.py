@@ -115,3 +115,9 @@ def test_a_biLM_of_other_sizes_or_a_run_without_one_is_one_line(pretrained, data
     settings[2] = f"model.elmo_path={tmp_path / 'static'}"
     result = run_cli("train", "classify", "--out", tmp_path / "run", "--set", *settings, *TINY)
     assert_error(result, f"{tmp_path / 'static'}: holds a 'seq2vec_classifier' model, not an ELMo")
+
+
+def test_elmo_path_is_refused_for_an_arch_that_is_not_elmo(tmp_path):
+    result = run_cli("train", "classify", "--out", tmp_path / "run", "--set", "model.elmo_path=/nonexistent")
+    assert_error(result, "--set model.elmo_path: does not apply to model.arch=bilstm (a key of model.arch=elmo)")
+    assert not (tmp_path / "run").exists()

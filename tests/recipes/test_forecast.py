@@ -39,6 +39,17 @@ def test_naive_forecasts_and_mase_by_hand():
     assert scores == pytest.approx({"rmse": np.sqrt(5), "mae": 2.0, "mase": 2.0 / (8 / 3)})
 
 
+def test_mase_is_the_mean_of_per_channel_ratios_not_pooled():
+    truth = np.zeros((1, 2, 2))  # (B, H, C)
+    forecast = np.ones((1, 2, 2))  # MAE 1 in each channel
+    scale = np.array([1.0, 10.0])
+    assert forecast_scores(forecast, truth, scale)["mase"] == pytest.approx((1 / 1 + 1 / 10) / 2)  # 0.55
+    # a channel in other units (x 1000, its scale too) leaves MASE unchanged; pooled MAE / pooled scale would not
+    units = np.array([1.0, 1000.0])
+    rescaled = forecast_scores(forecast * units, truth * units, scale * units)["mase"]
+    assert rescaled == pytest.approx(0.55)
+
+
 def test_the_seasonal_naive_forecast_of_the_training_part_has_mase_one():
     train = load_series("elnino").values[:300]
     origins = window_origins(12, 300, input_length=12, horizon=1)

@@ -123,6 +123,25 @@ def test_bad_input_gets_one_line(run):
     assert run_cli("recipes", "tagger").out.startswith("tagger: sequence labelling")
 
 
+def test_evaluate_refuses_a_file_without_stress_digits_naming_the_word(run, tmp_path):
+    plain = tmp_path / "g2p.dict"
+    plain.write_text("kiss  K IY1 S\nsit  S AA T\n")  # as g2p files are written: no stress digits
+    assert_error(
+        run_cli("evaluate", run, "--data", plain),
+        f"{plain}: word 'sit': vowel AA has no stress digit; the tagger is scored on CMUdict's stress digits",
+    )
+
+
+@pytest.mark.parametrize(
+    ("vowels", "reason"), [([], "no vowels"), (["AA", "ZH"], "'ZH' is not a phoneme of the vocabulary")]
+)
+def test_a_run_whose_vowel_set_was_emptied_or_damaged_is_refused_on_load(run, tmp_path, vowels, reason):
+    damaged = tmp_path / "run"
+    shutil.copytree(run, damaged)
+    (damaged / "vowels.json").write_text(json.dumps({"vowels": vowels}))
+    assert_error(run_cli("predict", damaged, "K AA S"), f"{damaged / 'vowels.json'}: bad vowels file ({reason})")
+
+
 def test_the_transformer_arch_trains_and_predicts(data, tmp_path):
     out = tmp_path / "transformer"
     tiny = ["model.arch=transformer", "model.d_model=16", "model.num_heads=2", "model.d_ff=32", "model.num_layers=1"]

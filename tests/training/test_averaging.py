@@ -41,6 +41,20 @@ def test_the_average_is_the_element_wise_mean(tmp_path):
         assert tensor.dtype == torch.float32
 
 
+def test_a_checkpoint_holding_nan_is_refused_naming_the_file_and_tensor(tmp_path):
+    good, diverged = _model(0), _model(1)
+    name = next(iter(diverged.state_dict()))
+    with torch.no_grad():
+        diverged.state_dict()[name].view(-1)[0] = float("nan")
+    good.save_pretrained(tmp_path / "good")
+    diverged.save_pretrained(tmp_path / "diverged")
+    weights = tmp_path / "diverged" / "model.safetensors"
+    with pytest.raises(
+        CheckpointError, match=f"^{weights}: {name} holds NaN or infinite values \\(a diverged model\\?\\)$"
+    ):
+        average_checkpoints([tmp_path / "good", tmp_path / "diverged"])
+
+
 def test_integer_tensors_must_be_equal():
     same = {"w": torch.ones(2), "step": torch.tensor(3)}
     averaged = average_state_dicts([same, {"w": torch.zeros(2), "step": torch.tensor(3)}])

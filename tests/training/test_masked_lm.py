@@ -45,6 +45,30 @@ def test_the_80_10_10_rule_holds_within_tolerance():
     assert torch.equal(out.input_ids[~selected], input_ids[~selected])
 
 
+def test_random_replacements_cover_every_id_about_one_in_v():
+    # Half the tokens are 0, half 1, so a replacement is told apart from its token everywhere except on that
+    # token: id j is counted over the half whose token is not j. Each count is Binomial(N, q / V) with N = 100k,
+    # q = P(selected and replaced at random) = 0.99 * 0.99: mean ~ 9801, sd ~ 94; the 10% bound is ~ 10 sd, so
+    # with the fixed seed it holds, and it would hold for any seed with probability > 1 - 1e-20. An id left out
+    # of the draw (randint from 1, or to V - 1) counts 0 and a range of V + 1 ids ~ 8900: both fail.
+    V, N = 10, 100_000
+    input_ids = torch.arange(2).repeat_interleave(N).view(2, N)  # row 0: all 0, row 1: all 1
+    out = mask_tokens(
+        input_ids,
+        torch.ones_like(input_ids, dtype=torch.bool),
+        mask_id=MASK,
+        vocab_size=V,
+        generator=torch.Generator().manual_seed(0),
+        mask_prob=0.99,
+        replace_prob=0.0,
+        random_prob=0.99,
+    )
+    counts = [int((out.input_ids[0 if j != 0 else 1] == j).sum()) for j in range(V)]
+    expected = N * 0.99 * 0.99 / V
+    assert all(abs(c - expected) < 0.1 * expected for c in counts), counts
+    assert out.input_ids.max() < V
+
+
 def test_special_and_padding_tokens_are_never_selected():
     input_ids, maskable = batch(B=8, T=64)
     for seed in range(20):

@@ -12,7 +12,7 @@ from seqlab.models.seq2seq.rnn import RNNSeq2Seq, RNNSeq2SeqConfig
 from seqlab.models.seq2seq.transformer import TransformerSeq2Seq, TransformerSeq2SeqConfig
 from seqlab.models.seq2seq.unroll import unroll
 from seqlab.training.objectives import teacher_forcing_loss
-from seqlab.training.scheduled_sampling import TeacherForcingSchedule, scheduled_sampling_loss
+from seqlab.training.scheduled_sampling import ScheduledSampling, TeacherForcingSchedule, scheduled_sampling_loss
 from seqlab.training.train_config import ScheduledSamplingTrainConfig
 
 PAIRS = [([3, 4, 5], [3, 4, 5, 6]), ([4], [5]), ([6, 3, 7, 8], [6, 3, 4])]
@@ -38,6 +38,28 @@ def test_schedule_values_at_landmarks():
     )
     assert TeacherForcingSchedule("inverse_sigmoid", k=10.0).probability(10**6) < 1e-300  # no OverflowError
     assert ScheduledSamplingTrainConfig().teacher_forcing_probability(12345) == 1.0
+
+
+def test_linear_schedule_starts_at_its_offset_k():
+    linear = TeacherForcingSchedule("linear", k=0.8, c=0.01)
+    assert linear.probability(0) == 0.8
+    assert linear.probability(10) == pytest.approx(0.7)
+
+
+def test_the_schedule_counts_optimizer_steps_under_gradient_accumulation():
+    # accumulation 2: micro-batches 0..5 are optimizer steps 0, 0, 1, 1, 2, 2, so with eps_i = 1 - 0.1 i the
+    # probability of feeding the model's own token, 1 - eps, is 0, 0, .1, .1, .2, .2
+    strategy = ScheduledSampling(
+        TeacherForcingSchedule("linear", k=1.0, c=0.1).probability, grad_accumulation_steps=2, seed=0
+    )
+    seen = []
+
+    def loss_fn(model, batch, *, teacher_forcing, generator):
+        seen.append(teacher_forcing)
+
+    for _ in range(6):
+        strategy.loss(None, None, loss_fn)
+    assert [1 - eps for eps in seen] == pytest.approx([0.0, 0.0, 0.1, 0.1, 0.2, 0.2])
 
 
 @pytest.mark.parametrize(

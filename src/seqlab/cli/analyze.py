@@ -22,6 +22,7 @@ from seqlab.errors import ConfigError, SeqlabError
 from seqlab.models import load_pretrained
 from seqlab.recipes import RECIPES, recipe_of_checkpoint
 from seqlab.recipes.system import AttentionSource, ExposureSource, SystemOptions
+from seqlab.validation import MAX_WIDTH
 
 
 class Analysis(NamedTuple):
@@ -111,9 +112,9 @@ def _int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
-def _positive(flag: str, value: int | None) -> None:
-    if value is not None and value < 1:
-        raise ConfigError(f"{flag} ({value}) must be >= 1")
+def _positive(flag: str, value: int | None, maximum: int | None = None) -> None:
+    if value is not None and (value < 1 or (maximum is not None and value > maximum)):
+        raise ConfigError(f"{flag} ({value}) must be >= 1" + ("" if maximum is None else f" and <= {maximum}"))
 
 
 # gradients ---------------------------------------------------------------------------------------------------------
@@ -133,8 +134,8 @@ def _gradient_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _gradients(args: argparse.Namespace, out_dir: Path) -> str:
-    _positive("--length", args.length)
-    _positive("--hidden-size", args.hidden_size)
+    _positive("--length", args.length, MAX_WIDTH)  # T, bounded as a model's context_length is
+    _positive("--hidden-size", args.hidden_size, MAX_WIDTH)
     if args.checkpoint is not None:
         if args.arch is not None or args.hidden_size is not None:
             raise ConfigError("--arch and --hidden-size describe fresh cells; a checkpoint brings its own layer")

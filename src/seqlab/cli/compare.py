@@ -36,6 +36,7 @@ from seqlab.cli.tables import table
 from seqlab.data.synthetic import TASKS, LongRangeTask, TaskBatch, make_task
 from seqlab.errors import ConfigError, SeqlabError
 from seqlab.training import Callback, LossOutput, StepRecord, TrainConfig, Trainer
+from seqlab.validation import MAX_PARAMETERS
 
 _EVAL_CHUNK = 64  # held-out sequences per forward pass
 # Options of --task runs only (a recipe takes its sizes from its config and --set), and their defaults.
@@ -107,6 +108,8 @@ def _check_arguments(args: argparse.Namespace) -> tuple[list[LongRangeTask], lis
         value = getattr(args, flag)
         if value < 1:
             raise ConfigError(f"--{flag.replace('_', '-')} ({value}) must be >= 1")
+    if args.params > MAX_PARAMETERS:
+        raise ConfigError(f"--params ({args.params}) must be <= {MAX_PARAMETERS} (MAX_PARAMETERS, a model's limit)")
     if not (math.isfinite(args.lr) and args.lr > 0):
         raise ConfigError(f"--lr ({args.lr}) must be > 0")
     minimum = 2 if args.task == "adding" else 1

@@ -280,12 +280,20 @@ def _generate(args: argparse.Namespace) -> int:
     refuse_options(recipe.System, options, OPTION_FLAGS, recipe.NAME)
     system = recipe.System.load(args.checkpoint, options)
     count = request.num_return_sequences
-    started = -1
-    for chunk in system.generate(request):
-        if chunk.index != started:
-            started = chunk.index
-            _write(f"--- sample {chunk.index + 1}/{count} ---\n" * (count > 1) + request.prompt)
-        _write(chunk.text + "\n" * chunk.finished)
+    started, line_open = -1, False
+    try:
+        for chunk in system.generate(request):
+            if chunk.index != started:
+                started = chunk.index
+                _write(f"--- sample {chunk.index + 1}/{count} ---\n" * (count > 1) + request.prompt)
+            _write(chunk.text + "\n" * chunk.finished)
+            line_open = not chunk.finished
+    except KeyboardInterrupt:
+        # Ctrl-C: what was printed stays, its line ended, so "seqlab: interrupted" (exit 130) gets a line of its own
+        # (the generator's cleanup has already stopped the generation after its current token).
+        if line_open:
+            _write("\n")
+        raise
     _warn_renamed(renamed)
     return 0
 

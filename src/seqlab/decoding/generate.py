@@ -18,7 +18,7 @@ from seqlab.decoding.beam_search import beam_search
 from seqlab.decoding.left_to_right import GenerateOutput, decode_left_to_right
 from seqlab.decoding.processors import LogitsProcessor, logits_processor
 from seqlab.errors import ConfigError
-from seqlab.models.interfaces import LanguageModelStepModel, StepOutput, select_rows
+from seqlab.models.interfaces import LanguageModelStepModel, StepOutput, check_token_ids, select_rows
 from seqlab.validation import check_bool, check_int, check_real, check_token_id
 
 __all__ = ["GenerateOutput", "generate"]
@@ -91,7 +91,9 @@ def generate(
         >= 1``, ``top_p (1.5) must be a finite number > 0.0 and <= 1.0``, ``temperature (0.0) must be a finite
         number > 0.0``, ``num_beams (3) > 1 is not supported with do_sample=True``), a prompt that leaves no room
         in the context (``prompt of 9 tokens leaves no room to generate in the model's context_length (8)``),
-        bad input shapes, or eos_id / pad_id outside the vocabulary.
+        bad input shapes, no prompts (B = 0), token ids < 0 (``input_ids holds token id -1; token ids are >= 0``)
+        or, from the model's prefill, >= V, or eos_id / pad_id outside the vocabulary. TypeError for input_ids
+        that are not an integer tensor.
     """
     check_int("max_new_tokens", max_new_tokens, minimum=1)
     check_bool("do_sample", do_sample)
@@ -168,9 +170,13 @@ class _Prompts(NamedTuple):
 
 
 def _check_prompts(input_ids: Tensor, keep_mask: Tensor | None) -> Tensor:
-    """The keep_mask (B, T), all True when None, after checking shapes and that every row has a real token."""
+    """The keep_mask (B, T), all True when None, after checking shapes, ids (>= 0; the model checks < V) and that
+    every row has a real token."""
+    check_token_ids(input_ids)
     if input_ids.dim() != 2 or input_ids.shape[1] == 0:
         raise ConfigError(f"input_ids must have shape (B, T) with T >= 1, got {tuple(input_ids.shape)}")
+    if input_ids.shape[0] == 0:
+        raise ConfigError(f"input_ids has no prompts (B = 0, shape {tuple(input_ids.shape)}); give at least one")
     if keep_mask is None:
         return torch.ones_like(input_ids, dtype=torch.bool)
     if keep_mask.shape != input_ids.shape or keep_mask.dtype != torch.bool:

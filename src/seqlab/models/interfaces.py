@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Protocol
 
+import torch
 from torch import Tensor
 
+from seqlab.errors import ConfigError
 from seqlab.nn.kv_cache import KVCache
 
 
@@ -64,6 +66,26 @@ class LanguageModelStepModel(StepModel, Protocol):
     context_length: int | None
 
     def prefill(self, input_ids: Tensor, keep_mask: Tensor | None = None) -> StepOutput: ...
+
+
+def check_token_ids(input_ids: Tensor, vocab_size: int | None = None, *, name: str = "input_ids") -> None:
+    """Refuse in one line what an embedding lookup would fail on: ``input_ids`` must be an integer tensor of ids
+    >= 0, and < V when ``vocab_size`` V is given. Reads the smallest and largest id (one device sync).
+
+    Raises: TypeError for anything but an integer tensor (a float or bool tensor, a list); ConfigError (a
+        ValueError) naming the first bad id: ``input_ids holds token id 13, outside the vocabulary [0, 13)``.
+    """
+    if not isinstance(input_ids, Tensor):
+        raise TypeError(f"{name} must be a tensor of token ids, got {type(input_ids).__name__}")
+    if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor of token ids, got {input_ids.dtype}")
+    if input_ids.numel() == 0:
+        return
+    low, high = int(input_ids.min()), int(input_ids.max())
+    if low < 0:
+        raise ConfigError(f"{name} holds token id {low}; token ids are >= 0")
+    if vocab_size is not None and high >= vocab_size:
+        raise ConfigError(f"{name} holds token id {high}, outside the vocabulary [0, {vocab_size})")
 
 
 class Seq2SeqOutput(NamedTuple):

@@ -9,6 +9,7 @@ the weights are read by safetensors, so a checkpoint from elsewhere can never ru
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import json
 from pathlib import Path
@@ -17,10 +18,11 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
-from torch import nn
+from torch import Tensor, nn
 
 from seqlab.errors import CheckpointError
 from seqlab.files import atomic_path, atomic_write
+from seqlab.validation import check_parameter_count, is_int
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -42,14 +44,24 @@ class PretrainedMixin:
 
     A subclass sets ``config_class``, takes the config as its only constructor argument, and sets
     ``model_type``, its registry name in ``config.json``; defining the class registers it in ``MODEL_TYPES``.
+    Building one from a config first builds it on the meta device (no memory) to count its parameters, so a size
+    past ``seqlab.validation.MAX_PARAMETERS`` is refused before anything is allocated, whether the config came
+    from a recipe, ``load_pretrained`` or ``from_hf``.
 
     Raises:
         TypeError: at class definition, if another class already registered the same ``model_type``.
+        ConfigError: at construction, for a model of more than ``MAX_PARAMETERS`` parameters (naming the
+            config's largest size).
     """
 
     config_class: ClassVar[type]
     model_type: ClassVar[str]
     config: Any
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if args and not _COUNTING.get():  # cls(config): check the size first (copy and pickle pass no args)
+            _check_size(cls, args[0])
+        return super().__new__(cls)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -107,6 +119,28 @@ class PretrainedMixin:
         _check_finite(model, weights_path)
         model.eval()
         return model
+
+
+_COUNTING: contextvars.ContextVar[bool] = contextvars.ContextVar("counting_parameters", default=False)
+
+
+def _check_size(cls: type, config: Any) -> None:
+    """Build ``cls(config)`` on the meta device (shapes only) and hold its parameter count to MAX_PARAMETERS.
+    A config the constructor refuses raises here as it would in the real build; a constructor that cannot run on
+    the meta device (NotImplementedError, RuntimeError) is left to the real build."""
+    token = _COUNTING.set(True)
+    try:
+        with torch.device("meta"):
+            model = cls(config)
+    except (NotImplementedError, RuntimeError):
+        return
+    finally:
+        _COUNTING.reset(token)
+    count = sum(p.numel() for p in model.parameters())
+    sizes = {}
+    if dataclasses.is_dataclass(config):
+        sizes = {f.name: v for f in dataclasses.fields(config) if is_int(v := getattr(config, f.name))}
+    check_parameter_count(cls.model_type, count, sizes or {"the model": count})
 
 
 def load_pretrained(directory: str | Path) -> PretrainedMixin:
@@ -176,5 +210,20 @@ def _check_weight_shapes(model: nn.Module, weights_path: Path) -> None:
 def _check_finite(model: nn.Module, weights_path: Path) -> None:
     """Raise CheckpointError (one line) if a loaded tensor holds a NaN or an infinity (a diverged model)."""
     for name, tensor in model.state_dict().items():
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            raise CheckpointError(f"{weights_path}: {name} holds NaN or infinite values (a diverged model?)")
+        if tensor.is_floating_point():
+            check_weight(weights_path, name, tensor)
+
+
+def check_weight(path: Path, name: str, tensor: Tensor) -> None:
+    """Refuse a weight read from ``path`` for a floating-point parameter that would load without a word and
+    compute garbage: integer or bool values (``.float()`` and ``load_model`` convert them silently), or a NaN or
+    an infinity (a diverged model). ``load_pretrained`` and every ``from_hf`` check each weight with it.
+
+    Raises: CheckpointError naming the file and the tensor: ``PATH: NAME holds int64 values, expected floating
+        point`` or ``PATH: NAME holds NaN or infinite values (a diverged model?)``.
+    """
+    if not tensor.is_floating_point():
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        raise CheckpointError(f"{path}: {name} holds {dtype} values, expected floating point")
+    if not bool(torch.isfinite(tensor).all()):
+        raise CheckpointError(f"{path}: {name} holds NaN or infinite values (a diverged model?)")

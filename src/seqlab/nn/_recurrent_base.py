@@ -128,8 +128,9 @@ class RecurrentBase(nn.Module):
         self, x: Tensor, lengths: Tensor | Sequence[int] | None = None, state: State | None = None
     ) -> RecurrentOutput:
         """Run all layers over x (B, T, E) or (T, B, E), floating point with the weights' dtype, T >= 1; lengths
-        (B,), an integer tensor or a sequence of ints (converted with ``torch.as_tensor``); state shaped as the
-        output's. Raises TypeError for an integer x or another float dtype, ValueError for the rest."""
+        (B,), an integer tensor on the cpu or x's device, or a sequence of ints (converted with
+        ``torch.as_tensor``); state shaped as the output's. An empty batch (B = 0) gives empty outputs, with or
+        without lengths. Raises TypeError for an integer x or another float dtype, ValueError for the rest."""
         layout = "(B, T, E)" if self.batch_first else "(T, B, E)"
         if x.dim() != 3:
             raise ValueError(f"expected x of shape {layout}, got shape {tuple(x.shape)}")
@@ -141,7 +142,9 @@ class RecurrentBase(nn.Module):
             raise ValueError(f"x has no time steps (T = 0, shape {tuple(x.shape)}); a recurrent layer needs T >= 1")
         if lengths is not None:
             lengths = lengths if isinstance(lengths, Tensor) else torch.as_tensor(lengths)
-            self._check_lengths(lengths, B, T)
+            self._check_lengths(lengths, B, T, x.device)
+            if B == 0:
+                lengths = None  # no row to mask, and the fused kernel cannot pack an empty batch
         state = self._initial_state(x, B) if state is None else self._check_state(state, B)
         options = {"batch_first": self.batch_first, "dropout": self.dropout, "training": self.training}
         # Packed sequences cannot be exported (their batch sizes are data); the reference path's loop can.
@@ -173,11 +176,15 @@ class RecurrentBase(nn.Module):
         return RecurrentOutput(outputs, final_state)
 
     @staticmethod
-    def _check_lengths(lengths: Tensor, B: int, T: int) -> None:
+    def _check_lengths(lengths: Tensor, B: int, T: int, device: torch.device) -> None:
+        if lengths.device not in (torch.device("cpu"), device):
+            raise ValueError(f"lengths must be on the cpu or on x's device ({device}), got {lengths.device}")
         if tuple(lengths.shape) != (B,):
             raise ValueError(f"lengths must have shape (B,) = ({B},), got {tuple(lengths.shape)}")
         if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
             raise ValueError(f"lengths must be an integer tensor, got dtype {lengths.dtype}")
+        if B == 0:
+            return
         if torch.compiler.is_exporting():
             return  # the values are not known while exporting; the graph's caller checks them
         low, high = int(lengths.min()), int(lengths.max())

@@ -29,10 +29,13 @@ from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 from seqlab.analysis.attention import LabelledAttention
 from seqlab.analysis.exposure import ExposureBias
 from seqlab.errors import ConfigError
+from seqlab.validation import MAX_VOCAB_SIZE
 
 # The largest value of each count a request may ask for: beyond it a command would only run out of memory or time.
+# A CPU generates tens to hundreds of tokens a second (lm_gpt fixture under load: 1,000 tokens in 194 s), so 100,000
+# is already minutes to hours; Ctrl-C ends ``seqlab generate`` keeping what it printed.
 MAX_BEAMS = 1_000
-MAX_NEW_TOKENS = 1_000_000
+MAX_NEW_TOKENS = 100_000
 BACKENDS = ("torch", "onnxruntime")  # what may run a model's decoding steps (``SystemOptions.backend``)
 
 
@@ -109,7 +112,7 @@ class GenerationRequest:
         if not isinstance(self.prompt, str):
             raise ConfigError(f"prompt must be text, got {type(self.prompt).__name__}")
         _check_count("max_new_tokens", self.max_new_tokens, MAX_NEW_TOKENS)
-        _check_count("top_k", self.top_k, MAX_NEW_TOKENS)
+        _check_count("top_k", self.top_k, MAX_VOCAB_SIZE)
         _check_count("num_beams", self.num_beams, MAX_BEAMS)
         _check_count("num_return_sequences", self.num_return_sequences, MAX_BEAMS)
         if self.temperature is not None and not 0 < self.temperature < math.inf:

@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from seqlab.errors import CheckpointError
-from seqlab.models.pretrained import CONFIG_FILE, WEIGHTS_FILE
+from seqlab.models.pretrained import CONFIG_FILE, WEIGHTS_FILE, check_weight
 from seqlab.training.callbacks import Callback
 from seqlab.validation import check_int
 
@@ -83,8 +83,8 @@ def average_checkpoints(directories: Sequence[str | Path]) -> dict[str, Tensor]:
         copy of the first directory's ``config.json``.
     Raises:
         CheckpointError: (one line naming the directory) a missing or unreadable ``config.json`` or weights file,
-            a ``config.json`` that differs from the first one's (another architecture), or weights that
-            :func:`average_state_dicts` refuses.
+            a ``config.json`` that differs from the first one's (another architecture), a weight holding a NaN
+            or an infinity (``check_weight``), or weights that :func:`average_state_dicts` refuses.
     """
     directories = [Path(d) for d in directories]
     if not directories:
@@ -100,6 +100,10 @@ def average_checkpoints(directories: Sequence[str | Path]) -> dict[str, Tensor]:
             raise CheckpointError(f"{directory / CONFIG_FILE}: not valid JSON") from None
         except SafetensorError as e:
             raise CheckpointError(f"{directory / WEIGHTS_FILE}: unreadable ({e})") from None
+    for directory, state in zip(directories, state_dicts, strict=True):
+        for name, tensor in state.items():
+            if tensor.is_floating_point():  # a diverged run's NaN would spread into every averaged weight
+                check_weight(directory / WEIGHTS_FILE, name, tensor)
     first = _flatten(configs[0])
     for directory, config in zip(directories[1:], configs[1:], strict=True):
         flat = _flatten(config)

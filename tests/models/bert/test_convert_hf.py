@@ -245,3 +245,31 @@ def test_an_unsupported_field_and_a_missing_weights_file_are_refused_in_one_line
     message = f"{folder / 'model.safetensors'}: missing (only safetensors weights are read)"
     with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
         Bert.from_hf(folder)
+
+
+@pytest.mark.parametrize(
+    ("damage", "found"),
+    [
+        (lambda t: t.long(), "int64 values, expected floating point"),
+        (lambda t: t.index_fill(0, torch.tensor([0]), float("nan")), "NaN or infinite values (a diverged model?)"),
+    ],
+)
+def test_integer_or_nan_weights_are_refused_as_load_pretrained_does(tmp_path, damage, found):
+    randomise(transformers.BertModel(hf_config())).save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    tensors = load_file(weights)
+    tensors["encoder.layer.0.intermediate.dense.weight"] = damage(tensors["encoder.layer.0.intermediate.dense.weight"])
+    save_file(tensors, weights, metadata={"format": "pt"})
+    message = f"{weights}: encoder.layer.0.intermediate.dense.weight holds {found}"
+    with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
+        Bert.from_hf(tmp_path)
+
+
+def test_a_pooler_bias_without_its_weight_is_a_missing_tensor(tmp_path):
+    randomise(transformers.BertModel(hf_config())).save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    tensors = load_file(weights)
+    del tensors["pooler.dense.weight"]
+    save_file(tensors, weights, metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=f"^{re.escape(f'{weights}: missing tensor pooler.dense.weight')}$"):
+        Bert.from_hf(tmp_path)

@@ -189,3 +189,21 @@ def test_beam_search_through_generate_equals_hf_generate(tmp_path, num_beams):
         n = int(ours.lengths[b])
         assert ours.tokens[b, 6 : 6 + n].tolist() == theirs[b, 6 : 6 + n].tolist()
         assert torch.all(theirs[b, 6 + n :] == eos)
+
+
+@pytest.mark.parametrize(
+    ("damage", "found"),
+    [
+        (lambda t: t.long(), "int64 values, expected floating point"),
+        (lambda t: t.index_fill(0, torch.tensor([0]), float("nan")), "NaN or infinite values (a diverged model?)"),
+    ],
+)
+def test_integer_or_nan_weights_are_refused_as_load_pretrained_does(tmp_path, damage, found):
+    hf_model().save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    tensors = load_file(weights)
+    tensors["transformer.h.0.mlp.c_fc.weight"] = damage(tensors["transformer.h.0.mlp.c_fc.weight"])
+    save_file(tensors, weights, metadata={"format": "pt"})
+    message = f"{weights}: transformer.h.0.mlp.c_fc.weight holds {found}"
+    with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
+        GPT.from_hf(tmp_path)

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from seqlab.decoding import generate
 from seqlab.errors import ConfigError
 from seqlab.models import GPT, GPTConfig, GPTState, load_pretrained
 from seqlab.models.language_model import gpt, gpt_char_small
@@ -105,6 +106,21 @@ def test_steps_without_gradients_take_the_fast_path_and_equal_the_module_path(po
         assert model.step(following[:, 0], state).state.incremental_step is not None
 
 
+def test_the_fast_path_uses_the_models_layer_norm_eps():
+    # eps = 0.5 is large against the unit-scale activations, so a fast path that normalised with 1e-5 would differ
+    model = tiny(layer_norm_eps=0.5)
+    input_ids, following = tokens(2, 4), tokens(2, 2, seed=3)
+    runs = []
+    for grad in (True, False):  # with gradients: the module path; without: the fast path
+        with torch.set_grad_enabled(grad):
+            out = model.prefill(input_ids)
+            logits = [model.step(following[:, 0], out.state)]
+            logits.append(model.step(following[:, 1], logits[0].state))
+            assert (logits[1].state.incremental_step is None) == grad
+        runs.append(torch.stack([step.logits.detach() for step in logits], dim=1))
+    assert_close(runs[1], runs[0])
+
+
 @pytest.mark.parametrize("positional", POSITIONALS)
 def test_logits_at_t_do_not_depend_on_later_tokens(positional):
     model = tiny(positional)
@@ -185,3 +201,8 @@ def test_dropout_is_active_in_training_and_off_in_eval():
     assert not torch.equal(model(x).logits, model(x).logits)
     model.eval()
     assert torch.equal(model(x).logits, model(x).logits)
+
+
+def test_generate_refuses_a_token_id_outside_the_vocabulary_in_one_line():
+    with pytest.raises(ConfigError, match=rf"^input_ids holds token id {V}, outside the vocabulary \[0, {V}\)$"):
+        generate(tiny(), torch.tensor([[1, V]]), max_new_tokens=2)

@@ -5,6 +5,7 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
+from seqlab.decoding import generate
 from seqlab.errors import ConfigError
 from seqlab.models import (
     MODEL_TYPES,
@@ -238,3 +239,8 @@ def test_config_errors_show_the_bad_values(options, message):
 def test_bad_keep_masks_are_reported(keep_mask, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         make_model()(tokens(1, 3), keep_mask=keep_mask)
+
+
+def test_generate_refuses_a_token_id_outside_the_vocabulary_in_one_line():
+    with pytest.raises(ConfigError, match=rf"^input_ids holds token id {V}, outside the vocabulary \[0, {V}\)$"):
+        generate(make_model(), torch.tensor([[1, V]]), max_new_tokens=2)

@@ -222,3 +222,22 @@ def test_config_rejects_bad_values_with_the_value_in_the_message():
         T5Config(relative_attention_num_buckets=32, relative_attention_max_distance=16)
     with pytest.raises(ConfigError, match=r"^eos_id \(40\) must be in \[0, 40\)$"):
         T5Config(vocab_size=40, eos_id=40)
+
+
+@pytest.mark.parametrize(
+    ("damage", "found"),
+    [
+        (lambda t: t.long(), "int64 values, expected floating point"),
+        (lambda t: t.index_fill(0, torch.tensor([0]), float("nan")), "NaN or infinite values (a diverged model?)"),
+    ],
+)
+def test_integer_or_nan_weights_are_refused_as_load_pretrained_does(tmp_path, damage, found):
+    hf_model("v1.0").save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    tensors = load_file(weights)
+    name = "decoder.block.0.layer.2.DenseReluDense.wi.weight"
+    tensors[name] = damage(tensors[name])
+    save_file(tensors, weights, metadata={"format": "pt"})
+    message = f"{weights}: {name} holds {found}"
+    with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
+        T5.from_hf(tmp_path)

@@ -37,6 +37,7 @@ from seqlab.models.hf_folder import (
     refuse_unsupported,
     write_hf_folder,
 )
+from seqlab.models.pretrained import check_weight
 
 BODY_PREFIX = "bert."
 # Hugging Face hidden_act -> seqlab activation ("gelu_new" and "gelu_pytorch_tanh" are both GELU's tanh form).
@@ -121,6 +122,8 @@ def load_hf(cls: type, directory: Path) -> Any:
         prefixed = any(name.startswith(BODY_PREFIX) for name in names)
         stored = {name.removeprefix(BODY_PREFIX): name for name in names}
         fields["pooler"] = "pooler.dense.weight" in stored
+        if "pooler.dense.bias" in stored and not fields["pooler"]:  # half a pooler is a damaged file, not none
+            raise CheckpointError(f"{path}: missing tensor {stored['pooler.dense.bias'].removesuffix('bias')}weight")
         try:
             model = cls(cls.config_class(**fields))
         except ValueError as e:
@@ -136,7 +139,10 @@ def load_hf(cls: type, directory: Path) -> Any:
                 raise CheckpointError(
                     f"{path}: tensor {stored[wanted]} is {list(found)}, the config needs {list(expected.shape)}"
                 )
-            state[name] = f.get_tensor(stored[wanted]).float()
+            tensor = f.get_tensor(stored[wanted])
+            if expected.is_floating_point():
+                check_weight(path, stored[wanted], tensor)
+            state[name] = tensor.float()
     model.load_state_dict(state)
     model.eval()
     return model

@@ -33,6 +33,7 @@ from seqlab.models.hf_folder import (
     refuse_unsupported,
     write_hf_folder,
 )
+from seqlab.models.pretrained import check_weight
 
 PREFIX = "transformer."
 # Hugging Face activation_function -> seqlab activation (gelu_new and gelu_pytorch_tanh are both the tanh form).
@@ -155,7 +156,9 @@ def read_gpt2_weights(directory: Path, expected: dict[str, Tensor], num_layers: 
             found = tuple(f.get_slice(stored[name]).get_shape())
             if found != shape:
                 raise CheckpointError(f"{path}: tensor {stored[name]} is {list(found)}, the config needs {list(shape)}")
-            tensors[name] = f.get_tensor(stored[name]).float()
+            tensor = f.get_tensor(stored[name])
+            check_weight(path, stored[name], tensor)
+            tensors[name] = tensor.float()
     return from_gpt2_tensors(tensors, num_layers, tied=tied)
 
 

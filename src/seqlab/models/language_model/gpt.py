@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqlab.models.interfaces import LanguageModelOutput, StepOutput, select_rows
+from seqlab.models.interfaces import LanguageModelOutput, StepOutput, check_token_ids, select_rows
 from seqlab.models.language_model import convert_hf
 from seqlab.models.pretrained import PretrainedMixin
 from seqlab.nn import (
@@ -224,7 +224,10 @@ class GPT(PretrainedMixin, nn.Module):
     def prefill(self, input_ids: Tensor, keep_mask: Tensor | None = None) -> StepOutput:
         """Run left-padded prompts input_ids (B, T) (keep_mask (B, T), True at real tokens, or None); return the
         logits (B, V) of the token after each prompt and the state. Only the last position is projected to V.
-        An all-True keep_mask is dropped here, once, so that the steps attend without a mask."""
+        An all-True keep_mask is dropped here, once, so that the steps attend without a mask.
+
+        Raises: TypeError / ConfigError for ids that are not integers in [0, V) (``check_token_ids``)."""
+        check_token_ids(input_ids, self.config.vocab_size)
         if keep_mask is not None and keep_mask.shape == input_ids.shape and bool(keep_mask.all()):
             keep_mask = None
         h, state = self._hidden(input_ids, None, keep_mask)

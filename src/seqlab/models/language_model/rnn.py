@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from seqlab.errors import ConfigError
-from seqlab.models.interfaces import LanguageModelOutput, StepOutput, select_rows
+from seqlab.models.interfaces import LanguageModelOutput, StepOutput, check_token_ids, select_rows
 from seqlab.models.pretrained import PretrainedMixin
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
 from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
@@ -215,7 +215,9 @@ class RNNLanguageModel(PretrainedMixin, nn.Module):
 
         Returns StepOutput(logits (B, V) of the token after each prompt, state after it); each row equals its
         prompt alone.
+        Raises: TypeError / ConfigError for ids that are not integers in [0, V) (``check_token_ids``).
         """
+        check_token_ids(input_ids, self.config.vocab_size)
         logits, state = self(input_ids, keep_mask=keep_mask)
         if keep_mask is None:
             return StepOutput(logits[:, -1], state)

@@ -34,6 +34,7 @@ from seqlab.models.hf_folder import (
     read_hf_config,
     write_hf_folder,
 )
+from seqlab.models.pretrained import check_weight
 from seqlab.models.t5.config import FEED_FORWARD_PROJS, T5Config
 
 ARCHITECTURE = "T5ForConditionalGeneration"
@@ -139,7 +140,9 @@ def read_t5_weights(directory: Path, expected: dict[str, Tensor], config: T5Conf
             found, shape = tuple(f.get_slice(theirs).get_shape()), tuple(expected[ours].shape)
             if found != shape:
                 raise CheckpointError(f"{path}: tensor {theirs} is {list(found)}, the config needs {list(shape)}")
-            state[ours] = f.get_tensor(theirs).float()
+            tensor = f.get_tensor(theirs)
+            check_weight(path, theirs, tensor)
+            state[ours] = tensor.float()
         tied = config.tie_word_embeddings and LM_HEAD in stored
         if tied and not torch.equal(f.get_tensor(LM_HEAD).float(), state["shared.weight"]):
             raise CheckpointError(

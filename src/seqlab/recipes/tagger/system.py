@@ -14,7 +14,7 @@ from torch import nn
 from seqlab.data.cmudict import Pronunciation, read_cmudict
 from seqlab.data.labelled_text import token_batches
 from seqlab.data.vocab import Vocabulary
-from seqlab.errors import DataError
+from seqlab.errors import CheckpointError, DataError
 from seqlab.files import atomic_write
 from seqlab.models.bert import BertForTokenClassification
 from seqlab.models.pretrained import load_pretrained
@@ -58,12 +58,17 @@ class TaggerSystem:
     def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> TaggerSystem:
         """The run in ``directory``. It takes no options (``OPTIONS`` is empty: callers refuse any given).
 
-        Raises: CheckpointError (one line naming the file) for a missing or malformed recipe.json, vowels file,
-            vocabulary or model.
+        Raises: CheckpointError (one line naming the file) for a missing or malformed recipe.json, vowels file
+            (empty, or naming a phoneme the vocabulary lacks: the tagger would score nothing), vocabulary or model.
         """
         load_recipe_config(directory, Config)
-        vowels = frozenset(read_json_list(directory / VOWELS_FILE, "vowels"))
-        return cls(load_pretrained(directory), Vocabulary.load(directory / VOCAB_FILE), vowels)
+        vowels = read_json_list(directory / VOWELS_FILE, "vowels")
+        vocab = Vocabulary.load(directory / VOCAB_FILE)
+        unknown = [v for v in vowels if not isinstance(v, str) or v not in vocab]
+        if not vowels or unknown:
+            reason = f"{unknown[0]!r} is not a phoneme of the vocabulary" if unknown else "no vowels"
+            raise CheckpointError(f"{directory / VOWELS_FILE}: bad vowels file ({reason})")
+        return cls(load_pretrained(directory), vocab, frozenset(vowels))
 
     def predict(self, inputs: Sequence[str]) -> list[StressPrediction]:
         """The stress of each input's vowels (space-separated phonemes, any case; stress digits given are ignored).
@@ -78,9 +83,18 @@ class TaggerSystem:
         """Vowel and word accuracy (%) on a CMUdict-format file with stress digits, and the vowels and
         pronunciations scored.
 
-        Raises: DataError naming the file (and line) for bad data or a phoneme the model does not know.
+        Raises: DataError naming the file (and line) for bad data or a phoneme the model does not know, or naming
+            the word whose vowel has no stress digit (a file without stress, such as g2p's, has nothing to score).
         """
-        scores = self.score(read_cmudict(data_path, keep_stress=True), source=data_path)
+        entries = read_cmudict(data_path, keep_stress=True)
+        for word, phonemes in entries:
+            bare = next((p for p in phonemes if p in self.vowels), None)  # the vowels are kept without digits
+            if bare is not None:
+                raise DataError(
+                    f"{data_path}: word {word!r}: vowel {bare} has no stress digit; the tagger is scored on "
+                    "CMUdict's stress digits"
+                )
+        scores = self.score(entries, source=data_path)
         return scores._asdict() | {"vowels": float(scores.vowels), "words": float(scores.words)}
 
     def encode(self, inputs: Sequence[Sequence[str]], *, source: str) -> list[list[int]]:

@@ -11,7 +11,7 @@ from seqlab.models.seq2seq.rnn import RNNSeq2Seq, RNNSeq2SeqConfig
 from seqlab.models.seq2seq.transformer import TransformerSeq2Seq, TransformerSeq2SeqConfig
 from seqlab.recipes.common.search import SearchDecodeConfig
 from seqlab.training.train_config import TrainConfig
-from seqlab.validation import check_bool, check_int, check_real
+from seqlab.validation import MAX_VOCAB_SIZE, check_bool, check_int, check_real
 
 # Longest source or target (tokens) a Transformer's positions are built for (its config.json's max_length).
 TRANSFORMER_POSITIONS = 1024
@@ -42,7 +42,7 @@ class DataConfig:
         check_real("test_fraction", self.test_fraction, at_least=0.0, below=0.5)
         check_int("split_seed", self.split_seed, minimum=None)
         check_bool("shared_bpe", self.shared_bpe)
-        check_int("bpe_size", self.bpe_size, minimum=257)
+        check_int("bpe_size", self.bpe_size, minimum=257, maximum=MAX_VOCAB_SIZE)
         check_int("max_tokens", self.max_tokens)
         for split in ("valid", "test"):
             if (getattr(self, f"{split}_src") is None) != (getattr(self, f"{split}_tgt") is None):
