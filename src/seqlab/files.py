@@ -155,7 +155,7 @@ class RunLock:
     Raises:
         ConfigError: from ``acquire``, at once (no waiting) if another process holds the lock:
             ``DIR: in use by another seqlab run (pid 123 on host, since 2026-11-23 16:10:00 UTC)``.
-        StorageError: from ``acquire``, if the lock file cannot be created.
+        StorageError: from ``acquire``, if the lock file cannot be created or written (a full disk).
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
@@ -171,9 +171,13 @@ class RunLock:
         except OSError as e:
             raise storage_error(self.path, e) from None
         started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-        with open(self.path, "r+", encoding="utf-8") as file:  # the flock is on the inode, not the contents
-            file.truncate()
-            file.write(f"pid {os.getpid()} on {socket.gethostname()}, since {started}\n")
+        try:
+            with open(self.path, "r+", encoding="utf-8") as file:  # the flock is on the inode, not the contents
+                file.truncate()
+                file.write(f"pid {os.getpid()} on {socket.gethostname()}, since {started}\n")
+        except OSError as e:
+            self._lock.release()
+            raise storage_error(self.path, e) from None
         return self
 
     def release(self) -> None:

@@ -8,9 +8,12 @@ existed changed, and nothing is left behind. ``seqlab embed`` writes a file: its
 
 import errno
 import hashlib
+import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -18,7 +21,7 @@ from typing import NamedTuple
 import pytest
 import torch
 from cli_helpers import Result, assert_error, run_cli
-from faults.helpers import g2p_args, g2p_config, train
+from faults.helpers import g2p_args, g2p_config, subprocess_env, train
 
 from seqlab.data.wordpiece import WordPieceTokenizer
 from seqlab.files import KIND_FILE, TEMPORARY_MARK
@@ -391,3 +394,82 @@ def test_embed_on_a_full_disk_leaves_no_temporary_file(local, tmp_path, monkeypa
         result = embed(local, "--out", tmp_path / "e.npy")
     assert_error(result, f"{tmp_path / 'e.npy'}: cannot write (No space left on device)")
     assert tree(tmp_path) == before
+
+
+# a real file system: a tiny tmpfs, full or read-only, in a private mount namespace ---------------------------------
+
+DRIVER = """
+import contextlib, io, json, os, sys
+from seqlab.cli import main
+disk = sys.argv[1]
+results = []
+for argv, headroom in json.load(sys.stdin):
+    filler = os.path.join(disk, "filler")
+    if headroom >= 0:  # fill the disk up to headroom bytes
+        stat = os.statvfs(disk)
+        with open(filler, "wb") as file:
+            file.write(bytes(max(stat.f_bavail * stat.f_frsize - headroom, 0)))
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = main(argv)
+    if headroom >= 0:
+        os.remove(filler)
+    results.append([code, err.getvalue().splitlines()[-1:], sorted(os.listdir(disk))])
+print(json.dumps(results))
+"""
+
+
+def can_mount() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    mount = ["unshare", "-rm", "mount", "-t", "tmpfs", "tmpfs", "/mnt"]
+    return subprocess.run(mount, capture_output=True).returncode == 0
+
+
+def on_tmpfs(disk: Path, options: str, commands: list[tuple[list[object], int]]) -> list[tuple[int, str, list[str]]]:
+    """Run each of ``commands`` (argv, headroom) in one process on a tmpfs mounted at ``disk`` with ``options``,
+    filled up to ``headroom`` free bytes before each (not at all if negative); return, for each, the exit code,
+    the last line on stderr and the files left on the disk."""
+    disk.mkdir()
+    script = 'mount -t tmpfs -o "$4" tmpfs "$1" && exec "$2" -c "$3" "$1"'
+    process = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, "sh", disk, sys.executable, DRIVER, options],
+        input=json.dumps([([str(a) for a in argv], headroom) for argv, headroom in commands]),
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=600,
+    )
+    assert process.returncode == 0, process.stderr
+    return [(code, last[0] if last else "", left) for code, last, left in json.loads(process.stdout)]
+
+
+needs_mount = pytest.mark.skipif(not can_mount(), reason="needs unshare -rm and mount (user and mount namespaces)")
+
+
+@needs_mount
+def test_a_really_full_disk_is_a_storage_error_for_every_command(local, tmp_path):
+    """Three free pages (the lock and kind files fit, the results do not; none for embed's one file): a
+    StorageError in one line, exit 2, nothing left on the disk; safetensors' own error included (train, average)."""
+    disk = tmp_path / "disk"
+    names = list(COMMANDS)
+    commands = [(COMMANDS[name].argv(disk / "out", local), 3 * 4096) for name in names]
+    commands.append((["embed", local.bert, "--input", local.text, "--out", disk / "e.npy"], 0))
+    results = on_tmpfs(disk, "size=2m", commands)
+    for name, (code, last, left) in zip([*names, "embed"], results, strict=True):
+        pattern = rf"seqlab: error: {re.escape(str(disk))}/(out/\S+|e\.npy): cannot write \(No space left on device\)"
+        assert code == 2 and re.fullmatch(pattern, last), (name, code, last)
+        assert left == [], (name, left)
+
+
+@needs_mount
+def test_a_read_only_file_system_is_refused_before_any_work(local, tmp_path):
+    disk = tmp_path / "disk"
+    commands = {name: command.argv(disk / "out", local) for name, command in COMMANDS.items()}
+    commands["embed"] = ["embed", local.bert, "--input", local.text, "--out", disk / "e.npy"]
+    results = on_tmpfs(disk, "ro,size=64k", [(argv, -1) for argv in commands.values()])
+    for name, (code, last, left) in zip(commands, results, strict=True):
+        flag = "--out " if name == "embed" else COMMANDS[name].flag
+        out = disk / ("e.npy" if name == "embed" else "out")
+        assert (code, last) == (2, f"seqlab: error: {flag}{out}: cannot write in {disk} (Read-only file system)"), name
+        assert left == []
