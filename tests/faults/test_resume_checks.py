@@ -88,8 +88,8 @@ def test_a_resume_with_an_edited_recipe_json_is_refused(resumable):
     before = tree(resumable.parent)
     assert_error(
         run_cli("train", "--resume", resumable, "--no-progress"),
-        f"--resume {resumable}: recipe.json was edited since the run was trained (model.hidden_size is 32 there, "
-        "16 in the training checkpoint); undo the edit, or train a new run",
+        f"--resume {resumable}: recipe.json does not match the training checkpoint (model.hidden_size: 32 in "
+        "recipe.json, 16 in the checkpoint); restore the run's files, or train a new run",
     )
     assert tree(resumable.parent) == before
 
@@ -99,7 +99,7 @@ def test_a_resume_with_another_recipes_recipe_json_is_refused(resumable):
     before = tree(resumable.parent)
     assert_error(
         run_cli("train", "--resume", resumable, "--no-progress"),
-        f"--resume {resumable}: recipe.json names the lm recipe, but the run was trained by g2p",
+        f"--resume {resumable}: recipe.json names the lm recipe, but the training checkpoint is of a g2p run",
     )
     assert tree(resumable.parent) == before
 
@@ -173,7 +173,7 @@ def test_a_checkpoint_from_before_the_checks_refuses_another_model(resumable):
     before = tree(resumable.parent)
     result = run_cli("train", "--resume", resumable, "--no-progress")
     assert result.code == 2 and result.err.splitlines()[-1].startswith(
-        f"seqlab: error: --resume {resumable}: recipe.json describes another model than the training checkpoint's "
+        f"seqlab: error: --resume {resumable}: recipe.json describes another model than the training checkpoint "
         "(parameter "
     ), result.err
     assert tree(resumable.parent) == before

@@ -201,14 +201,15 @@ def _check_resume(
         trained = state[RECIPE_KEY]
         if trained["recipe"] != name:
             raise CheckpointError(
-                f"{where}: {RECIPE_FILE} names the {name} recipe, but the run was trained by {trained['recipe']}"
+                f"{where}: {RECIPE_FILE} names the {name} recipe, but the training checkpoint is of a "
+                f"{trained['recipe']} run"
             )
         now, then = (dict(flatten(json.loads(json.dumps(c)))) for c in (dataclasses.asdict(config), trained["config"]))
         for key in sorted(now.keys() & then.keys()):
             if now[key] != then[key]:
                 raise CheckpointError(
-                    f"{where}: {RECIPE_FILE} was edited since the run was trained ({key} is {now[key]!r} there, "
-                    f"{then[key]!r} in the training checkpoint); undo the edit, or train a new run"
+                    f"{where}: {RECIPE_FILE} does not match the training checkpoint ({key}: {now[key]!r} in "
+                    f"{RECIPE_FILE}, {then[key]!r} in the checkpoint); restore the run's files, or train a new run"
                 )
     if DATA_KEY not in state:
         log(f"{where}: the training checkpoint predates data fingerprints; the data files are not checked")
@@ -245,8 +246,9 @@ def _check_resumed_model(out_dir: Path, model: nn.Module, state: dict[str, Any])
             then = tuple(saved[key].shape) if key in saved else "absent"
             now = tuple(built[key].shape) if key in built else "absent"
             raise CheckpointError(
-                f"--resume {out_dir}: {RECIPE_FILE} describes another model than the training checkpoint's "
-                f"(parameter {key}: {now} against {then}); undo the edit, or train a new run"
+                f"--resume {out_dir}: {RECIPE_FILE} describes another model than the training checkpoint (parameter "
+                f"{key}: {now} in {RECIPE_FILE}'s model, {then} in the checkpoint); restore the run's files, or train "
+                "a new run"
             )
 
 
