@@ -275,7 +275,7 @@ class OutputDirectory:
         kind: the command that writes it ("train", "plot", "analyze gradients", "export", ...), saved in
             ``.seqlab-output``.
         mode: see above.
-        inputs: paths the command reads; a target that is or holds one is refused.
+        inputs: paths the command reads; a target that is or holds one is refused (except to resume it).
         aside: write a new output in a hidden sibling too, so it appears whole at ``commit`` (False: in place,
             where it can be watched, as a training run is).
         flag: the command-line flag that named ``target``, for messages.
@@ -306,7 +306,8 @@ class OutputDirectory:
             raise ValueError(f"mode ({mode!r}) must be one of {', '.join(map(repr, OUTPUT_MODES))}")
         self.target, self.kind, self.flag = Path(target), kind, flag
         check_output_path(self.target, flag)
-        refuse_inputs(self.target, inputs, flag)
+        if mode != "resume":  # a resumed run deletes nothing, so its data may lie in it
+            refuse_inputs(self.target, inputs, flag)
         if mode == "resume" and not self.target.is_dir():
             raise ConfigError(f"{_named(flag, self.target)}: no such run directory")
         if mode != "resume" and has_results(self.target):

@@ -177,3 +177,11 @@ def test_a_checkpoint_from_before_the_checks_refuses_another_model(resumable):
         "(parameter "
     ), result.err
     assert tree(resumable.parent) == before
+
+
+def test_a_run_whose_data_lies_inside_it_resumes(run):
+    """Only a replacement must not hold its inputs: a resume deletes nothing."""
+    shutil.copy(run.parent / "words.dict", run / "words.dict")
+    retarget(run, run / "words.dict")
+    result = run_cli("train", "--resume", run, "--no-progress")
+    assert result.code == 0, result.err
