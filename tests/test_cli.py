@@ -34,6 +34,7 @@ CHECKPOINT_FILES = {
     "metrics.jsonl",
     "training_state.safetensors",
     ".seqlab.lock",
+    ".seqlab-output",
 }
 TINY = [
     "model.hidden_size=16",

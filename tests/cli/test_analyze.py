@@ -163,11 +163,15 @@ def test_out_is_never_overwritten_and_must_be_writable(tmp_path):
         run_cli("analyze", "positional", "--out", tmp_path / "full"),
         f"--out {tmp_path / 'full'}: already exists and is not empty; pass --overwrite to replace it",
     )
-    assert run_cli("analyze", "positional", "--max-len", 8, "--out", tmp_path / "full", "--overwrite").code == 0
-    assert (tmp_path / "full" / "mine.txt").read_text() == "keep"
+    assert_error(  # --overwrite replaces an earlier output of the same analysis only
+        run_cli("analyze", "positional", "--max-len", 8, "--out", tmp_path / "full", "--overwrite"),
+        f"--out {tmp_path / 'full'}: not a seqlab output (no .seqlab-output or recipe.json); "
+        "--overwrite replaces only what `seqlab analyze positional` wrote",
+    )
+    assert [p.name for p in (tmp_path / "full").iterdir()] == ["mine.txt"]
     (tmp_path / "file").write_text("")
     result = run_cli("analyze", "positional", "--out", tmp_path / "file" / "sub")
-    assert result.code == 2 and result.err.startswith(f"seqlab: error: --out {tmp_path / 'file' / 'sub'}: cannot write")
+    assert_error(result, f"--out {tmp_path / 'file' / 'sub'}: {tmp_path / 'file'} is not a directory")
 
 
 @pytest.mark.parametrize("checkpoint", [RNN_G2P, TRANSFORMER_G2P])

@@ -212,5 +212,8 @@ def test_overwrite_refuses_a_directory_that_is_not_a_run(tmp_path, dictionary):
     out.mkdir()
     (out / "thesis.tex").write_text("years of work\n")
     result = run_cli("train", "g2p", "--out", out, "--overwrite", "--no-progress", *g2p_args(dictionary))
-    assert_error(result, f"--out {out}: not a seqlab run (no recipe.json); --overwrite replaces run directories only")
+    expected = (
+        "not a seqlab output (no .seqlab-output or recipe.json); --overwrite replaces only what `seqlab train` wrote"
+    )
+    assert_error(result, f"--out {out}: {expected}")
     assert files_of(out) == {"thesis.tex": b"years of work\n"}

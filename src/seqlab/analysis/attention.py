@@ -20,6 +20,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor, nn
 
+from seqlab.analysis.figures import save_figure
 from seqlab.errors import CheckpointError
 from seqlab.models import GPT, RNNSeq2Seq, TransformerSeq2Seq
 from seqlab.nn import MultiHeadAttention
@@ -146,7 +147,7 @@ def plot_attention(
         ax.set_ylabel("query: output symbol" if m.kind == "cross" else "query: symbol", fontsize=8)
     fig.colorbar(image, ax=axes, label="attention weight (probability)", shrink=0.8)
     fig.suptitle(title)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def row_sums_error(maps: Sequence[AttentionMap]) -> float:

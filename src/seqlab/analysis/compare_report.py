@@ -15,6 +15,8 @@ from matplotlib.figure import Figure
 
 from seqlab.analysis.compare import ARCHITECTURES, RunSummary
 from seqlab.analysis.curves import TrainingCurves
+from seqlab.analysis.figures import save_figure
+from seqlab.files import atomic_write
 
 
 def headers(task_name: str) -> list[str]:
@@ -89,7 +91,7 @@ def plot_learning_curves(
     loss_ax.legend(fontsize=8)
     metric_ax.legend(fontsize=8)
     fig.suptitle(title)
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
 
 
 def plot_metric_vs_lag(runs: Sequence[RunSummary], path: Path, *, task_name: str, baseline: float, title: str) -> None:
@@ -112,7 +114,7 @@ def plot_metric_vs_lag(runs: Sequence[RunSummary], path: Path, *, task_name: str
     else:
         ax.set_ylim(0, 101)
     ax.legend(fontsize=8)
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -149,7 +151,7 @@ def write_report(
     md += [line for note in notes for line in (note, "")]  # one paragraph each
     md += [markdown_table(headers, rows), ""]
     md += [f"![{name}]({name})\n" for name in images]
-    (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
+    atomic_write(out_dir / "report.md", "\n".join(md))
     figures = []
     for name in images:
         data = base64.b64encode((out_dir / name).read_bytes()).decode("ascii")
@@ -162,8 +164,8 @@ def write_report(
         + "".join(figures)
         + "</body></html>\n"
     )
-    (out_dir / "report.html").write_text(page, encoding="utf-8")
-    (out_dir / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    atomic_write(out_dir / "report.html", page)
+    atomic_write(out_dir / "results.json", json.dumps(results, indent=1))
 
 
 def plot_recipe_curves(curves: dict[str, TrainingCurves], path: Path, *, title: str) -> None:
@@ -181,4 +183,4 @@ def plot_recipe_curves(curves: dict[str, TrainingCurves], path: Path, *, title: 
     train_ax.legend(fontsize=8)
     valid_ax.legend(fontsize=8)
     fig.suptitle(title)
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)

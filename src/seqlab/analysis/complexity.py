@@ -25,6 +25,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from seqlab.analysis.figures import save_figure
 from seqlab.analysis.gradients import least_squares_slope
 from seqlab.analysis.memory import measure_call
 from seqlab.nn import GRU, LSTM, RNN, TransformerEncoderLayer
@@ -226,7 +227,7 @@ def plot_costs(measurements: Sequence[Measurement], path: Path, *, title: str) -
             ax.grid(True, which="major", alpha=0.3)
             ax.legend(fontsize=8)
     fig.suptitle(title)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def cost_table(measurements: Sequence[Measurement]) -> list[list[str]]:

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from matplotlib.figure import Figure
 
+from seqlab.analysis.figures import save_figure
 from seqlab.errors import DataError
 
 METRICS_FILE = "metrics.jsonl"
@@ -93,4 +94,4 @@ def plot_training_curves(curves: TrainingCurves, path: Path, *, title: str) -> N
     lr.plot(step, step_lr, color="C0")
     lr.set(xlabel="optimizer step", ylabel="learning rate", title="learning rate")
     fig.suptitle(title)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)

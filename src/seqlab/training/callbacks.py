@@ -21,7 +21,7 @@ from pathlib import Path
 
 from torch import nn
 
-from seqlab.files import atomic_write
+from seqlab.files import atomic_write, storage_error
 from seqlab.training.records import RECORD_KEYS, StepRecord, TrainResult
 
 METRICS_FILE = "metrics.jsonl"
@@ -64,8 +64,11 @@ class MetricsLog(Callback):
         self.path = Path(path)
 
     def _append(self, record: dict[str, object]) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as e:  # a full disk: StorageError, one line
+            raise storage_error(self.path, e) from None
 
     def rewind(self, *, step: int, validated_at: int) -> None:
         """Drop what a run resumed from a checkpoint writes again: step records after ``step``, validation
