@@ -1,0 +1,1 @@
+"""Carrying a trained model to its users: quantized (``quantize``)."""
