@@ -3,6 +3,7 @@ module path on a quantized model, a quantized run is smaller and round-trips thr
 recipe's run is taken by ``evaluate`` / ``predict`` once quantized, and bad requests get their one-line errors."""
 
 import json
+import pickle
 import shutil
 from pathlib import Path
 
@@ -10,12 +11,13 @@ import pytest
 import torch
 from cli_helpers import assert_error, run_cli
 from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.testing import assert_close
 
 from seqlab.cli.quantize import quantize_run
 from seqlab.decoding import generate
-from seqlab.errors import ConfigError
+from seqlab.errors import CheckpointError, ConfigError
 from seqlab.export.quantize import quantizable_linears, quantize_model
 from seqlab.models import load_pretrained
 from seqlab.models.language_model.gpt import GPT, gpt
@@ -241,3 +243,27 @@ def test_overwrite_replaces_a_quantized_run(quantized, tmp_path):
     assert quantize_run(FIXTURES / "lm_gpt_9a192c4", out, method="dynamic-int8", overwrite=True) == 6
     assert json.loads((out / "recipe.json").read_text())["recipe"] == "lm"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q"]  # no staging or retired directory left
+
+
+def test_loading_a_quantized_run_unpickles_nothing(quantized, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a quantized run was unpickled")
+
+    monkeypatch.setattr(pickle, "loads", refuse)
+    monkeypatch.setattr(pickle, "load", refuse)
+    monkeypatch.setattr(torch, "load", refuse)
+    assert quantization_of(load_system(quantized["g2p_v0_1"]).model) is not None
+
+
+def test_a_tampered_quantized_checkpoint_is_refused_in_one_line(quantized, tmp_path):
+    run = tmp_path / "tampered"
+    shutil.copytree(quantized["lm_gpt_9a192c4"], run)
+    tensors = load_file(str(run / WEIGHTS_FILE))
+    name = "decoder.layers.0.feed_forward.linear1.weight.qdata"
+    tensors[name] = tensors[name].float()  # float values where the config says int8
+    save_file(tensors, str(run / WEIGHTS_FILE))
+    with pytest.raises(CheckpointError) as error:
+        load_system(run)
+    assert str(error.value) == (
+        f"{run / WEIGHTS_FILE}: {name} is torch.float32 [128, 32], the config needs torch.int8 [128, 32]"
+    )
