@@ -3,13 +3,14 @@
 Each run given (--g2p, --lm) is quantized into a temporary directory by ``quantize_run``, as ``seqlab quantize`` does,
 and both directories are loaded by ``load_system``, as ``seqlab evaluate`` loads them. Rows per run:
     size        bytes of model.safetensors.
-    g2p         words/s of beam search with --beams beams (the run's decode batch size) over the first --words words
-                of the run's own test split, and PER / WER (%) of the best hypotheses on those words.
+    g2p         PER / WER (%) of the best hypotheses of beam search with --beams beams (the run's decode batch
+                size) on the first --words words of the run's own test split (one pass, which is also the warm-up),
+                and words/s of the same search over the first --timed-words of them.
     lm          generation tokens/s: --new-tokens tokens, greedy, batch 1, after the first 16 characters of the
                 test split as the prompt (``System.generate``); evaluation: seconds to score the first --lm-chars
                 characters of the test split (``LanguageModelSystem.perplexity``, its sliding window for a GPT),
                 and the perplexity (per token) it gives.
-Quality rows come from the timed runs themselves (decoding and scoring are deterministic).
+Decoding and scoring are deterministic: the quality rows need one pass.
 
 Timing: each round runs float32 and int8 once, float32 first in even rounds and int8 first in odd ones, after one
 warm-up round; the table shows the median over --repeats rounds and the ratio int8 / float32 of speeds (or of
@@ -17,7 +18,7 @@ seconds for evaluation), the median of the per-round ratios. Times are this proc
 the default: with one thread, the time the work took, which other processes on a shared CPU disturb far less than
 wall time) or wall time (``--clock wall``).
 
-    python benchmarks/quantize.py --g2p runs/g2p --lm runs/lm --threads 1          # minutes at one thread
+    python benchmarks/quantize.py --g2p runs/g2p --lm runs/lm                       # minutes at one thread
     F=tests/fixtures/checkpoints; python benchmarks/quantize.py --g2p $F/g2p_v0_1 --g2p-test $F/train.dict \\
         --lm $F/lm_gpt_9a192c4 --lm-test $F/corpus.txt --lm-chars 300 --new-tokens 8 --repeats 1   # smoke test
 """
@@ -52,6 +53,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--g2p-test", type=Path, help="g2p: a CMUdict file instead of the run's test split")
     parser.add_argument("--lm-test", type=Path, help="lm: a text file instead of the run's test split")
     parser.add_argument("--words", type=int, default=2000, help="g2p: words of the test split (default: %(default)s)")
+    parser.add_argument("--timed-words", type=int, default=500, help="g2p: words of those timed (default: %(default)s)")
     parser.add_argument("--beams", type=int, default=5, help="g2p: beam width (default: %(default)s)")
     parser.add_argument("--new-tokens", type=int, default=200, help="lm: tokens generated (default: %(default)s)")
     parser.add_argument(
@@ -63,15 +65,19 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def time_rounds(runs: list[Callable[[], object]], *, repeats: int, clock: Callable[[], float]) -> list[list[float]]:
-    """Seconds per run (outer) and round (inner); the order of the two runs alternates by round; one warm-up."""
+def time_rounds(
+    runs: list[Callable[[], object]], *, repeats: int, clock: Callable[[], float], warmup: bool = True
+) -> list[list[float]]:
+    """Seconds per run (outer) and round (inner); the order of the two runs alternates by round; with ``warmup``,
+    one untimed round first."""
     seconds: list[list[float]] = [[] for _ in runs]
-    for i in range(1 + repeats):
-        order = range(len(runs)) if i % 2 == 0 else reversed(range(len(runs)))
+    skipped = 1 if warmup else 0
+    for i in range(skipped + repeats):
+        order = range(len(runs)) if (i - skipped) % 2 == 0 else reversed(range(len(runs)))
         for r in order:
             start = clock()
             runs[r]()
-            if i > 0:
+            if i >= skipped:
                 seconds[r].append(clock() - start)
     return seconds
 
@@ -103,18 +109,18 @@ def g2p_rows(directories: tuple[Path, Path], args: argparse.Namespace, clock: Ca
     references = group_references(test)
     words = list(references)[: args.words]
     variants = [references[w] for w in words]
-    best: list[list[tuple[str, ...]]] = [[], []]
+    best = [
+        [hyps[0][0] for hyps in system.transcribe(words, source="test split", num_beams=args.beams)]
+        for system in systems
+    ]
+    timed = words[: args.timed_words]
 
     def transcribe(i: int) -> Callable[[], None]:
-        def run() -> None:
-            hypotheses = systems[i].transcribe(words, source="test split", num_beams=args.beams)
-            best[i] = [h[0][0] for h in hypotheses]
+        return lambda: systems[i].transcribe(timed, source="test split", num_beams=args.beams)
 
-        return run
-
-    seconds = time_rounds([transcribe(0), transcribe(1)], repeats=args.repeats, clock=clock)
+    seconds = time_rounds([transcribe(0), transcribe(1)], repeats=args.repeats, clock=clock, warmup=False)
     size_row("g2p", directories)
-    speed_rows("g2p", f"words/s (beam {args.beams})", len(words), seconds, per_second=True)
+    speed_rows("g2p", f"words/s (beam {args.beams}, {len(timed)} words)", len(timed), seconds, per_second=True)
     scores = [g2p_scores(b, variants) for b in best]
     row("g2p", f"PER (%, {len(words)} test words)", scores[0].per, scores[1].per, scores[1].per / scores[0].per)
     row("g2p", f"WER (%, {len(words)} test words)", scores[0].wer, scores[1].wer, scores[1].wer / scores[0].wer)

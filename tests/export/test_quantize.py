@@ -166,6 +166,7 @@ def test_a_quantized_run_is_smaller_holds_int8_and_loads_quantized(quantized, na
         "method": "dynamic-int8",
     }
     assert not (out / "results.json").exists()
+    assert out.stat().st_mode & 0o777 == 0o755
 
 
 @pytest.mark.parametrize("name", RUNS)

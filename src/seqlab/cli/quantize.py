@@ -87,6 +87,7 @@ def quantize_run(run: Path, out: Path, *, method: str, overwrite: bool = False) 
     except OSError as e:
         raise storage_error(out, e) from None
     try:
+        staging.chmod(0o755)  # mkdtemp makes it 0700; a run directory is as readable as any other
         for name in carried:
             shutil.copyfile(run / name, staging / name)
         model.save_pretrained(staging)
