@@ -7,6 +7,10 @@ quantized model quantized. Why torchao: ``torch.ao.quantization`` (``quantize_dy
 is deprecated in favour of torchao, and its packed weights cannot be written to safetensors without unpacking them
 by hand.
 
+Speed depends on the CPU's int8 matrix product: torchao runs it with ``torch._int_mm``, which on a CPU without
+VNNI (the AMD EPYC here, torch 2.13) takes ~25x the float32 product of the same shape, so int8 models are smaller
+there but slower (``benchmarks/quantize.py``).
+
 Recurrent layers stay float. torch's dynamic int8 LSTM (``torch.ao.nn.quantized.dynamic.LSTM``) replaces a
 ``torch.nn.LSTM`` only, belongs to the deprecated ``torch.ao.quantization``, and runs through the private
 ``torch.quantized_lstm`` kernel on fbgemm's packed weights; seqlab's LSTM (``seqlab.nn.LSTM``) holds its weights in
