@@ -1,4 +1,5 @@
-"""Trained models as ONNX graphs, and step models that run them with onnxruntime.
+"""Carrying a trained model to its users: ONNX graphs and step models that run them with onnxruntime; int8
+quantization (``seqlab.export.quantize``).
 
 ``export_onnx(run, out)`` writes a run's model as the graphs of ``seqlab.export.graphs`` (GPT: prefill + step with
 the KV cache as inputs and outputs; RNN seq2seq: encoder + decoder step) with a manifest; ``load_step_model(run)``

@@ -4,7 +4,8 @@ plus safetensors weights.
 ``config.json`` holds ``{"model_type": NAME, "config": {...}}``, where NAME is the model's stable registry name
 (``model_type``, as in Hugging Face's ``config.json``), never its Python class name, so renaming a class breaks no
 checkpoint. Nothing is unpickled on load: ``config.json`` is plain JSON checked against the config dataclass, and
-the weights are read by safetensors, so a checkpoint from elsewhere can never run code.
+the weights are read by safetensors, so a checkpoint from elsewhere can never run code. A quantized model adds
+``"quantization"`` to ``config.json`` and stores int8 weights with their scales (``seqlab.models.quantized``).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_model, save_file, save_model
 from torch import Tensor, nn
 
 from seqlab.errors import CheckpointError
 from seqlab.files import atomic_path, atomic_write
+from seqlab.models.quantized import QUANTIZATION_KEY, Quantization, load_quantized, quantization_of, quantized_tensors
 from seqlab.validation import check_parameter_count, is_int
 
 CONFIG_FILE = "config.json"
@@ -81,15 +83,22 @@ class PretrainedMixin:
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        payload = {"model_type": self.model_type, "config": dataclasses.asdict(self.config)}
-        atomic_write(directory / CONFIG_FILE, json.dumps(payload, indent=2) + "\n")
         assert isinstance(self, nn.Module)
+        quantization = quantization_of(self)
+        payload = {"model_type": self.model_type, "config": dataclasses.asdict(self.config)}
+        if quantization is not None:
+            payload[QUANTIZATION_KEY] = quantization.to_json()
+        atomic_write(directory / CONFIG_FILE, json.dumps(payload, indent=2) + "\n")
         with atomic_path(directory / WEIGHTS_FILE) as temporary:
-            save_model(self, str(temporary))
+            if quantization is None:
+                save_model(self, str(temporary))
+            else:
+                save_file(quantized_tensors(self, quantization), str(temporary))
 
     @classmethod
     def from_pretrained(cls: type[ModelT], directory: str | Path) -> ModelT:
-        """Build the model from ``directory``'s config and load its weights (float32 parameters, eval mode).
+        """Build the model from ``directory``'s config and load its weights (float32 parameters, eval mode; the
+        Linear layers a quantized checkpoint names hold int8 weights, ``seqlab.models.quantized``).
 
         Raises:
             CheckpointError: the directory or one of its files is missing, the config was written for another
@@ -114,6 +123,9 @@ class PretrainedMixin:
         if not weights_path.is_file():
             raise CheckpointError(f"{weights_path}: missing")
         assert isinstance(model, nn.Module)
+        if QUANTIZATION_KEY in payload:
+            load_quantized(model, Quantization.from_json(payload[QUANTIZATION_KEY], config_path), weights_path)
+            return model
         _check_weight_shapes(model, weights_path)
         load_model(model, str(weights_path))
         _check_finite(model, weights_path)

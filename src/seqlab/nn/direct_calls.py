@@ -4,9 +4,10 @@ A decoding step makes dozens of module calls whose Python wrapper (hooks, ``forw
 costs more than their arithmetic at batch 1. For a module that is exactly ``nn.Linear`` / ``nn.LayerNorm`` /
 ``nn.Embedding`` with no hooks and no ``forward`` of its own on the instance, ``module(x)`` is by definition the
 functional form on the module's current parameters (``F.linear(x, module.weight, module.bias)`` is
-``nn.Linear.forward``); anything else (a LoRA wrapper, a dynamically quantized Linear, a parametrization, which
-swaps the class, or a hook) is called as the module itself. Nothing is copied or gathered, so a weight changed in
-place or replaced is what the next call reads.
+``nn.Linear.forward``); anything else (a LoRA wrapper, torch.ao's dynamically quantized Linear, a parametrization,
+which swaps the class, or a hook) is called as the module itself. A weight that is a tensor subclass (torchao's
+int8 weights, ``seqlab.models.quantized``) keeps its class's own ``F.linear``, as the module would. Nothing is
+copied or gathered, so a weight changed in place or replaced is what the next call reads.
 
 The checks run at every call, so they read what they need from the module's own dictionaries (``_modules``,
 ``_parameters``) rather than through ``nn.Module.__getattr__``, a Python call per attribute that would cost a
