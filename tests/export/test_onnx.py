@@ -18,6 +18,7 @@ from cli_helpers import assert_error, run_cli
 from seqlab.decoding import beam_search, generate, greedy_search
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.export import MANIFEST_FILE, OnnxGPT, OnnxRNNSeq2Seq, export_onnx, load_step_model, read_manifest
+from seqlab.files import KIND_FILE
 from seqlab.models import GPT, RNNSeq2Seq, load_pretrained
 from seqlab.models.language_model.gpt import GPTConfig
 
@@ -131,17 +132,22 @@ def test_the_export_directory_has_the_graphs_a_manifest_and_the_runs_files(g2p_r
     assert manifest["graphs"]["encoder"]["inputs"] == ["src", "src_lengths"]
     assert manifest["graphs"]["step"]["outputs"] == ["logits", "hidden.h_out", "hidden.c_out"]
     names = {path.name for path in (g2p_run / "onnx").iterdir()}
-    assert names == {"encoder.onnx", "step.onnx", MANIFEST_FILE, *manifest["run_files"]}
+    assert names == {"encoder.onnx", "step.onnx", MANIFEST_FILE, KIND_FILE, *manifest["run_files"]}
     assert {"recipe.json", "config.json", "source_vocab.json", "target_vocab.json"} <= set(manifest["run_files"])
 
 
 def test_an_existing_out_is_refused_without_overwrite_and_a_non_export_even_with_it(g2p_run, tmp_path):
-    with pytest.raises(ConfigError, match=r"^--out .*onnx: exists; pass --overwrite to replace it$"):
+    with pytest.raises(
+        ConfigError, match=r"^--out .*onnx: already exists and is not empty; pass --overwrite to replace it$"
+    ):
         export_onnx(g2p_run, g2p_run / "onnx")
     other = tmp_path / "notes"
     other.mkdir()
     (other / "keep.txt").write_text("mine")
-    with pytest.raises(ConfigError, match=f"^--out {other}: not an export directory"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^--out .*notes.*: not a seqlab output .*; --overwrite replaces only what `seqlab export` wrote$",
+    ):
         export_onnx(g2p_run, other, overwrite=True)
     assert (other / "keep.txt").read_text() == "mine"
 

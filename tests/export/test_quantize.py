@@ -217,11 +217,12 @@ def test_refusals_are_one_line(quantized, tmp_path):
     )
     assert_error(
         run_cli("quantize", run, "--out", FIXTURES / "g2p_v0_1", "--overwrite"),
-        f"--out {FIXTURES / 'g2p_v0_1'}: not a quantized run; --overwrite replaces quantized runs only",
+        f"--out {FIXTURES / 'g2p_v0_1'}: holds what `seqlab train` wrote; "
+        "--overwrite replaces only what `seqlab quantize` wrote",
     )
     assert_error(
         run_cli("quantize", run, "--out", FIXTURES, "--overwrite"),
-        f"--out {FIXTURES}: holds the run being quantized; give another directory",
+        f"--out {FIXTURES}: holds {run}, an input of this command; write the output elsewhere",
     )
     assert not (tmp_path / "again").exists() and not (tmp_path / "x").exists()
 

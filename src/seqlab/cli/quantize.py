@@ -5,27 +5,24 @@ any run.
 The new directory holds RUN's ``recipe.json`` and the files its recipe saves beside the model (vocabularies,
 tokenizer, labels), the quantized ``config.json`` and ``model.safetensors``, and ``quantized_from.json`` (the source
 run and the method). It leaves out what described the float model's training (its metrics, results and resumable
-state). It appears whole or not at all: it is written in a hidden sibling and renamed into place; ``--overwrite``
-replaces only a quantized run, and never RUN or a directory that holds it.
+state). It follows the output-directory policy of ``seqlab.files.output_directory`` (kind "quantize"): it appears
+whole or not at all, ``--overwrite`` replaces only an earlier quantized run, and never RUN or a directory that holds
+it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from seqlab.errors import ConfigError
 from seqlab.export.quantize import METHODS, check_method, quantize_model
-from seqlab.files import TEMPORARY_MARK, atomic_write, is_bookkeeping, storage_error
+from seqlab.files import atomic_write, is_bookkeeping, output_directory
 from seqlab.models import load_pretrained
 from seqlab.models.pretrained import CONFIG_FILE, WEIGHTS_FILE
-from seqlab.models.quantized import QUANTIZATION_KEY
 from seqlab.recipes.base import recipe_name_of
-from seqlab.recipes.run_directory import RECIPE_FILE, RESULTS_FILE, check_writable
+from seqlab.recipes.run_directory import RESULTS_FILE
 from seqlab.training.callbacks import METRICS_FILE
 from seqlab.training.checkpoint import STATE_FILE
 
@@ -66,13 +63,11 @@ def quantize_run(run: Path, out: Path, *, method: str, overwrite: bool = False) 
     Raises:
         CheckpointError: ``run`` is not a readable seqlab run (one line naming the file).
         ConfigError: an unknown method; ``run`` already quantized or without a Linear layer; ``out`` exists and is
-            not empty without ``overwrite``, or with it is not a quantized run, or is ``run`` or holds it.
+            not empty without ``overwrite``, or with it holds another command's output, or is ``run`` or holds it.
+        StorageError: a file cannot be written (``out`` is then as it was).
     """
     check_method(method)
     recipe_name_of(run)  # a run directory, or one line saying why not
-    check_writable(out)
-    if out.exists() and any(not is_bookkeeping(entry.name) for entry in out.iterdir()):
-        _check_replaceable(out, run, overwrite=overwrite)
     model = load_pretrained(run)
     try:
         modules = quantize_model(model, method=method)
@@ -81,43 +76,9 @@ def quantize_run(run: Path, out: Path, *, method: str, overwrite: bool = False) 
     carried = sorted(
         p.name for p in run.iterdir() if p.is_file() and p.name not in NOT_CARRIED and not is_bookkeeping(p.name)
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}{TEMPORARY_MARK}", dir=out.parent))
-    except OSError as e:
-        raise storage_error(out, e) from None
-    try:
-        staging.chmod(0o755)  # mkdtemp makes it 0700; a run directory is as readable as any other
+    with output_directory(out, kind="quantize", overwrite=overwrite, inputs=[run]) as staging:
         for name in carried:
-            shutil.copyfile(run / name, staging / name)
+            atomic_write(staging / name, (run / name).read_bytes())
         model.save_pretrained(staging)
-        source = {"run": str(run), "method": method}
-        atomic_write(staging / SOURCE_FILE, json.dumps(source, indent=2) + "\n")
-        if out.exists():
-            retired = out.parent / f".{out.name}{TEMPORARY_MARK}old-{os.getpid()}"
-            os.rename(out, retired)
-            os.rename(staging, out)
-            shutil.rmtree(retired)
-        else:
-            os.replace(staging, out)
-    except OSError as e:
-        raise storage_error(out, e) from None
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+        atomic_write(staging / SOURCE_FILE, json.dumps({"run": str(run), "method": method}, indent=2) + "\n")
     return len(modules)
-
-
-def _check_replaceable(out: Path, run: Path, *, overwrite: bool) -> None:
-    """Refuse to replace ``out`` (not empty) unless ``overwrite`` is given and it is a quantized run other than
-    ``run`` and not one of ``run``'s ancestors. Raises: ConfigError naming ``--out``."""
-    if not overwrite:
-        raise ConfigError(f"--out {out}: already exists and is not empty; pass --overwrite to replace it")
-    if out.resolve() == run.resolve() or out.resolve() in run.resolve().parents:
-        raise ConfigError(f"--out {out}: holds the run being quantized; give another directory")
-    try:
-        quantized = QUANTIZATION_KEY in json.loads((out / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError, TypeError):
-        quantized = False
-    if not quantized or not (out / RECIPE_FILE).is_file():
-        raise ConfigError(f"--out {out}: not a quantized run; --overwrite replaces quantized runs only")

@@ -16,9 +16,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
-import shutil
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -27,7 +24,7 @@ import torch
 
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.export.graphs import GRAPH_BUILDERS, Graph
-from seqlab.files import TEMPORARY_MARK, atomic_path, atomic_write, storage_error
+from seqlab.files import atomic_path, atomic_write, output_directory
 from seqlab.models.pretrained import load_pretrained
 
 MANIFEST_FILE = "export.json"
@@ -69,22 +66,13 @@ def export_onnx(run: Path, out: Path, *, overwrite: bool = False) -> dict[str, A
         StorageError: a file cannot be written (``out`` is then unchanged).
     """
     require_modules("onnx", "onnxscript", purpose="seqlab export --format onnx")
-    if out.exists() and not overwrite:
-        raise ConfigError(f"--out {out}: exists; pass --overwrite to replace it")
-    if out.exists() and not (out / MANIFEST_FILE).is_file():
-        raise ConfigError(f"--out {out}: not an export directory (no {MANIFEST_FILE}); it is left as it is")
     model = load_pretrained(run)
     builder = GRAPH_BUILDERS.get(model.model_type)
     if builder is None:
         supported = ", ".join(sorted(GRAPH_BUILDERS))
         raise ConfigError(f"{run}: a {model.model_type} model cannot be exported yet; exported types: {supported}")
     model = model.float().eval()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}{TEMPORARY_MARK}", dir=out.parent))
-    except OSError as e:
-        raise storage_error(out, e) from None
-    try:
+    with output_directory(out, kind="export", overwrite=overwrite, inputs=[run]) as staging:
         graphs = {graph.name: _export_graph(graph, staging) for graph in builder(model)}
         copied = [path.name for path in sorted(run.glob("*.json")) if path.is_file()]
         for name in copied:
@@ -100,10 +88,6 @@ def export_onnx(run: Path, out: Path, *, overwrite: bool = False) -> dict[str, A
             "run_files": copied,
         }
         atomic_write(staging / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
-        _swap_in(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return manifest
 
 
@@ -125,23 +109,6 @@ def _export_graph(graph: Graph, directory: Path) -> dict[str, Any]:
         with atomic_path(path) as temporary:
             program.save(str(temporary))
     return {"file": path.name, "inputs": graph.inputs, "outputs": graph.outputs}
-
-
-def _swap_in(staging: Path, out: Path) -> None:
-    """Rename the finished ``staging`` directory to ``out``; an old export there is moved aside first, put back if
-    the rename fails, and removed once the new one is in place."""
-    old = None
-    try:
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}{TEMPORARY_MARK}old-", dir=out.parent))
-            os.replace(out, old / out.name)
-        os.replace(staging, out)
-    except OSError as e:
-        if old is not None and (old / out.name).exists() and not out.exists():
-            os.replace(old / out.name, out)
-        raise storage_error(out, e) from None
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
