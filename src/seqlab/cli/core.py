@@ -15,7 +15,14 @@ from seqlab.errors import ConfigError, SeqlabError
 from seqlab.recipes import PLUGIN_ERRORS, RECIPES, Recipe, get_recipe, recipe_of_checkpoint
 from seqlab.recipes.base import load_recipe_config, run_directory, run_training
 from seqlab.recipes.run_directory import RunMode
-from seqlab.recipes.system import GenerationRequest, System, SystemOptions, TextGenerator, refuse_options
+from seqlab.recipes.system import (
+    GenerationRequest,
+    System,
+    SystemOptions,
+    TextGenerator,
+    check_inputs,
+    refuse_options,
+)
 from seqlab.training.distributed import is_writer, launch, launched_by_torchrun, process_group, record_error
 
 # The flag of each SystemOptions field, for messages: an option a recipe's System does not take is refused.
@@ -192,6 +199,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace) -> int:
     renamed = _renamed(args, "beam_size", "num_beams")
     flags = {**OPTION_FLAGS, **({"num_beams": "--beam-size"} if renamed else {})}
+    check_inputs(args.inputs)
     for prediction in _load(args, flags).predict(args.inputs):
         for line in prediction.lines():
             print(line)

@@ -28,6 +28,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 from seqlab.analysis.attention import LabelledAttention
 from seqlab.analysis.exposure import ExposureBias
+from seqlab.data.files import check_typed_text
 from seqlab.errors import ConfigError
 
 # The largest value of each count a request may ask for: beyond it a command would only run out of memory or time.
@@ -101,6 +102,7 @@ class GenerationRequest:
     def __post_init__(self) -> None:
         if not isinstance(self.prompt, str):
             raise ConfigError(f"prompt must be text, got {type(self.prompt).__name__}")
+        check_typed_text(self.prompt, "prompt", allow_empty=True)
         _check_count("max_new_tokens", self.max_new_tokens, MAX_NEW_TOKENS)
         _check_count("top_k", self.top_k, MAX_NEW_TOKENS)
         _check_count("num_beams", self.num_beams, MAX_BEAMS)
@@ -223,6 +225,16 @@ class ExposureSource(Protocol):
         Raises: DataError for bad data.
         """
         ...
+
+
+def check_inputs(inputs: Sequence[str], *, source: str = "command line") -> None:
+    """Refuse the inputs of ``System.predict`` given by a user (``seqlab predict``'s, a served request's) that no
+    recipe can read: an empty one, or one with a compatibility character (``seqlab.data.files.check_typed_text``).
+
+    Raises: DataError naming ``source`` and the input's position (1-based), e.g. ``command line: input 2 is empty``.
+    """
+    for number, text in enumerate(inputs, 1):
+        check_typed_text(text, f"{source}: input {number}" + (f" {text!r}" if text.strip() else ""))
 
 
 def _check_count(name: str, value: int | None, maximum: int) -> None:
