@@ -141,7 +141,7 @@ def test_the_g2p_model_sections_build_their_own_model_config():
 
 def test_read_json_list_names_the_file_and_what_is_wrong(tmp_path):
     path = tmp_path / "labels.json"
-    with pytest.raises(CheckpointError, match=f"^{re.escape(str(path))}: no such file$"):
+    with pytest.raises(CheckpointError, match=f"^{re.escape(str(path))}: missing$"):
         read_json_list(path, "labels")
     path.write_text("{")
     with pytest.raises(CheckpointError, match=f"^{re.escape(str(path))}:1: not valid JSON \\(Expecting"):

@@ -12,7 +12,6 @@ it and renamed, so a failure never leaves half a file.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -20,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from seqlab.data.files import read_json_file
 from seqlab.data.text import read_text
-from seqlab.errors import ConfigError
+from seqlab.errors import ConfigError, DataError
 from seqlab.models.bert.sentences import embed_sentences, load_encoder
 from seqlab.models.elmo.sentences import ELMO_MODEL_TYPES, embed_sentences_elmo, load_elmo_encoder
 from seqlab.models.pretrained import CONFIG_FILE
@@ -71,7 +71,7 @@ def _embed(args: argparse.Namespace) -> int:
 def _model_type(directory: Path) -> str | None:
     """The ``model_type`` of a checkpoint's config.json (seqlab's or Hugging Face's), None if it has none."""
     try:
-        payload = json.loads((directory / CONFIG_FILE).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        payload = read_json_file(directory / CONFIG_FILE)
+    except DataError:
         return None
     return payload.get("model_type") if isinstance(payload, dict) else None

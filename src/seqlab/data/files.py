@@ -315,15 +315,22 @@ def data_file(data_format: DataFormat) -> Any:
 
 
 def read_json_file(
-    path: str | os.PathLike[str], *, error: type[SeqlabError] = DataError, max_file_bytes: int = MAX_JSON_BYTES
+    path: str | os.PathLike[str],
+    *,
+    error: type[SeqlabError] = DataError,
+    missing: str = "no such file",
+    max_file_bytes: int = MAX_JSON_BYTES,
 ) -> Any:
     """The JSON value of the regular UTF-8 file ``path`` (a run's ``recipe.json``, ``config.json``, vocabulary),
     not normalised (it holds what was written, symbols included).
 
     Raises:
-        ``error`` (DataError by default; CheckpointError for a run's files): one line naming ``path`` if it is not
-        a readable regular file (as :func:`check_regular_file`), not UTF-8, not JSON, or nested too deeply.
+        ``error`` (DataError by default; CheckpointError for a run's files): one line naming ``path``: ``{path}:
+        {missing}`` if it does not exist; as :func:`check_regular_file` if it is not a readable regular file (a
+        directory, a FIFO); not UTF-8 text, not JSON (the line named), or nested too deeply.
     """
+    if not os.path.lexists(path):
+        raise error(f"{path}: {missing}")
     try:
         return json.loads(_read_utf8(path, expected="a JSON file", max_file_bytes=max_file_bytes))
     except DataError as e:

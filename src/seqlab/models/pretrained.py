@@ -129,9 +129,8 @@ def _read_config(directory: Path) -> tuple[Path, Any]:
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: no such checkpoint directory")
     config_path = directory / CONFIG_FILE
-    if not config_path.exists() and not config_path.is_symlink():
-        raise CheckpointError(f"{config_path}: missing; is {directory} a seqlab checkpoint?")
-    return config_path, read_json_file(config_path, error=CheckpointError)
+    missing = f"missing; is {directory} a seqlab checkpoint?"
+    return config_path, read_json_file(config_path, error=CheckpointError, missing=missing)
 
 
 def _model_type(payload: Any) -> Any:

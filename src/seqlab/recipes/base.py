@@ -338,7 +338,7 @@ def load_recipe_config(directory: Path, config_class: type[ConfigT]) -> ConfigT:
     """
     path = directory / RECIPE_FILE
     section_types = typing.get_type_hints(config_class)
-    saved = read_json_file(path, error=CheckpointError)
+    saved = read_json_file(path, error=CheckpointError, missing="missing")
     try:
         saved = saved["config"]
         sections = {
@@ -372,7 +372,7 @@ def read_json_list(path: Path, key: str) -> list[Any]:
 
     Raises: CheckpointError (one line naming the file) if it is missing, not JSON, or has no list under ``key``.
     """
-    payload = read_json_file(path, error=CheckpointError)
+    payload = read_json_file(path, error=CheckpointError, missing="missing")
     try:
         value = payload[key]
     except (KeyError, TypeError) as e:

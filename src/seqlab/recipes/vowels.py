@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqlab.data.files import data_file
+from seqlab.data.files import data_file, read_json_file
 from seqlab.data.timeseries import (
     MAX_LINE_CHARS,
     MAX_SERIES_LENGTH,
@@ -179,12 +179,10 @@ class VowelsSystem:
             that do not fit the model, or a recipe.json that describes another model.
         """
         config = load_recipe_config(directory, Config)
+        stored = read_json_file(directory / LABELS_FILE, error=CheckpointError, missing="missing")
         try:
-            stored = json.loads((directory / LABELS_FILE).read_text())
             labels, mean, std = list(stored["labels"]), np.array(stored["mean"]), np.array(stored["std"])
-        except FileNotFoundError as e:
-            raise CheckpointError(f"{e.filename}: missing") from None
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError) as e:
             raise CheckpointError(f"{directory}: bad recipe files ({e!s})") from None
         model = Seq2VecClassifier.from_pretrained(directory)
         check_vocabulary_size(directory / LABELS_FILE, len(labels), model.config.num_classes)
