@@ -85,7 +85,8 @@ class GenerationRequest:
         seed: seed of the sampler; None draws a fresh one. A seed reproduces every sequence of the request.
         num_return_sequences: sequences generated for the prompt.
         stop: a sequence ends once its text contains this string (kept).
-    Raises: ConfigError for a value out of range, naming the field and the value.
+    Raises: ConfigError for a value out of range, naming the field and the value; DataError for a prompt with a
+        compatibility character (``seqlab.data.files.check_typed_text``).
     """
 
     prompt: str
