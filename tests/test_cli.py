@@ -617,7 +617,7 @@ def damaged(tmp_path: Path, checkpoint: Path, damage: str) -> tuple[Path, str]:
     recipe, config = ckpt / "recipe.json", ckpt / "config.json"
     if damage == "recipe_not_json":
         recipe.write_text("{ nope")
-        return ckpt, f"{recipe}: not a seqlab recipe file"
+        return ckpt, f"{recipe}:1: not valid JSON (Expecting property name enclosed in double quotes)"
     if damage == "recipe_unknown":
         recipe.write_text('{"recipe": "summarize", "config": {}}')
         return ckpt, f"{recipe}: written by unknown recipe 'summarize'"

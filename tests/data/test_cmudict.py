@@ -122,9 +122,9 @@ def test_two_digit_variant_markers_package_format(tmp_path):
     ]
 
 
-def test_crlf_and_byte_order_mark(tmp_path):
+def test_crlf_line_endings(tmp_path):
     path = tmp_path / "d.txt"
-    path.write_bytes("\ufeffHELLO  HH AH0 L OW1\r\nA  AH0\r\n".encode())
+    path.write_bytes(b"HELLO  HH AH0 L OW1\r\nA  AH0\r\n")
     assert read_cmudict(path) == [
         Pronunciation("hello", ("HH", "AH", "L", "OW")),
         Pronunciation("a", ("AH",)),

@@ -72,7 +72,10 @@ def test_read_labelled_file_and_its_errors(tmp_path):
     path.write_text("Ivanov\trussian\n\nDe Luca\titalian\n")
     assert read_labelled_file(path) == [LabelledText("Ivanov", "russian"), LabelledText("De Luca", "italian")]
     path.write_text("Ivanov\trussian\nTanaka japanese\n")
-    with pytest.raises(DataError, match=f"^{path}:2: expected TEXT<TAB>LABEL, got 'Tanaka japanese'$"):
+    with pytest.raises(DataError, match=f"^{path}:2: 1 column, expected 2 \\(TEXT<TAB>LABEL lines\\)$"):
+        read_labelled_file(path)
+    path.write_text("Ivanov\trussian\nTanaka\tjapanese\tjapan\n")  # a tab in the text is not a third column
+    with pytest.raises(DataError, match=f"^{path}:2: 3 columns, expected 2 \\(TEXT<TAB>LABEL lines\\)$"):
         read_labelled_file(path)
     with pytest.raises(DataError, match="no such file"):
         read_labelled_file(tmp_path / "missing.tsv")

@@ -19,9 +19,9 @@ LINES = [f"line {i:02d}\n" for i in range(20)]  # 8 characters each
 TEXT = "".join(LINES)
 
 
-def test_read_text_reads_utf8_drops_the_bom_and_normalises_crlf(tmp_path):
+def test_read_text_reads_utf8_and_normalises_crlf(tmp_path):
     path = tmp_path / "a.txt"
-    path.write_bytes("\ufeffhéllo\r\nworld\n".encode())
+    path.write_bytes("héllo\r\nworld\n".encode())
     assert read_text(path) == "héllo\nworld\n"
 
 
@@ -32,6 +32,7 @@ def test_read_text_reads_utf8_drops_the_bom_and_normalises_crlf(tmp_path):
         (b" \n\t\n", "is empty"),
         (b"abc\x00def", r"1: not a text file \(control byte 0x00 at byte offset 3\)"),
         (b"ok\ncaf\xe9\n", r"2: not UTF-8 text \(invalid byte 0xe9 at byte offset 6\)"),
+        (b"\xef\xbb\xbfok\n", r"1: starts with a UTF-8 byte-order mark \(U\+FEFF\); save the file without it"),
     ],
 )
 def test_read_text_refuses_empty_binary_and_undecodable_files_naming_them(tmp_path, content, message):

@@ -140,8 +140,8 @@ def test_load_malformed(tmp_path, content, reason):
 def test_load_not_json(tmp_path):
     path = tmp_path / "vocab.json"
     path.write_text("{symbols", encoding="utf-8")
-    with pytest.raises(CheckpointError, match=f"^{re.escape(str(path))}: not a seqlab vocabulary file \\(.*line 1"):
+    with pytest.raises(CheckpointError, match=f"^{re.escape(str(path))}:1: not valid JSON \\(Expecting"):
         Vocabulary.load(path)
     path.write_bytes(b"\xff\xfe\x00")
-    with pytest.raises(CheckpointError, match=f"^{re.escape(str(path))}: not a seqlab vocabulary file \\("):
+    with pytest.raises(CheckpointError, match=f"^{re.escape(str(path))}:1: not a text file \\(control byte 0x00"):
         Vocabulary.load(path)

@@ -77,11 +77,19 @@ def test_missing_config(checkpoint):
     expect_error(directory, f"{config_path}: missing; is {directory} a seqlab checkpoint?")
 
 
-@pytest.mark.parametrize("content", [b'{"model_type": "RNNSeq2Seq", ', b"\xff\xfe\x00binary"])
-def test_config_that_is_not_json(checkpoint, content):
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b'{"model_type": "RNNSeq2Seq", ', ":1: not valid JSON (Expecting property name enclosed in double quotes)"),
+        (b"\xff\xfe\x00binary", ":1: not a text file (control byte 0x00 at byte offset 2)"),
+        (b"[" * 100_000 + b"]" * 100_000, ": not valid JSON (nested too deeply)"),
+    ],
+    ids=["truncated", "binary", "deep"],
+)
+def test_config_that_is_not_json(checkpoint, content, reason):
     directory, config_path, _, _ = checkpoint
     config_path.write_bytes(content)
-    expect_error(directory, f"{config_path}: not valid JSON")
+    expect_error(directory, f"{config_path}{reason}")
 
 
 @pytest.mark.parametrize(("payload", "found"), [({"model_type": "GPT", "config": {}}, "'GPT'"), ([1, 2], "None")])

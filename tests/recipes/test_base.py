@@ -143,7 +143,10 @@ def test_read_json_list_names_the_file_and_what_is_wrong(tmp_path):
     path = tmp_path / "labels.json"
     with pytest.raises(CheckpointError, match=f"^{re.escape(str(path))}: missing$"):
         read_json_list(path, "labels")
-    for text, reason in (("{", "Expecting"), ('{"other": []}', "'labels'"), ('{"labels": 3}', "labels is not a list")):
+    path.write_text("{")
+    with pytest.raises(CheckpointError, match=f"^{re.escape(str(path))}:1: not valid JSON \\(Expecting"):
+        read_json_list(path, "labels")
+    for text, reason in (('{"other": []}', "'labels'"), ('{"labels": 3}', "labels is not a list")):
         path.write_text(text)
         with pytest.raises(CheckpointError) as error:
             read_json_list(path, "labels")

@@ -497,7 +497,7 @@ def test_a_checkpoint_with_broken_labels_is_one_line(tmp_path, checkpoint, toy):
     (ckpt / "labels.json").write_text("{ nope")
     result = run_cli("evaluate", ckpt, "--data", toy.test)
     assert result.code == 2 and result.out == ""
-    assert result.err.startswith(f"seqlab: error: {ckpt}: bad recipe files (")
+    assert result.err.startswith(f"seqlab: error: {ckpt / 'labels.json'}:1: not valid JSON (Expecting")
     assert result.err.count("\n") == 1
 
 

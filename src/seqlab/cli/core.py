@@ -21,6 +21,7 @@ from seqlab.recipes.system import (
     System,
     SystemOptions,
     TextGenerator,
+    check_inputs,
     refuse_options,
 )
 from seqlab.training.distributed import is_writer, launch, launched_by_torchrun, process_group, record_error
@@ -203,6 +204,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace) -> int:
     renamed = _renamed(args, "beam_size", "num_beams")
     flags = {**OPTION_FLAGS, **({"num_beams": "--beam-size"} if renamed else {})}
+    check_inputs(args.inputs)
     for prediction in _load(args, flags).predict(args.inputs):
         for line in prediction.lines():
             print(line)

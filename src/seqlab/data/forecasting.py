@@ -17,16 +17,18 @@ Series (``load_series``), each with its season m (the period of the seasonal nai
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import statsmodels.api as sm
 from scipy.integrate import solve_ivp
 
+from seqlab.data.files import Column, TableFormat, read_table
 from seqlab.errors import DataError
 
 SERIES_NAMES = ("sunspots", "co2", "elnino", "lorenz")
+# A series file: one time step a line, its C channels' values separated by commas or whitespace.
+SERIES = TableFormat("series lines: C numbers a step", (Column("VALUE", float),), separator=r"[,\s]+", repeated=True)
 LORENZ_PARAMETERS = (10.0, 28.0, 8.0 / 3.0)  # sigma, rho, beta: the chaotic regime of Lorenz (1963)
 LORENZ_LYAPUNOV = 0.906  # largest Lyapunov exponent at those parameters (1 / time unit; Sprott, 2003)
 LORENZ_TRANSIENT = 10.0  # time units discarded so the samples lie on the attractor
@@ -102,30 +104,18 @@ def load_series(name: str, *, lorenz_steps: int = 6000) -> Series:
 
 
 def read_series(path: str | os.PathLike[str], *, channels: int | None = None) -> np.ndarray:
-    """(T, C) values of a text file: one time step a line, C numbers separated by commas or whitespace.
+    """(T, C) values of a text file in the ``SERIES`` format: one time step a line, C numbers separated by commas
+    or whitespace, read by the guarded reader (``seqlab.data.files.read_table``).
 
     Raises:
-        DataError: the file is missing or empty, a line is not numeric, lines differ in C, a value is not finite,
-            or C differs from ``channels``.
+        DataError: as ``read_table`` (a missing, binary or non-UTF-8 file, a value that is not a finite number,
+            lines that differ in C, each naming the file and line), the file is empty, or C differs from
+            ``channels``.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append([float(v) for v in line.replace(",", " ").split()])
-        except ValueError:
-            raise DataError(f"{path}:{number}: not a row of numbers: {line.strip()[:40]!r}") from None
-        if len(rows[-1]) != len(rows[0]):
-            raise DataError(f"{path}:{number}: {len(rows[-1])} values, but the first line has {len(rows[0])}")
+    rows = [values for _, values in read_table(path, SERIES)]
     if not rows:
         raise DataError(f"{path}: empty file")
     values = np.asarray(rows, dtype=float)
-    if not np.isfinite(values).all():
-        raise DataError(f"{path}: has non-finite values")
     if channels is not None and values.shape[1] != channels:
         raise DataError(f"{path}: {values.shape[1]} values a line, but the model forecasts {channels} channels")
     return values

@@ -1,8 +1,8 @@
 """Labelled short texts (names, sentences) for classification: a TSV reader, a stratified split and sample, padded
 batches.
 
-The file format is one example per line, ``TEXT<TAB>LABEL`` (UTF-8); blank lines are skipped. Unlabelled input
-(``seqlab predict``) is one text per line.
+The file format is one example per line, ``TEXT<TAB>LABEL`` (``LABELLED_TEXT``, read by the guarded reader
+``seqlab.data.files.read_table``); blank lines are skipped. Unlabelled input (``seqlab predict``) is one text per line.
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from seqlab.data.files import Column, TableFormat, read_table
 from seqlab.errors import DataError
+
+LABELLED_TEXT = TableFormat("TEXT<TAB>LABEL lines", (Column("TEXT"), Column("LABEL")))
 
 
 class LabelledText(NamedTuple):
@@ -44,28 +47,13 @@ class TokenBatch(NamedTuple):
 
 
 def read_labelled_file(path: str | Path) -> list[LabelledText]:
-    """The examples of a ``TEXT<TAB>LABEL`` file.
+    """The examples of a ``TEXT<TAB>LABEL`` file (``LABELLED_TEXT``).
 
     Raises:
-        DataError: the file is missing, not UTF-8, empty, or a line lacks its tab, text or label (the message
-            names the file and line).
+        DataError: as ``seqlab.data.files.read_table`` (a missing, binary or non-UTF-8 file; a line without
+            exactly two non-empty columns, naming the file and line), or the file holds no examples.
     """
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise DataError(f"{path}: is a directory, not a file") from None
-    except UnicodeDecodeError:
-        raise DataError(f"{path}: not UTF-8 text") from None
-    examples = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        text, tab, label = line.rpartition("\t")
-        if not tab or not text.strip() or not label.strip():
-            raise DataError(f"{path}:{number}: expected TEXT<TAB>LABEL, got {line[:60]!r}")
-        examples.append(LabelledText(text.strip(), label.strip()))
+    examples = [LabelledText(text, label) for _, (text, label) in read_table(path, LABELLED_TEXT)]
     if not examples:
         raise DataError(f"{path}: no examples")
     return examples

@@ -32,7 +32,7 @@ from typing import ClassVar, NamedTuple
 import selfies
 from rdkit import Chem, RDLogger
 
-from seqlab.data.files import iter_lines
+from seqlab.data.files import TextFormat, iter_lines
 from seqlab.errors import DataError
 from seqlab.files import atomic_write
 
@@ -47,6 +47,7 @@ REPRESENTATIONS = ("smiles", "selfies")
 SEPARATOR = "\n"  # ends every molecule of a token stream
 SYMBOLS_FILE = "symbols.json"
 MAX_SMILES_CHARS = 10_000  # the longest line a SMILES file may have
+SMILES_FILE = TextFormat("one SMILES a line (first field)", max_line_chars=MAX_SMILES_CHARS)
 DEFAULT_PACKAGE = "rdkit"
 DEFAULT_FILE = "rdkit/Data/Pains/test_data/wehi_mols.csv"
 DEFAULT_SOURCE = (

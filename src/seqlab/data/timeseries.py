@@ -16,11 +16,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from seqlab.data.files import check_regular_file, iter_lines
+from seqlab.data.files import TextFormat, check_regular_file, iter_lines
 from seqlab.errors import ConfigError, DataError
 
 AEON_HINT = "the time-series recipes need aeon: pip install 'seqlab[timeseries]'"
 MAX_LINE_CHARS = 1_000_000  # a .ts line holds one whole series (every channel)
+TS_FILE = TextFormat("a .ts file (UCR/UEA archive)", max_line_chars=MAX_LINE_CHARS, suffix=".ts")
 MAX_SERIES_LENGTH = 10_000  # time steps of one series (Japanese Vowels has at most 29)
 
 
@@ -70,7 +71,7 @@ def read_ts_file(
         raise ConfigError(AEON_HINT) from None
     path = Path(path)
     check_regular_file(path, expected="a .ts file")
-    if path.suffix != ".ts":
+    if path.suffix != TS_FILE.suffix:
         raise DataError(f"{path}: expected a .ts file (the UCR/UEA archive format)")
     for _ in iter_lines(path, max_line_chars=max_line_chars, expected="a .ts file"):
         pass

@@ -31,6 +31,7 @@ from typing import ClassVar, Protocol
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from seqlab.data.files import read_json_file
 from seqlab.data.wordpiece import WordPieceTokenizer
 from seqlab.errors import CheckpointError, DataError
 from seqlab.files import atomic_path, atomic_write
@@ -358,13 +359,8 @@ def load_tokenizer(path: str | os.PathLike[str]) -> CharTokenizer | WordTokenize
         CheckpointError: one line naming the file if it is missing, not JSON, or not a tokenizer seqlab knows.
     """
     file = tokenizer_file(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-        payload = json.loads(text)
-    except FileNotFoundError:
-        raise CheckpointError(f"{file}: no such tokenizer file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{file}: not a tokenizer file ({type(error).__name__})") from None
+    payload = read_json_file(file, error=CheckpointError, missing="no such tokenizer file")
+    text = json.dumps(payload)  # what the tokenizers library parses
     if not isinstance(payload, dict):
         raise CheckpointError(f"{file}: not a tokenizer file (expected a JSON object)")
     kind = payload.get(KIND_KEY)

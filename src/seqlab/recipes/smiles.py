@@ -28,9 +28,11 @@ from typing import ClassVar
 
 import torch
 
+from seqlab.data.files import data_file
 from seqlab.data.molecules import (
     DEFAULT_SOURCE,
     REPRESENTATIONS,
+    SMILES_FILE,
     MoleculeTokenizer,
     canonical_smiles,
     molecule_scores,
@@ -67,7 +69,9 @@ DESCRIPTION = "GPT over SMILES/SELFIES of RDKit's 10,000 WEHI molecules; RDKit v
 class SmilesDataConfig:
     """The molecules, how they are written, and how they are split and batched."""
 
-    train_path: str | None = None  # SMILES file; None = the 10,000 WEHI molecules shipped in the rdkit wheel
+    train_path: str | None = data_file(
+        SMILES_FILE
+    )  # SMILES file; None = the 10,000 WEHI molecules shipped in the rdkit wheel
     representation: str = "smiles"  # smiles | selfies (SMILES encoded by the selfies package)
     canonical: bool = True  # rewrite every molecule as RDKit's canonical SMILES first
     valid_fraction: float = 0.05  # share of the molecules held out for validation

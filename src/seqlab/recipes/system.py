@@ -28,6 +28,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 from seqlab.analysis.attention import LabelledAttention
 from seqlab.analysis.exposure import ExposureBias
+from seqlab.data.files import check_typed_text
 from seqlab.errors import ConfigError
 from seqlab.validation import MAX_VOCAB_SIZE
 
@@ -94,7 +95,8 @@ class GenerationRequest:
         seed: seed of the sampler; None draws a fresh one. A seed reproduces every sequence of the request.
         num_return_sequences: sequences generated for the prompt.
         stop: a sequence ends once its text contains this string (kept).
-    Raises: ConfigError for a value out of range, naming the field and the value.
+    Raises: ConfigError for a value out of range, naming the field and the value; DataError for a prompt with a
+        compatibility character (``seqlab.data.files.check_typed_text``).
     """
 
     prompt: str
@@ -111,6 +113,7 @@ class GenerationRequest:
     def __post_init__(self) -> None:
         if not isinstance(self.prompt, str):
             raise ConfigError(f"prompt must be text, got {type(self.prompt).__name__}")
+        check_typed_text(self.prompt, "prompt", allow_empty=True)
         _check_count("max_new_tokens", self.max_new_tokens, MAX_NEW_TOKENS)
         _check_count("top_k", self.top_k, MAX_VOCAB_SIZE)
         _check_count("num_beams", self.num_beams, MAX_BEAMS)
@@ -257,6 +260,16 @@ class SeriesForecaster(Protocol):
         Raises: DataError naming ``source``: rows of unequal or wrong width, non-finite values, too few steps.
         """
         ...
+
+
+def check_inputs(inputs: Sequence[str], *, source: str = "command line") -> None:
+    """Refuse the inputs of ``System.predict`` given by a user (``seqlab predict``'s, a served request's) that no
+    recipe can read: an empty one, or one with a compatibility character (``seqlab.data.files.check_typed_text``).
+
+    Raises: DataError naming ``source`` and the input's position (1-based), e.g. ``command line: input 2 is empty``.
+    """
+    for number, text in enumerate(inputs, 1):
+        check_typed_text(text, f"{source}: input {number}" + (f" {text!r}" if text.strip() else ""))
 
 
 def _check_count(name: str, value: int | None, maximum: int) -> None:

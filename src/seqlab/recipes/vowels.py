@@ -20,9 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seqlab.data.files import data_file, read_json_file
 from seqlab.data.timeseries import (
     MAX_LINE_CHARS,
     MAX_SERIES_LENGTH,
+    TS_FILE,
     SeriesBatch,
     SeriesDataset,
     channel_statistics,
@@ -66,8 +68,8 @@ EVAL_BATCH_SIZE = 256  # series per batch when validating, testing and predictin
 class VowelsDataConfig:
     """Where the series come from and how validation is held out."""
 
-    train_path: str | None = None  # .ts file; None = aeon's bundled JapaneseVowels_TRAIN.ts
-    test_path: str | None = None  # .ts file; None = aeon's bundled JapaneseVowels_TEST.ts
+    train_path: str | None = data_file(TS_FILE)  # .ts file; None = aeon's bundled JapaneseVowels_TRAIN.ts
+    test_path: str | None = data_file(TS_FILE)  # .ts file; None = aeon's bundled JapaneseVowels_TEST.ts
     valid_fraction: float = 0.15  # share of each class's training series held out for validation
     split_seed: int = 0  # seed of the stratified validation split
     max_line_chars: int = MAX_LINE_CHARS  # longest line (one series) of a .ts file, in characters
@@ -178,12 +180,10 @@ class VowelsSystem:
             that do not fit the model, or a recipe.json that describes another model.
         """
         config = load_recipe_config(directory, Config)
+        stored = read_json_file(directory / LABELS_FILE, error=CheckpointError, missing="missing")
         try:
-            stored = json.loads((directory / LABELS_FILE).read_text())
             labels, mean, std = list(stored["labels"]), np.array(stored["mean"]), np.array(stored["std"])
-        except FileNotFoundError as e:
-            raise CheckpointError(f"{e.filename}: missing") from None
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError) as e:
             raise CheckpointError(f"{directory}: bad recipe files ({e!s})") from None
         model = Seq2VecClassifier.from_pretrained(directory)
         check_vocabulary_size(directory / LABELS_FILE, len(labels), model.config.num_classes)

@@ -14,7 +14,6 @@ Integer and boolean tensors (step counters, masks) are not averaged: they must b
 from __future__ import annotations
 
 import collections
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
+from seqlab.data.files import read_json_file
 from seqlab.errors import CheckpointError
 from seqlab.models.pretrained import CONFIG_FILE, WEIGHTS_FILE, check_weight
 from seqlab.training.callbacks import Callback
@@ -91,13 +91,12 @@ def average_checkpoints(directories: Sequence[str | Path]) -> dict[str, Tensor]:
         raise CheckpointError("no checkpoints to average")
     configs, state_dicts = [], []
     for directory in directories:
+        for name in (CONFIG_FILE, WEIGHTS_FILE):
+            if not (directory / name).exists():
+                raise CheckpointError(f"{directory}: not a model checkpoint (no {name})")
+        configs.append(read_json_file(directory / CONFIG_FILE, error=CheckpointError))
         try:
-            configs.append(json.loads((directory / CONFIG_FILE).read_text()))
             state_dicts.append(load_file(directory / WEIGHTS_FILE))
-        except FileNotFoundError as e:
-            raise CheckpointError(f"{directory}: not a model checkpoint (no {Path(e.filename).name})") from None
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise CheckpointError(f"{directory / CONFIG_FILE}: not valid JSON") from None
         except SafetensorError as e:
             raise CheckpointError(f"{directory / WEIGHTS_FILE}: unreadable ({e})") from None
     for directory, state in zip(directories, state_dicts, strict=True):

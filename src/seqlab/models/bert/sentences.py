@@ -5,13 +5,13 @@ recipe, Reimers & Gurevych, 2019, sec. 3, MEAN strategy), in right-padded batche
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from seqlab.data.files import read_json_file
 from seqlab.data.tokenizers import load_tokenizer
 from seqlab.data.wordpiece import WordPieceTokenizer
 from seqlab.errors import CheckpointError, DataError
@@ -27,12 +27,8 @@ def load_encoder(directory: Path) -> tuple[Bert, WordPieceTokenizer]:
     Raises: CheckpointError (one line) if the directory or a file is missing, it holds another architecture, or its
         tokenizer is not WordPiece.
     """
-    try:
-        payload = json.loads((directory / CONFIG_FILE).read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{directory / CONFIG_FILE}: missing; is {directory} a BERT checkpoint?") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        raise CheckpointError(f"{directory / CONFIG_FILE}: not valid JSON") from None
+    missing = f"missing; is {directory} a BERT checkpoint?"
+    payload = read_json_file(directory / CONFIG_FILE, error=CheckpointError, missing=missing)
     if isinstance(payload, dict) and isinstance(payload.get("config"), dict):  # seqlab's layout
         model = load_pretrained(directory)
         model = model.bert if isinstance(model, BertTaskModel) else model

@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from seqlab.data.labelled_text import LabelledText, read_labelled_file, stratified_sample, stratified_split
+from seqlab.data.files import data_file
+from seqlab.data.labelled_text import (
+    LABELLED_TEXT,
+    LabelledText,
+    read_labelled_file,
+    stratified_sample,
+    stratified_split,
+)
 from seqlab.data.names import name_origin_examples
 from seqlab.data.vocab import Vocabulary
 from seqlab.errors import ConfigError, DataError, UnknownSymbolError
@@ -25,8 +32,8 @@ NAMES_SOURCE = "names by language (nameCreator)"
 class LabelledTextDataConfig:
     """Where the labelled texts come from and how they are split."""
 
-    train_path: str | None = None  # TEXT<TAB>LABEL file; None = names by language (nameCreator)
-    test_path: str | None = None  # TEXT<TAB>LABEL file; None = test_fraction of the training texts
+    train_path: str | None = data_file(LABELLED_TEXT)  # TEXT<TAB>LABEL file; None = names by language (nameCreator)
+    test_path: str | None = data_file(LABELLED_TEXT)  # TEXT<TAB>LABEL file; None = test_fraction of the training texts
     valid_fraction: float = 0.1  # share of each class held out for validation
     test_fraction: float = 0.1  # share of each class held out for testing when test_path is None
     split_seed: int = 0  # seed of the stratified split (and of the names data's per-class sample)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from seqlab.data.forecasting import SERIES_NAMES
+from seqlab.data.files import data_file
+from seqlab.data.forecasting import SERIES, SERIES_NAMES
 from seqlab.models.forecaster import ENCODERS, HEADS, EncoderName, ForecasterConfig, HeadName
 from seqlab.training.trainer import TrainConfig
 from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
@@ -41,7 +42,7 @@ class DataConfig:
     """The series, its split and its windows (None = the series' default, ``SERIES_DEFAULTS``)."""
 
     series: str = "sunspots"  # sunspots | co2 | elnino | lorenz
-    path: str | None = None  # a series file (one step a line, C numbers); replaces data.series
+    path: str | None = data_file(SERIES)  # a series file (one step a line, C numbers); replaces data.series
     season: int | None = None  # m for data.path (None = 1); the named series know theirs
     input_length: int | None = None  # L, steps the model reads
     horizon: int | None = None  # H, steps it forecasts

@@ -11,6 +11,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 import torch
 
+from seqlab.data.files import read_json_file
 from seqlab.data.forecasting import Scaler, read_series, window_origins, windows
 from seqlab.errors import CheckpointError, DataError
 from seqlab.files import atomic_write
@@ -80,11 +81,11 @@ class ForecastSystem:
             or model.
         """
         config = load_recipe_config(directory, Config)
+        saved = read_json_file(directory / SCALING_FILE, error=CheckpointError)
         try:
-            saved = json.loads((directory / SCALING_FILE).read_text())
             scaler = Scaler(np.asarray(saved["mean"]), np.asarray(saved["std"]))
             scale, season = np.asarray(saved["mase_scale"]), int(saved["season"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{directory / SCALING_FILE}: unreadable ({e})") from None
         return cls(Forecaster.from_pretrained(directory), scaler, scale, season, config)
 

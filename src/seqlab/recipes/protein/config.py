@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from seqlab.data.files import data_file
+from seqlab.data.proteins import FASTA
 from seqlab.errors import ConfigError
 from seqlab.models import BertConfig, GPTConfig
 from seqlab.recipes.common.item_stream import (
@@ -24,7 +26,7 @@ EXAMPLE_RESIDUES = 60  # residues of each example shown in the report
 class ProteinDataConfig:
     """The proteins, their split, batching and masking."""
 
-    train_path: str | None = None  # FASTA file; None = the proteome shipped in the pyhmmer wheel
+    train_path: str | None = data_file(FASTA)  # FASTA file; None = the proteome shipped in the pyhmmer wheel
     valid_fraction: float = 0.05  # share of the proteins held out for validation
     test_fraction: float = 0.05  # share of the proteins held out for testing
     split_seed: int = 0  # seed of the shuffle before the split

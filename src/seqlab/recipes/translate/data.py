@@ -4,11 +4,11 @@ deterministic train / valid / test split of the data section."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from typing import NamedTuple
 
+from seqlab.data.files import iter_lines
 from seqlab.errors import DataError
-from seqlab.recipes.translate.config import DataConfig
+from seqlab.recipes.translate.config import SENTENCES, DataConfig
 
 MISSING_DATA = "the translate recipe needs parallel text: --set data.src=FILE data.tgt=FILE (one sentence a line)"
 
@@ -25,21 +25,16 @@ class Parallel(NamedTuple):
 
 
 def read_parallel(src_path: str, tgt_path: str) -> Parallel:
-    """The sentence pairs of two line-aligned UTF-8 files.
+    """The sentence pairs of two line-aligned files in the ``SENTENCES`` format.
 
     Raises:
-        DataError: a file is missing or not UTF-8, the files are empty, their line counts differ, or a line is blank.
+        DataError: as ``seqlab.data.files.iter_lines`` (a missing, binary or non-UTF-8 file, a line too long), the
+            files are empty, their line counts differ, or a line is blank.
     """
     sides = []
     for path in (src_path, tgt_path):
-        try:
-            sides.append(Path(path).read_text(encoding="utf-8").splitlines())
-        except FileNotFoundError:
-            raise DataError(f"{path}: no such file") from None
-        except UnicodeDecodeError:
-            raise DataError(f"{path}: not UTF-8 text") from None
-        except OSError as e:
-            raise DataError(f"{path}: cannot read it ({e.strerror or e})") from None
+        lines = iter_lines(path, max_line_chars=SENTENCES.max_line_chars, expected=SENTENCES.description)
+        sides.append([line for _, line in lines])
         if not sides[-1]:
             raise DataError(f"{path}: empty file")
     src, tgt = sides
