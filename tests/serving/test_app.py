@@ -118,6 +118,8 @@ BAD_REQUESTS = [
     ("unseen characters", "/v1/predict", {"model": G2P, "inputs": ["c@t"]}, 400, None),
     ("no inputs", "/v1/predict", {"model": G2P, "inputs": []}, 400, "inputs is empty; give at least one text"),
     ("empty input", "/v1/predict", {"model": G2P, "inputs": ["cat", " "]}, 400, "inputs[1] is empty"),
+    ("a look-alike letter", "/v1/predict", {"model": G2P, "inputs": ["cat", "\u212aelt"]}, 400,
+     "inputs: input 2 '\u212aelt': U+212A KELVIN SIGN is a compatibility character (NFKC: 'K'); type 'K'"),
     ("oversized input", "/v1/predict", {"model": G2P, "inputs": ["a" * 201]}, 400,
      "inputs[0]: 201 characters, more than the limit of 200"),
     ("too many inputs", "/v1/predict", {"model": G2P, "inputs": ["cat"] * 65}, 400,

@@ -32,6 +32,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from seqlab.errors import ConfigError, SeqlabError
+from seqlab.recipes import system as system_protocol
 from seqlab.serving.catalog import ServedModel
 from seqlab.serving.schemas import AttentionBody, ForecastBody, GenerateBody, PredictBody, ServeLimits
 from seqlab.serving.streaming import chunk_events, error_line
@@ -90,6 +91,7 @@ def create_app(models: Mapping[str, ServedModel], *, limits: ServeLimits | None 
         lines ``seqlab predict`` prints."""
         model = served(body.model, "predict")
         limits.check_inputs(body.inputs)
+        system_protocol.check_inputs(body.inputs, source="inputs")
         predictions = await gate.run(model.system.predict, body.inputs)
         return {"model": model.name, "predictions": [_prediction_json(p) for p in predictions]}
 
@@ -108,6 +110,7 @@ def create_app(models: Mapping[str, ServedModel], *, limits: ServeLimits | None 
         symbols of both axes."""
         model = served(body.model, "attention")
         limits.check_inputs([body.text])
+        system_protocol.check_inputs([body.text], source="text")
         maps = await gate.run(model.system.attention_maps, body.text)
         return {
             "model": model.name,
