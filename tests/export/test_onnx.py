@@ -18,7 +18,7 @@ from cli_helpers import assert_error, run_cli
 from seqlab.decoding import beam_search, generate, greedy_search
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.export import MANIFEST_FILE, OnnxGPT, OnnxRNNSeq2Seq, export_onnx, load_step_model, read_manifest
-from seqlab.files import KIND_FILE
+from seqlab.files import is_bookkeeping, output_kind
 from seqlab.models import GPT, RNNSeq2Seq, load_pretrained
 from seqlab.models.language_model.gpt import GPTConfig
 
@@ -131,8 +131,9 @@ def test_the_export_directory_has_the_graphs_a_manifest_and_the_runs_files(g2p_r
     assert manifest["run"] == str(g2p_run.resolve())
     assert manifest["graphs"]["encoder"]["inputs"] == ["src", "src_lengths"]
     assert manifest["graphs"]["step"]["outputs"] == ["logits", "hidden.h_out", "hidden.c_out"]
-    names = {path.name for path in (g2p_run / "onnx").iterdir()}
-    assert names == {"encoder.onnx", "step.onnx", MANIFEST_FILE, KIND_FILE, *manifest["run_files"]}
+    names = {path.name for path in (g2p_run / "onnx").iterdir() if not is_bookkeeping(path.name)}
+    assert names == {"encoder.onnx", "step.onnx", MANIFEST_FILE, *manifest["run_files"]}
+    assert output_kind(g2p_run / "onnx") == "export"
     assert {"recipe.json", "config.json", "source_vocab.json", "target_vocab.json"} <= set(manifest["run_files"])
 
 
