@@ -3,8 +3,10 @@ plus safetensors weights.
 
 ``config.json`` holds ``{"model_type": NAME, "config": {...}}``, where NAME is the model's stable registry name
 (``model_type``, as in Hugging Face's ``config.json``), never its Python class name, so renaming a class breaks no
-checkpoint. Nothing is unpickled on load: ``config.json`` is plain JSON checked against the config dataclass, and
-the weights are read by safetensors, so a checkpoint from elsewhere can never run code.
+checkpoint. A model with LoRA adapters (``seqlab.nn.lora``) adds ``"lora": {LAYER: {"rank", "alpha", "dropout"}}``
+and its weights hold each adapted layer's ``lora_A`` and ``lora_B``; it loads adapted, as it was saved. Nothing is
+unpickled on load: ``config.json`` is plain JSON checked against the config dataclass, and the weights are read by
+safetensors, so a checkpoint from elsewhere can never run code.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from torch import nn
 
 from seqlab.errors import CheckpointError
 from seqlab.files import atomic_path, atomic_write
+from seqlab.nn.lora import add_lora_settings, lora_settings
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+LORA_KEY = "lora"  # config.json's LoRA adapters (``seqlab.nn.lora.lora_settings``); absent for a plain model
 _FLOAT_DTYPES = {"F16", "BF16", "F32", "F64"}  # safetensors' names of the floating-point dtypes
 # seqlab 0.1.0 wrote the class name as model_type; its checkpoints keep loading under these aliases.
 LEGACY_MODEL_TYPES = {
@@ -69,9 +73,12 @@ class PretrainedMixin:
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        payload = {"model_type": self.model_type, "config": dataclasses.asdict(self.config)}
-        atomic_write(directory / CONFIG_FILE, json.dumps(payload, indent=2) + "\n")
+        payload: dict[str, Any] = {"model_type": self.model_type, "config": dataclasses.asdict(self.config)}
         assert isinstance(self, nn.Module)
+        adapters = lora_settings(self)
+        if adapters:
+            payload[LORA_KEY] = adapters
+        atomic_write(directory / CONFIG_FILE, json.dumps(payload, indent=2) + "\n")
         with atomic_path(directory / WEIGHTS_FILE) as temporary:
             save_model(self, str(temporary))
 
@@ -98,10 +105,15 @@ class PretrainedMixin:
             model = cls(config)
         except (TypeError, ValueError) as e:
             raise CheckpointError(f"{config_path}: bad config ({e})") from None
+        assert isinstance(model, nn.Module)
+        if LORA_KEY in payload:
+            try:
+                add_lora_settings(model, payload[LORA_KEY])
+            except (TypeError, ValueError) as e:
+                raise CheckpointError(f"{config_path}: bad {LORA_KEY} section ({e})") from None
         weights_path = config_path.parent / WEIGHTS_FILE
         if not weights_path.is_file():
             raise CheckpointError(f"{weights_path}: missing")
-        assert isinstance(model, nn.Module)
         _check_weight_shapes(model, weights_path)
         load_model(model, str(weights_path))
         _check_finite(model, weights_path)
