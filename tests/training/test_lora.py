@@ -117,6 +117,14 @@ def test_lora_without_a_pretrained_body_or_a_matching_target_is_one_line():
     assert lora_layers(model) == {}  # refused before anything changed
 
 
+def test_a_rank_above_the_adapted_layers_sizes_is_refused_before_allocating():
+    model, _ = _gpt()
+    message = "train.lora_rank (9) must be <= 8, the smallest size of the adapted layers"
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        adapt_pretrained(model, TrainConfig(lora_rank=9), _body(model), log=print)
+    assert lora_layers(model) == {} and all(p.requires_grad for p in model.parameters())
+
+
 def test_the_body_must_have_a_linear_layer():
     model = nn.Sequential(nn.Embedding(5, 3), nn.LSTM(3, 3))
     message = "train.lora_rank: the pretrained body has no Linear layer to adapt"

@@ -33,8 +33,9 @@ def adapt_pretrained(
     Returns:
         The qualified names of the adapted layers, in module order ([] without ``lora_rank``).
     Raises:
-        ConfigError: (one line) ``lora_rank`` without a pretrained body, or a target that names no Linear layer
-            of the body (the message lists the names of the body's Linear layers).
+        ConfigError: (one line) ``lora_rank`` without a pretrained body, a target that names no Linear layer
+            of the body (the message lists the names of the body's Linear layers), or a rank above the smallest
+            size (in or out features) of the adapted layers.
     """
     if config.lora_rank is None:
         return []
@@ -55,10 +56,16 @@ def adapt_pretrained(
                 f"are {known}"
             )
         chosen.update(matched)
+    adapted = [name for name in linears if name in chosen]
+    modules = dict(model.named_modules())
+    smallest = min(min(modules[name].in_features, modules[name].out_features) for name in adapted)
+    if config.lora_rank > smallest:  # bounded before A and B are allocated
+        raise ConfigError(
+            f"train.lora_rank ({config.lora_rank}) must be <= {smallest}, the smallest size of the adapted layers"
+        )
     for name, parameter in model.named_parameters():
         if name in body:
             parameter.requires_grad_(False)
-    adapted = [name for name in linears if name in chosen]
     add_lora(model, adapted, rank=config.lora_rank, alpha=config.lora_alpha, dropout=config.lora_dropout)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
