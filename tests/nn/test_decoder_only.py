@@ -1,5 +1,6 @@
 """Decoder-only (GPT) layers and stack: causal, cached == full, and equal to causal encoder layers / torch.nn; the
-incremental fast path equal to the module path, also over LoRA-wrapped, quantized and changed modules."""
+incremental fast path equal to the module path, also over LoRA-wrapped (peft's and seqlab's), quantized and changed
+modules."""
 
 import copy
 
@@ -12,6 +13,7 @@ from torch.testing import assert_close
 from seqlab.decoding import generate
 from seqlab.models.language_model.gpt import GPT, gpt
 from seqlab.nn.decoder_only import TransformerDecoderOnly, TransformerDecoderOnlyLayer
+from seqlab.nn.lora import add_lora, lora_layers, merge_lora
 from seqlab.nn.positional import RotaryEmbedding
 from seqlab.nn.transformer import TransformerEncoder, TransformerEncoderLayer
 
@@ -230,6 +232,25 @@ def test_generate_with_lora_adapters_uses_them_on_the_fast_path():
     wrapped += [f"layers.{i}.{name}" for i in range(2) for name in ("self_attn.out_proj", "feed_forward.linear1")]
     assert sorted(recording.fast_steps[-1].module_calls) == sorted(wrapped)
     assert _gpt().decoder.incremental_step().module_calls == []
+
+
+def test_generate_with_seqlab_lora_layers_equals_the_module_path_unmerged_and_merged():
+    model = _gpt()
+    names = [f"decoder.layers.{i}.{n}" for i in range(2) for n in ("self_attn.q_proj", "feed_forward.linear2")]
+    add_lora(model, names, rank=2, alpha=4.0)
+    with torch.no_grad():
+        for layer in lora_layers(model).values():
+            layer.lora_B.normal_(0.0, 0.5)  # B = 0 at init: the adapters would change nothing
+    tokens, logits, recording = _fast_generate(model)
+    expected_tokens, expected_logits = _module_path_greedy(model)
+    assert torch.equal(tokens, expected_tokens)
+    assert_close(logits, expected_logits)
+    assert sorted(recording.fast_steps[-1].module_calls) == sorted(n.removeprefix("decoder.") for n in names)
+    merge_lora(model)
+    merged_tokens, merged_logits, recording = _fast_generate(model)
+    assert recording.fast_steps[-1].module_calls == []  # merged: plain Linear layers, inlined again
+    assert torch.equal(merged_tokens, tokens)
+    assert_close(merged_logits, logits, rtol=0, atol=1e-5)
 
 
 @pytest.mark.filterwarnings("ignore:torch.ao.quantization is deprecated", "ignore:torch.quantize_per_tensor")

@@ -3,9 +3,11 @@ plus safetensors weights.
 
 ``config.json`` holds ``{"model_type": NAME, "config": {...}}``, where NAME is the model's stable registry name
 (``model_type``, as in Hugging Face's ``config.json``), never its Python class name, so renaming a class breaks no
-checkpoint. Nothing is unpickled on load: ``config.json`` is plain JSON checked against the config dataclass, and
-the weights are read by safetensors, so a checkpoint from elsewhere can never run code. A quantized model adds
-``"quantization"`` to ``config.json`` and stores int8 weights with their scales (``seqlab.models.quantized``).
+checkpoint. A model with LoRA adapters (``seqlab.nn.lora``) adds ``"lora": {LAYER: {"rank", "alpha", "dropout"}}``
+and its weights hold each adapted layer's ``lora_A`` and ``lora_B``; it loads adapted, as it was saved. A quantized
+model adds ``"quantization"`` and stores int8 weights with their scales (``seqlab.models.quantized``). Nothing is
+unpickled on load: ``config.json`` is plain JSON checked against the config dataclass, and the weights are read by
+safetensors, so a checkpoint from elsewhere can never run code.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from seqlab.data.files import read_json_file
 from seqlab.errors import CheckpointError
 from seqlab.files import atomic_path, atomic_write
 from seqlab.models.quantized import QUANTIZATION_KEY, Quantization, load_quantized, quantization_of, quantized_tensors
+from seqlab.nn.lora import add_lora_settings, lora_settings
 from seqlab.validation import check_parameter_count, is_int
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+LORA_KEY = "lora"  # config.json's LoRA adapters (``seqlab.nn.lora.lora_settings``); absent for a plain model
 _FLOAT_DTYPES = {"F16", "BF16", "F32", "F64"}  # safetensors' names of the floating-point dtypes
 # seqlab 0.1.0 wrote the class name as model_type; its checkpoints keep loading under these aliases.
 LEGACY_MODEL_TYPES = {
@@ -84,9 +88,12 @@ class PretrainedMixin:
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        payload: dict[str, Any] = {"model_type": self.model_type, "config": dataclasses.asdict(self.config)}
         assert isinstance(self, nn.Module)
+        adapters = lora_settings(self)
+        if adapters:
+            payload[LORA_KEY] = adapters
         quantization = quantization_of(self)
-        payload = {"model_type": self.model_type, "config": dataclasses.asdict(self.config)}
         if quantization is not None:
             payload[QUANTIZATION_KEY] = quantization.to_json()
         atomic_write(directory / CONFIG_FILE, json.dumps(payload, indent=2) + "\n")
@@ -120,10 +127,15 @@ class PretrainedMixin:
             model = cls(config)
         except (TypeError, ValueError) as e:
             raise CheckpointError(f"{config_path}: bad config ({e})") from None
+        assert isinstance(model, nn.Module)
+        if LORA_KEY in payload:
+            try:
+                add_lora_settings(model, payload[LORA_KEY])
+            except (TypeError, ValueError) as e:
+                raise CheckpointError(f"{config_path}: bad {LORA_KEY} section ({e})") from None
         weights_path = config_path.parent / WEIGHTS_FILE
         if not weights_path.is_file():
             raise CheckpointError(f"{weights_path}: missing")
-        assert isinstance(model, nn.Module)
         if QUANTIZATION_KEY in payload:
             load_quantized(model, Quantization.from_json(payload[QUANTIZATION_KEY], config_path), weights_path)
             return model

@@ -34,6 +34,7 @@ from seqlab.training.callbacks import MetricsLog, run_dir_callbacks
 from seqlab.training.checkpoint import STATE_FILE, load_training_state, save_training_state
 from seqlab.training.device import training_device
 from seqlab.training.distributed import is_writer
+from seqlab.training.lora import adapt_pretrained
 from seqlab.training.optim import freeze_parameters
 from seqlab.training.seeding import seed_everything
 from seqlab.training.strategies import Strategy
@@ -374,14 +375,18 @@ def _test_row(run: TrainingRun, fitted: _Fitted) -> dict[str, float]:
 
 
 def _initialise(run: TrainingRun, log: Callable[[str], None]) -> list[str]:
-    """Load ``config.model.init_from`` into ``run.model`` if the model section has one, freeze
+    """Load ``config.model.init_from`` into ``run.model`` if the model section has one, add LoRA adapters to the
+    pretrained body and freeze it with ``train.lora_rank`` (``seqlab.training.lora``), freeze
     ``config.train.freeze``; return the names of the pretrained parameters (``run.pretrained`` and those loaded).
 
-    Raises: ConfigError for ``train.body_lr_scale`` without a pretrained body to scale.
+    Raises: ConfigError for ``train.body_lr_scale`` without a pretrained body to scale, or as ``adapt_pretrained``.
     """
     config, pretrained = run.config, list(run.pretrained)
     if isinstance(config.model, InitFromConfig) and config.model.init_from is not None:
         pretrained += load_by_name(run.model, config.model.init_from, strict=config.model.init_strict, log=log)
+    if config.train.lora_rank is not None and not pretrained and not isinstance(config.model, InitFromConfig):
+        raise ConfigError("train.lora_rank: this recipe starts from no pretrained body (no model.init_from) to adapt")
+    adapt_pretrained(run.model, config.train, pretrained, log=log)
     freeze_parameters(run.model, config.train.freeze)
     if config.train.body_lr_scale != 1.0 and not pretrained:
         raise ConfigError(

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from seqlab.errors import ConfigError
+from seqlab.nn.lora import lora_layers
 from seqlab.nn.positional import LearnedPositionalEncoding
 from seqlab.training.train_config import TrainConfig
 
@@ -97,9 +98,15 @@ def build_optimizer(
         The optimizer, with learning rate ``config.lr`` in every group but the pretrained ones.
     Raises:
         ValueError: if the model has no trainable parameters.
-        ConfigError: a ``config.freeze`` prefix names no parameter.
+        ConfigError: a ``config.freeze`` prefix names no parameter, or ``config.lora_rank`` is set for a model
+            without LoRA adapters (``seqlab.training.lora.adapt_pretrained`` adds them).
     """
     freeze_parameters(model, config.freeze)
+    if config.lora_rank is not None and not lora_layers(model):
+        raise ConfigError(
+            f"lora_rank ({config.lora_rank}): the model has no LoRA adapters; it applies where a recipe fine-tunes "
+            "a pretrained body (seqlab.training.lora)"
+        )
     groups = parameter_groups(model, config.weight_decay)
     if not groups:
         raise ValueError("model has no trainable parameters (all have requires_grad=False)")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from seqlab.errors import ConfigError
+from seqlab.nn.lora import check_lora_settings
 from seqlab.training.scheduled_sampling import TeacherForcingSchedule, TeacherForcingScheduleName
 from seqlab.training.schedules import SCHEDULES, ScheduleName
 from seqlab.validation import MAX_BATCH_SIZE, MAX_STEPS, check_bool, check_choice, check_int, check_real
@@ -65,6 +66,13 @@ class TrainConfig:
     pretrained parameters a trainer is given (those a recipe's ``model.init_from`` loaded), so a pretrained body
     can be fine-tuned more gently than a new head (e.g. 0.1).
 
+    ``lora_rank`` = r fine-tunes with LoRA (Hu et al. 2021; ``seqlab.training.lora``): the pretrained body is
+    frozen, each of its Linear layers named by ``lora_targets`` (comma-separated module names, matched as the
+    last parts of a layer's qualified name: "q_proj" or "encoder.layers.0.self_attn.q_proj") gets a trainable
+    update (``lora_alpha`` / r) B A with ``lora_dropout`` on its input, and the parameters that are not pretrained
+    (a new task head) train in full. ``lora_alpha``, ``lora_dropout`` and ``lora_targets`` are refused without
+    ``lora_rank``, and ``body_lr_scale`` with it (the body it would scale is frozen).
+
     Raises:
         ConfigError: (a ValueError) for a value of the wrong type or out of range; the message shows it.
     """
@@ -93,6 +101,10 @@ class TrainConfig:
     body_lr_scale: float = 1.0  # lr multiplier of the pretrained body (the parameters model.init_from loaded)
     max_nonfinite_steps: int = 20  # stop (exit 3) after this many steps in a row with a non-finite loss or grad
     average_last: int | None = None  # final model = mean weights of the last k validations; None = the best one
+    lora_rank: int | None = None  # r of LoRA fine-tuning: frozen pretrained body + rank-r adapters; None = off
+    lora_alpha: float = 8.0  # LoRA updates are scaled by lora_alpha / lora_rank (Hu et al.: alpha = the first r)
+    lora_dropout: float = 0.0  # dropout on the input of each LoRA adapter
+    lora_targets: str = "q_proj,v_proj"  # the pretrained Linear layers adapted (Hu et al. sec. 7.1: W_q, W_v)
 
     def __post_init__(self) -> None:
         check_real("lr", self.lr, greater_than=0, at_most=MAX_LR)
@@ -121,10 +133,26 @@ class TrainConfig:
         if not isinstance(self.freeze, str):
             raise ConfigError(f"freeze must be a string of comma-separated prefixes, got {self.freeze!r}")
         check_int("max_nonfinite_steps", self.max_nonfinite_steps, maximum=MAX_STEPS)
+        self._check_lora()
         if self.batch_size % self.grad_accumulation_steps != 0:
             raise ConfigError(
                 f"batch_size ({self.batch_size}) must be divisible by grad_accumulation_steps "
                 f"({self.grad_accumulation_steps})"
+            )
+
+    def _check_lora(self) -> None:
+        if self.lora_rank is None:
+            for name in ("lora_alpha", "lora_dropout", "lora_targets"):
+                value, default = getattr(self, name), getattr(TrainConfig, name)
+                if value != default:
+                    raise ConfigError(f"{name} ({value!r}) applies to LoRA fine-tuning only; set lora_rank as well")
+            return
+        check_lora_settings(rank=self.lora_rank, alpha=self.lora_alpha, dropout=self.lora_dropout)
+        if not isinstance(self.lora_targets, str) or not self.lora_targets.strip(" ,"):
+            raise ConfigError(f"lora_targets ({self.lora_targets!r}) must name Linear layers, e.g. 'q_proj,v_proj'")
+        if self.body_lr_scale != 1.0:
+            raise ConfigError(
+                f"body_lr_scale ({self.body_lr_scale!r}) has nothing to scale: lora_rank freezes the pretrained body"
             )
 
     def _check_optimizer(self) -> None:

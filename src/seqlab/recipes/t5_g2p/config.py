@@ -13,6 +13,7 @@ from seqlab.data.pronunciations import G2PDataConfig
 from seqlab.data.vocab import Vocabulary
 from seqlab.models.t5 import T5Config
 from seqlab.recipes.common.search import SearchDecodeConfig
+from seqlab.recipes.init_from import InitFromConfig
 from seqlab.training.train_config import TrainConfig
 from seqlab.validation import check_probability
 
@@ -21,8 +22,10 @@ PREFIXES: dict[Direction, str] = {"g2p": "graphemes to phonemes:", "p2g": "phone
 
 
 @dataclass(frozen=True)
-class T5G2PModelConfig:
-    """The T5's size (``T5Config`` fields; the vocabulary and special ids come from the data) and its loss.
+class T5G2PModelConfig(InitFromConfig):
+    """The T5's size (``T5Config`` fields; the vocabulary and special ids come from the data) and its loss;
+    ``init_from`` starts from another t5-g2p run's parameters (``seqlab.recipes.init_from``), e.g. to fine-tune it
+    on a dictionary of one's own (with ``train.lora_rank``, its adapters only).
 
     Raises: ConfigError (a ValueError) for a value out of range, naming the field and the value.
     """
@@ -41,12 +44,14 @@ class T5G2PModelConfig:
     label_smoothing: float = 0.0  # eps of the smoothed cross-entropy
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_probability("label_smoothing", self.label_smoothing)
         self.model_config(Vocabulary(PREFIXES.values()))  # T5Config checks the rest, before any data is read
 
     def model_config(self, vocab: Vocabulary) -> T5Config:
         """The T5Config of these sizes over ``vocab`` (its padding symbol also starts the decoder, as in T5)."""
-        sizes = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "label_smoothing"}
+        own = {f.name for f in dataclasses.fields(InitFromConfig)} | {"label_smoothing"}
+        sizes = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in own}
         return T5Config(
             vocab_size=len(vocab), pad_id=vocab.pad_id, eos_id=vocab.eos_id, decoder_start_id=vocab.pad_id, **sizes
         )
