@@ -1,7 +1,7 @@
 """The example recipe of the documentation's "Writing a recipe" page runs as written, so the page cannot go stale.
 
-The example is cut out of docs/guide/writing-a-recipe.md, imported as a module, registered, and driven through the command line:
-train for a few steps, then evaluate and predict, whose answers must agree with the bits' true majorities.
+The example is cut out of docs/guide/writing-a-recipe.md, imported as a module, registered, and driven through the
+command line: train for a few steps, then evaluate and predict, whose answers must agree with the bits' true majorities.
 """
 
 import contextlib
