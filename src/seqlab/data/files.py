@@ -325,9 +325,9 @@ def read_json_file(
     not normalised (it holds what was written, symbols included).
 
     Raises:
-        ``error`` (DataError by default; CheckpointError for a run's files): one line naming ``path``: ``{path}:
-        {missing}`` if it does not exist; as :func:`check_regular_file` if it is not a readable regular file (a
-        directory, a FIFO); not UTF-8 text, not JSON (the line named), or nested too deeply.
+        DataError: (or ``error``, e.g. CheckpointError for a run's files) one line naming ``path``: ``{path}:
+            {missing}`` if it does not exist; as :func:`check_regular_file` if it is not a readable regular file (a
+            directory, a FIFO); not UTF-8 text, not JSON (the line named), or nested too deeply.
     """
     if not os.path.lexists(path):
         raise error(f"{path}: {missing}")

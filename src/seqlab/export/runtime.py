@@ -99,8 +99,8 @@ class OnnxGPT:
 class OnnxRNNSeq2Seq:
     """An RNN encoder-decoder's ``encoder`` and ``step`` graphs as a ``StepModel`` with ``encode``.
 
-    Args:
-        directory, manifest: as ``OnnxGPT``'s (``encoder.onnx``, ``step.onnx``).
+    Its arguments, directory and manifest, are as ``OnnxGPT``'s (here ``encoder.onnx`` and ``step.onnx``).
+
     State: a dict of the graphs' state tensors by name (``seqlab.export.graphs``): ``hidden.*`` (L, B, H), the
     others batch-first.
     """
