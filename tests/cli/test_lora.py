@@ -85,7 +85,7 @@ def test_an_occupied_out_or_one_inside_the_run_is_refused(runs, tmp_path):
     (occupied / "notes.txt").write_text("mine\n")
     assert_error(
         run_cli("merge-lora", runs[1], "--out", occupied),
-        f"--out {occupied}: exists and is not empty; give a new directory",
+        f"--out {occupied}: already exists and is not empty; pass --overwrite to replace it",
     )
     assert [p.name for p in occupied.iterdir()] == ["notes.txt"]
     assert_error(

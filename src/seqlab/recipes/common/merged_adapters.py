@@ -11,15 +11,13 @@ the merged run is for ``evaluate``, ``predict``, ``generate`` and ``serve``, or 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from seqlab.errors import ConfigError
-from seqlab.files import atomic_write, is_bookkeeping, storage_error
+from seqlab.files import atomic_write, is_bookkeeping, output_directory
 from seqlab.models.pretrained import CONFIG_FILE, WEIGHTS_FILE, load_pretrained
 from seqlab.nn.lora import merge_lora
 from seqlab.recipes.base import recipe_name_of
-from seqlab.recipes.run_directory import RunDirectory, check_writable, has_results
 from seqlab.training.checkpoint import STATE_FILE
 
 SOURCE_FILE = "merged_from.json"
@@ -28,40 +26,30 @@ NOT_CARRIED = frozenset({CONFIG_FILE, WEIGHTS_FILE, STATE_FILE, SOURCE_FILE})
 __all__ = ["SOURCE_FILE", "merge_lora_run"]
 
 
-def merge_lora_run(run: Path, out_dir: Path) -> list[str]:
+def merge_lora_run(run: Path, out_dir: Path, *, overwrite: bool = False) -> list[str]:
     """Write ``out_dir``, the run ``run`` with its LoRA adapters merged, and return the merged layers' names.
 
-    The output directory follows the run-directory policy (``RunDirectory`` "new"): it must be new or empty, is
-    locked while written, and is removed again if writing fails; ``run`` is only read.
+    The output directory follows the output-directory policy (``seqlab.files.output_directory``, kind
+    "merge-lora"): it must be new or empty, or with ``overwrite`` an earlier merged run; it appears whole or not at
+    all; ``run`` is only read.
 
     Raises:
         CheckpointError: (one line naming the file) ``run`` is not a readable seqlab run.
-        ConfigError: ``run`` has no LoRA adapters; ``out_dir`` is ``run`` or inside it, not empty, or not writable.
-        StorageError: a file cannot be written (the partial ``out_dir`` is removed).
+        ConfigError: ``run`` has no LoRA adapters; ``out_dir`` is ``run`` or inside it, not empty (without
+            ``overwrite``, or holding another command's output), or not writable.
+        StorageError: a file cannot be written (``out_dir`` is then as it was).
     """
     recipe_name_of(run)
     if out_dir.resolve() == run.resolve() or run.resolve() in out_dir.resolve().parents:
         raise ConfigError(f"--out {out_dir}: inside the run {run}; give a directory outside it")
-    check_writable(out_dir)
-    if has_results(out_dir):
-        raise ConfigError(f"--out {out_dir}: exists and is not empty; give a new directory")
     model = load_pretrained(run)
     merged = merge_lora(model)
     if not merged:
         raise ConfigError(f"{run}: has no LoRA adapters to merge (its {CONFIG_FILE} has no 'lora' section)")
-    directory = RunDirectory(out_dir, "new")
-    path = directory.open()
-    failed = True
-    try:
+    with output_directory(out_dir, kind="merge-lora", overwrite=overwrite, inputs=[run]) as path:
         for source in sorted(run.iterdir()):
             if source.is_file() and source.name not in NOT_CARRIED and not is_bookkeeping(source.name):
-                shutil.copyfile(source, path / source.name)
+                atomic_write(path / source.name, source.read_bytes())
         model.save_pretrained(path)
         atomic_write(path / SOURCE_FILE, json.dumps({"run": str(run), "layers": merged}, indent=2) + "\n")
-        directory.commit()
-        failed = False
-    except OSError as e:
-        raise storage_error(out_dir, e) from None
-    finally:
-        directory.close(failed=failed)
     return merged
