@@ -203,3 +203,16 @@ def test_a_streamed_body_over_the_limit_is_refused(client: TestClient) -> None:
     chunks = iter([b'{"model": "g2p_v0_1", "inputs": ["' + b"a" * 3000, b"a" * 3000 + b'"]}'])  # no Content-Length
     response = client.post("/v1/predict", content=chunks, headers={"Content-Type": "application/json"})
     assert (response.status_code, response.json()) == (413, {"error": "request body over the limit of 4,096 bytes"})
+
+
+def test_the_generate_body_has_exactly_the_generation_requests_fields_and_defaults():
+    """The request schema is a second list of GenerationRequest's fields (pydantic needs one to validate and document
+    the body): a field added to or renamed in the protocol must appear here too."""
+    from dataclasses import fields
+
+    from seqlab.serving.schemas import GenerateBody
+
+    protocol = {f.name: f.default for f in fields(GenerationRequest) if f.name != "prompt"}
+    body = {name: field.default for name, field in GenerateBody.model_fields.items() if name not in ("model", "prompt")}
+    assert body == protocol
+    assert "prompt" in GenerateBody.model_fields and GenerateBody.model_fields["prompt"].is_required()
