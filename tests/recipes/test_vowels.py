@@ -26,7 +26,7 @@ from seqlab.models.classifier import Seq2VecClassifier
 from seqlab.recipes import load_system, vowels
 
 CHECKPOINT_FILES = {"config.json", "model.safetensors", "labels.json", "recipe.json", "results.json", "metrics.jsonl"}
-CHECKPOINT_FILES |= {"training_state.safetensors", ".seqlab.lock"}
+CHECKPOINT_FILES |= {"training_state.safetensors", ".seqlab.lock", ".seqlab-output"}
 CLASSES = {"a": (-2.0, 1.0), "b": (0.0, -1.5), "c": (2.0, 1.0)}  # label: mean of channel 0 and channel 1
 TRAIN_PER_CLASS, TEST_PER_CLASS = 8, 4
 HIDDEN = 8

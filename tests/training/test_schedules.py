@@ -192,8 +192,8 @@ def test_validate_may_not_return_the_lr_key():
     ("kwargs", "message"),
     [
         ({"schedule": "linear"}, "schedule ('linear') must be one of 'constant', 'inverse_sqrt', 'cosine'"),
-        ({"warmup_steps": -1}, "warmup_steps (-1) must be an integer >= 0"),
-        ({"warmup_steps": 1.5}, "warmup_steps (1.5) must be an integer >= 0"),
+        ({"warmup_steps": -1}, "warmup_steps (-1) must be an integer >= 0 and <= 1000000000"),
+        ({"warmup_steps": 1.5}, "warmup_steps (1.5) must be an integer >= 0 and <= 1000000000"),
         ({"schedule": "cosine"}, "schedule 'cosine' needs max_steps, the step where its decay ends"),
         (
             {"schedule": "cosine", "max_steps": 100, "warmup_steps": 100},

@@ -152,9 +152,9 @@ def run_training(
             data = _check_resume(out_dir, recipe.NAME, config, data, resume_from, log)
         seed_everything(config.train.seed)
         run = recipe.prepare(config, resume_from=out_dir if mode == "resume" else None)
+        pretrained = _initialise(run, log)  # adapters (train.lora_rank) are part of the model the checkpoint holds
         if resume_from is not None:
             _check_resumed_model(out_dir, run.model, resume_from)
-        pretrained = _initialise(run, log)
         _open_run(recipe.NAME, run, directory, log)
         saved = {RECIPE_KEY: {"recipe": recipe.NAME, "config": dataclasses.asdict(run.config)}, DATA_KEY: data}
         result = _SavedTraining(recipe.NAME, run, directory, resume_from, log, saved).fit(pretrained, progress)
