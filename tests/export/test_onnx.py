@@ -30,7 +30,9 @@ from seqlab.models.bert import (
     BertForTokenClassification,
 )
 from seqlab.models.classifier import Seq2VecClassifier, Seq2VecClassifierConfig
+from seqlab.models.forecaster import Forecaster, ForecasterConfig
 from seqlab.models.language_model.gpt import GPTConfig
+from seqlab.models.tagger import RNNSequenceTagger, RNNSequenceTaggerConfig
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
 TOLERANCE = {"rtol": 0.0, "atol": 1e-5}
@@ -168,8 +170,8 @@ def test_a_model_without_graphs_is_refused_naming_those_that_have_them(tmp_path)
     torch.manual_seed(0)
     BertForMaskedLM(BertConfig(vocab_size=13, d_model=8, num_heads=2, num_layers=1, d_ff=16)).save_pretrained(run)
     exported = (
-        "bert, bert_mean_pooled_classification, bert_sequence_classification, bert_token_classification, gpt, "
-        "rnn_seq2seq, seq2vec_classifier"
+        "bert, bert_mean_pooled_classification, bert_sequence_classification, bert_token_classification, "
+        "forecaster, gpt, rnn_seq2seq, rnn_sequence_tagger, seq2vec_classifier"
     )
     with pytest.raises(ConfigError, match=rf"a bert_mlm model cannot be exported yet; exported types: {exported}$"):
         export_onnx(run, tmp_path / "out")
@@ -301,3 +303,66 @@ def test_berts_graph_matches_the_module_within_1e5(bert, padded):
     assert len(got) == len(wanted)
     for array, tensor in zip(got, wanted, strict=True):
         torch.testing.assert_close(torch.from_numpy(array), tensor, **TOLERANCE)
+
+
+TAGGERS = {"bilstm": {"cell": "lstm"}, "gru_residual": {"cell": "gru", "num_layers": 2, "residual": True}}
+
+
+@pytest.fixture(scope="module", params=list(TAGGERS))
+def tagger(request, tmp_path_factory):
+    """(a tiny sequence tagger, its run, exported): a bi-LSTM and a 2-layer residual bi-GRU."""
+    run = tmp_path_factory.mktemp(f"tagger_{request.param}")
+    torch.manual_seed(0)
+    config = RNNSequenceTaggerConfig(
+        vocab_size=11, num_labels=4, embedding_size=6, hidden_size=4, **TAGGERS[request.param]
+    )
+    RNNSequenceTagger(config).save_pretrained(run)
+    export_onnx(run, run / "onnx")
+    return load_pretrained(run).eval(), run
+
+
+def test_the_taggers_graph_matches_the_module_within_1e5_on_a_padded_batch(tagger):
+    model, run = tagger
+    session, names = _session(run)
+    assert names == ["input_ids", "lengths"]
+    lengths = torch.tensor([2, 8, 5])  # the export traced 2 x 4
+    x = torch.randint(1, 11, (3, 8), generator=torch.Generator().manual_seed(6))
+    x[torch.arange(8) >= lengths[:, None]] = 0
+    with torch.no_grad():
+        expected = model(x, lengths)
+    logits, keep_mask = session.run(None, {"input_ids": x.numpy(), "lengths": lengths.numpy()})
+    torch.testing.assert_close(torch.from_numpy(logits), expected.logits, **TOLERANCE)
+    assert torch.equal(torch.from_numpy(keep_mask), expected.keep_mask)
+
+
+FORECASTERS = {
+    "gru_direct": {"encoder": "gru"},
+    "lstm_autoregressive_residual": {"encoder": "lstm", "head": "autoregressive", "residual": True},
+    "transformer_direct": {"encoder": "transformer"},
+    "transformer_autoregressive": {"encoder": "transformer", "head": "autoregressive"},
+}
+
+
+@pytest.fixture(scope="module", params=list(FORECASTERS))
+def forecaster(request, tmp_path_factory):
+    """(a tiny forecaster, its run, exported), recurrent and Transformer encoders, direct and autoregressive heads."""
+    run = tmp_path_factory.mktemp(f"forecaster_{request.param}")
+    torch.manual_seed(0)
+    config = ForecasterConfig(
+        channels=2, horizon=3, hidden_size=4, num_layers=2, d_model=8, num_heads=2, d_ff=16, max_length=16,
+        **FORECASTERS[request.param],
+    )  # fmt: skip
+    Forecaster(config).save_pretrained(run)
+    export_onnx(run, run / "onnx")
+    return load_pretrained(run).eval(), run
+
+
+def test_the_forecasters_graph_matches_the_module_within_1e5(forecaster):
+    model, run = forecaster
+    session, names = _session(run)
+    assert names == ["window"]
+    window = torch.randn(3, 9, 2, generator=torch.Generator().manual_seed(7))  # the export traced 2 x 4
+    with torch.no_grad():
+        expected = model(window)
+    (got,) = session.run(None, {"window": window.numpy()})
+    torch.testing.assert_close(torch.from_numpy(got), expected, **TOLERANCE)

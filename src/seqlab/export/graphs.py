@@ -18,6 +18,11 @@ and come out of the graph:
   ``bert_token_classification``): ``model`` (``input_ids``, ``keep_mask`` (padding on the right) and
   ``token_type_ids``, all (B, T) -> ``logits`` (B, C) or (B, T, C); the body gives ``last_hidden_state`` (B, T, D)
   and, with a pooler, ``pooled`` (B, D)). T is at most the model's ``max_positions``.
+- Sequence tagger (``rnn_sequence_tagger``): ``model`` (``input_ids`` (B, T), ``lengths`` (B,) -> ``logits``
+  (B, T, K), ``keep_mask`` (B, T)).
+- Forecaster (``forecaster``): ``model`` (``window`` (B, T, C), the last T steps -> ``forecast`` (B, H, C), the
+  next H); T is at most ``max_length`` for the Transformer encoder. The autoregressive head's H steps are unrolled
+  in the graph.
 
 Each graph calls the model's own ``forward`` / ``encode`` / ``step``, so the exported equations are the modules'.
 Batch and sequence axes are dynamic (``torch.export.Dim``).
@@ -38,8 +43,10 @@ from seqlab.models.bert import (
     BertForTokenClassification,
 )
 from seqlab.models.classifier import Seq2VecClassifier
+from seqlab.models.forecaster import Forecaster
 from seqlab.models.language_model.gpt import GPT, GPTState
 from seqlab.models.seq2seq.rnn import RNNDecoderState, RNNSeq2Seq
+from seqlab.models.tagger import RNNSequenceTagger
 from seqlab.nn.cells import LSTMState
 from seqlab.nn.kv_cache import KVCache
 
@@ -279,11 +286,68 @@ def bert_graphs(model: BertModel) -> list[Graph]:
     ]
 
 
+class TaggerGraph(nn.Module):
+    """model(input_ids (B, T), lengths (B,)) -> (logits (B, T, K), keep_mask (B, T)), by
+    ``RNNSequenceTagger.forward``."""
+
+    def __init__(self, model: RNNSequenceTagger) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        return tuple(self.model(input_ids, lengths))
+
+
+def tagger_graphs(model: RNNSequenceTagger) -> list[Graph]:
+    """The sequence tagger's ``model`` graph (module docstring), traced on 2 sequences of 4 and 3 steps."""
+    batch, steps = torch.export.Dim("batch"), torch.export.Dim("steps")
+    return [
+        Graph(
+            "model",
+            TaggerGraph(model),
+            (torch.full((2, 4), 1), torch.tensor([4, 3])),
+            ["input_ids", "lengths"],
+            ["logits", "keep_mask"],
+            ({0: batch, 1: steps}, {0: batch}),
+        )
+    ]
+
+
+class ForecasterGraph(nn.Module):
+    """model(window (B, T, C)) -> (forecast (B, H, C),), by ``Forecaster.forward``."""
+
+    def __init__(self, model: Forecaster) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, window: Tensor) -> tuple[Tensor]:
+        return (self.model(window),)
+
+
+def forecaster_graphs(model: Forecaster) -> list[Graph]:
+    """The forecaster's ``model`` graph (module docstring), traced on 2 windows of 4 steps."""
+    config = model.config
+    longest = config.max_length if config.encoder == "transformer" else None
+    batch, steps = torch.export.Dim("batch"), torch.export.Dim("steps", max=longest)
+    return [
+        Graph(
+            "model",
+            ForecasterGraph(model),
+            (torch.zeros(2, 4, config.channels),),
+            ["window"],
+            ["forecast"],
+            ({0: batch, 1: steps},),
+        )
+    ]
+
+
 # The graphs of each model type that can be exported.
 GRAPH_BUILDERS: dict[str, Callable[[Any], list[Graph]]] = {
     GPT.model_type: gpt_graphs,
     RNNSeq2Seq.model_type: rnn_seq2seq_graphs,
     Seq2VecClassifier.model_type: classifier_graphs,
+    RNNSequenceTagger.model_type: tagger_graphs,
+    Forecaster.model_type: forecaster_graphs,
     **{
         bert.model_type: bert_graphs
         for bert in (Bert, BertForSequenceClassification, BertForMeanPooledClassification, BertForTokenClassification)
