@@ -1,6 +1,7 @@
 """ONNX export and the onnxruntime backend: the exported graphs compute what the modules compute (float32, within
 1e-5, on shapes other than the export's), greedy and beam decoding through them choose seqlab's tokens, and the
-export directory and ``--backend onnxruntime`` keep their promises. Each model is exported once per module (a dynamo
+export directory and ``--backend onnxruntime`` keep their promises. The classifiers' and BERT's whole-model graphs
+give seqlab's outputs on batches with padding. Each model is exported once per module (a dynamo
 export takes seconds)."""
 
 import importlib.util
@@ -20,7 +21,18 @@ from seqlab.errors import CheckpointError, ConfigError
 from seqlab.export import MANIFEST_FILE, OnnxGPT, OnnxRNNSeq2Seq, export_onnx, load_step_model, read_manifest
 from seqlab.files import is_bookkeeping, output_kind
 from seqlab.models import GPT, RNNSeq2Seq, load_pretrained
+from seqlab.models.bert import (
+    Bert,
+    BertConfig,
+    BertForMaskedLM,
+    BertForMeanPooledClassification,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
+from seqlab.models.classifier import Seq2VecClassifier, Seq2VecClassifierConfig
+from seqlab.models.forecaster import Forecaster, ForecasterConfig
 from seqlab.models.language_model.gpt import GPTConfig
+from seqlab.models.tagger import RNNSequenceTagger, RNNSequenceTaggerConfig
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
 TOLERANCE = {"rtol": 0.0, "atol": 1e-5}
@@ -154,8 +166,14 @@ def test_an_existing_out_is_refused_without_overwrite_and_a_non_export_even_with
 
 
 def test_a_model_without_graphs_is_refused_naming_those_that_have_them(tmp_path):
-    run = FIXTURES / "classify_9a192c4"
-    with pytest.raises(ConfigError, match=r"cannot be exported yet; exported types: gpt, rnn_seq2seq$"):
+    run = tmp_path / "run"
+    torch.manual_seed(0)
+    BertForMaskedLM(BertConfig(vocab_size=13, d_model=8, num_heads=2, num_layers=1, d_ff=16)).save_pretrained(run)
+    exported = (
+        "bert, bert_mean_pooled_classification, bert_sequence_classification, bert_token_classification, "
+        "forecaster, gpt, rnn_seq2seq, rnn_sequence_tagger, seq2vec_classifier"
+    )
+    with pytest.raises(ConfigError, match=rf"a bert_mlm model cannot be exported yet; exported types: {exported}$"):
         export_onnx(run, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
@@ -189,3 +207,162 @@ def test_the_onnxruntime_backend_without_an_export_says_how_to_make_one(tmp_path
         run_cli("predict", FIXTURES / "classify_9a192c4", "Ivanov", "--backend", "onnxruntime"),
         "--backend: the classify recipe takes no such option",
     )
+
+
+def _session(run: Path):
+    """The ``model`` graph of ``run``'s export under onnxruntime, and its input names."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(run / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    return session, [node.name for node in session.get_inputs()]
+
+
+CLASSIFIERS = {
+    "gru_attention": {"vocab_size": 11, "embedding_size": 6, "cell": "gru", "num_layers": 2, "pooling": "attention"},
+    "gru_last_features": {"input_size": 5, "cell": "gru", "pooling": "last"},
+    "lstm_mean": {"vocab_size": 11, "embedding_size": 6, "cell": "lstm", "bidirectional": False, "pooling": "mean"},
+}
+
+
+@pytest.fixture(scope="module", params=["fixture", *CLASSIFIERS])
+def classifier(request, tmp_path_factory):
+    """(Seq2VecClassifier, its run, exported): the classify fixture run (bi-LSTM, max pooling) and tiny bi-GRUs with
+    attention pooling (2 layers, token input) and last pooling (continuous input), and a unidirectional LSTM."""
+    run = tmp_path_factory.mktemp(f"classifier_{request.param}")
+    if request.param == "fixture":
+        shutil.copytree(FIXTURES / "classify_9a192c4", run, dirs_exist_ok=True)
+    else:
+        torch.manual_seed(0)
+        config = Seq2VecClassifierConfig(num_classes=3, hidden_size=4, **CLASSIFIERS[request.param])
+        Seq2VecClassifier(config).save_pretrained(run)
+    export_onnx(run, run / "onnx")
+    return load_pretrained(run).eval(), run
+
+
+def test_the_classifiers_graph_matches_the_module_within_1e5_on_a_padded_batch(classifier):
+    model, run = classifier
+    session, names = _session(run)
+    generator = torch.Generator().manual_seed(4)
+    lengths = torch.tensor([9, 2, 6, 1, 9])  # the export traced 2 x 4
+    if model.config.token_input:
+        x = torch.randint(1, model.config.vocab_size, (5, 9), generator=generator)
+        x[torch.arange(9) >= lengths[:, None]] = 0
+    else:
+        x = torch.randn(5, 9, model.config.input_size, generator=generator)
+    with torch.no_grad():
+        expected = model(x, lengths)
+    got = session.run(None, dict(zip(names, (x.numpy(), lengths.numpy()), strict=True)))
+    assert names == ["input_ids" if model.config.token_input else "features", "lengths"]
+    torch.testing.assert_close(torch.from_numpy(got[0]), expected.logits, **TOLERANCE)
+    if expected.attention is None:
+        assert len(got) == 1
+    else:
+        torch.testing.assert_close(torch.from_numpy(got[1]), expected.attention, **TOLERANCE)
+
+
+BERTS = {
+    "bert": Bert,
+    "bert_no_pooler": Bert,
+    "sequence": BertForSequenceClassification,
+    "mean_pooled": BertForMeanPooledClassification,
+    "token": BertForTokenClassification,
+}
+
+
+@pytest.fixture(scope="module", params=list(BERTS))
+def bert(request, tmp_path_factory):
+    """(a tiny BERT body or classification head, its run, exported)."""
+    run = tmp_path_factory.mktemp(f"bert_{request.param}")
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=17, d_model=8, num_heads=2, num_layers=2, d_ff=16, max_positions=12, num_labels=3,
+        pooler=request.param not in ("bert_no_pooler", "mean_pooled"),
+    )  # fmt: skip
+    BERTS[request.param](config).save_pretrained(run)
+    export_onnx(run, run / "onnx")
+    return load_pretrained(run).eval(), run
+
+
+@pytest.mark.parametrize("padded", [True, False])
+def test_berts_graph_matches_the_module_within_1e5(bert, padded):
+    model, run = bert
+    session, names = _session(run)
+    assert names == ["input_ids", "keep_mask", "token_type_ids"]
+    lengths = torch.tensor([7, 3, 12] if padded else [12, 12, 12])  # the export traced 2 x 4; 12 = max_positions
+    keep_mask = torch.arange(12) < lengths[:, None]
+    ids = torch.randint(1, 17, (3, 12), generator=torch.Generator().manual_seed(5)).masked_fill(~keep_mask, 0)
+    token_type_ids = (torch.arange(12) >= 2).long().expand(3, 12) * keep_mask
+    with torch.no_grad():
+        expected = model(ids, keep_mask=keep_mask, token_type_ids=token_type_ids)
+    got = session.run(None, {"input_ids": ids.numpy(), "keep_mask": keep_mask.numpy(),
+                             "token_type_ids": token_type_ids.numpy()})  # fmt: skip
+    if isinstance(model, Bert):
+        wanted = [expected.last_hidden_state] + ([] if expected.pooled is None else [expected.pooled])
+    else:
+        wanted = [expected.logits]
+    assert len(got) == len(wanted)
+    for array, tensor in zip(got, wanted, strict=True):
+        torch.testing.assert_close(torch.from_numpy(array), tensor, **TOLERANCE)
+
+
+TAGGERS = {"bilstm": {"cell": "lstm"}, "gru_residual": {"cell": "gru", "num_layers": 2, "residual": True}}
+
+
+@pytest.fixture(scope="module", params=list(TAGGERS))
+def tagger(request, tmp_path_factory):
+    """(a tiny sequence tagger, its run, exported): a bi-LSTM and a 2-layer residual bi-GRU."""
+    run = tmp_path_factory.mktemp(f"tagger_{request.param}")
+    torch.manual_seed(0)
+    config = RNNSequenceTaggerConfig(
+        vocab_size=11, num_labels=4, embedding_size=6, hidden_size=4, **TAGGERS[request.param]
+    )
+    RNNSequenceTagger(config).save_pretrained(run)
+    export_onnx(run, run / "onnx")
+    return load_pretrained(run).eval(), run
+
+
+def test_the_taggers_graph_matches_the_module_within_1e5_on_a_padded_batch(tagger):
+    model, run = tagger
+    session, names = _session(run)
+    assert names == ["input_ids", "lengths"]
+    lengths = torch.tensor([2, 8, 5])  # the export traced 2 x 4
+    x = torch.randint(1, 11, (3, 8), generator=torch.Generator().manual_seed(6))
+    x[torch.arange(8) >= lengths[:, None]] = 0
+    with torch.no_grad():
+        expected = model(x, lengths)
+    logits, keep_mask = session.run(None, {"input_ids": x.numpy(), "lengths": lengths.numpy()})
+    torch.testing.assert_close(torch.from_numpy(logits), expected.logits, **TOLERANCE)
+    assert torch.equal(torch.from_numpy(keep_mask), expected.keep_mask)
+
+
+FORECASTERS = {
+    "gru_direct": {"encoder": "gru"},
+    "lstm_autoregressive_residual": {"encoder": "lstm", "head": "autoregressive", "residual": True},
+    "transformer_direct": {"encoder": "transformer"},
+    "transformer_autoregressive": {"encoder": "transformer", "head": "autoregressive"},
+}
+
+
+@pytest.fixture(scope="module", params=list(FORECASTERS))
+def forecaster(request, tmp_path_factory):
+    """(a tiny forecaster, its run, exported), recurrent and Transformer encoders, direct and autoregressive heads."""
+    run = tmp_path_factory.mktemp(f"forecaster_{request.param}")
+    torch.manual_seed(0)
+    config = ForecasterConfig(
+        channels=2, horizon=3, hidden_size=4, num_layers=2, d_model=8, num_heads=2, d_ff=16, max_length=16,
+        **FORECASTERS[request.param],
+    )  # fmt: skip
+    Forecaster(config).save_pretrained(run)
+    export_onnx(run, run / "onnx")
+    return load_pretrained(run).eval(), run
+
+
+def test_the_forecasters_graph_matches_the_module_within_1e5(forecaster):
+    model, run = forecaster
+    session, names = _session(run)
+    assert names == ["window"]
+    window = torch.randn(3, 9, 2, generator=torch.Generator().manual_seed(7))  # the export traced 2 x 4
+    with torch.no_grad():
+        expected = model(window)
+    (got,) = session.run(None, {"window": window.numpy()})
+    torch.testing.assert_close(torch.from_numpy(got), expected, **TOLERANCE)

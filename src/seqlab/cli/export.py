@@ -1,6 +1,7 @@
 """``seqlab export RUN --format onnx [--out DIR] [--overwrite]``: a trained run's model as ONNX graphs.
 
-The graphs (GPT: prefill + step with the KV cache as inputs and outputs; RNN seq2seq: encoder + decoder step), a
+The graphs (GPT: prefill + step with the KV cache as inputs and outputs; RNN seq2seq: encoder + decoder step; the
+seq2vec classifier, BERT, the sequence tagger and the forecaster: one ``model`` graph of the whole forward), a
 manifest and the run's JSON files go to DIR, by default RUN/onnx, where ``seqlab predict|generate RUN --backend
 onnxruntime`` finds them (``seqlab.export``).
 """

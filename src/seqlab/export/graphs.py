@@ -12,6 +12,17 @@ and come out of the graph:
   (the previous token and the state -> logits and the recurrent part of the state). The state's tensors are named
   after ``RNNDecoderState``'s fields (``hidden.h``, ``hidden.c``, ``memory``, ``keys``, ``src_keep_mask``,
   ``context``, ``feed``); the fields a model does not use (None) are left out.
+- Seq2vec classifier (``seq2vec_classifier``): ``model`` (``input_ids`` (B, T), or ``features`` (B, T, E) for
+  continuous input, and ``lengths`` (B,) -> ``logits`` (B, C), and ``attention`` (B, T) under attention pooling).
+- BERT (``bert`` and its classification heads ``bert_sequence_classification``, ``bert_mean_pooled_classification``,
+  ``bert_token_classification``): ``model`` (``input_ids``, ``keep_mask`` (padding on the right) and
+  ``token_type_ids``, all (B, T) -> ``logits`` (B, C) or (B, T, C); the body gives ``last_hidden_state`` (B, T, D)
+  and, with a pooler, ``pooled`` (B, D)). T is at most the model's ``max_positions``.
+- Sequence tagger (``rnn_sequence_tagger``): ``model`` (``input_ids`` (B, T), ``lengths`` (B,) -> ``logits``
+  (B, T, K), ``keep_mask`` (B, T)).
+- Forecaster (``forecaster``): ``model`` (``window`` (B, T, C), the last T steps -> ``forecast`` (B, H, C), the
+  next H); T is at most ``max_length`` for the Transformer encoder. The autoregressive head's H steps are unrolled
+  in the graph.
 
 Each graph calls the model's own ``forward`` / ``encode`` / ``step``, so the exported equations are the modules'.
 Batch and sequence axes are dynamic (``torch.export.Dim``).
@@ -25,8 +36,17 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from seqlab.models.bert import (
+    Bert,
+    BertForMeanPooledClassification,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
+from seqlab.models.classifier import Seq2VecClassifier
+from seqlab.models.forecaster import Forecaster
 from seqlab.models.language_model.gpt import GPT, GPTState
 from seqlab.models.seq2seq.rnn import RNNDecoderState, RNNSeq2Seq
+from seqlab.models.tagger import RNNSequenceTagger
 from seqlab.nn.cells import LSTMState
 from seqlab.nn.kv_cache import KVCache
 
@@ -193,8 +213,143 @@ def rnn_seq2seq_graphs(model: RNNSeq2Seq) -> list[Graph]:
     return [encoder, step]
 
 
+class ClassifierGraph(nn.Module):
+    """model(x (B, T) ids or (B, T, E) features, lengths (B,)) -> (logits (B, C), and the attention pooling's
+    weights (B, T) if it has them), by ``Seq2VecClassifier.forward``."""
+
+    def __init__(self, model: Seq2VecClassifier) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, ...]:
+        logits, attention = self.model(x, lengths)
+        return (logits,) if attention is None else (logits, attention)
+
+
+def classifier_graphs(model: Seq2VecClassifier) -> list[Graph]:
+    """The seq2vec classifier's ``model`` graph (module docstring), traced on 2 sequences of 4 and 3 steps."""
+    config = model.config
+    batch, steps = torch.export.Dim("batch"), torch.export.Dim("steps")
+    if config.token_input:
+        x, name, axes = torch.full((2, 4), 1), "input_ids", {0: batch, 1: steps}
+    else:
+        x, name, axes = torch.zeros(2, 4, config.input_size), "features", {0: batch, 1: steps}
+    outputs = ["logits", "attention"] if config.pooling == "attention" else ["logits"]
+    return [
+        Graph(
+            "model",
+            ClassifierGraph(model),
+            (x, torch.tensor([4, 3])),
+            [name, "lengths"],
+            outputs,
+            (axes, {0: batch}),
+        )
+    ]
+
+
+BertModel = Bert | BertForSequenceClassification | BertForMeanPooledClassification | BertForTokenClassification
+
+
+class BertGraph(nn.Module):
+    """model(input_ids, keep_mask, token_type_ids, all (B, T)) -> the body's (last_hidden_state (B, T, D),
+    pooled (B, D) with a pooler) or a head's (logits,), by the model's ``forward``."""
+
+    def __init__(self, model: BertModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, keep_mask: Tensor, token_type_ids: Tensor) -> tuple[Tensor, ...]:
+        out = self.model(input_ids, keep_mask=keep_mask, token_type_ids=token_type_ids)
+        if isinstance(self.model, Bert):
+            return (out.last_hidden_state,) if out.pooled is None else (out.last_hidden_state, out.pooled)
+        return (out.logits,)
+
+
+def bert_graphs(model: BertModel) -> list[Graph]:
+    """BERT's ``model`` graph (module docstring), traced on 2 sequences of 4 and 3 tokens."""
+    config = model.config
+    batch, tokens = torch.export.Dim("batch"), torch.export.Dim("tokens", max=config.max_positions)
+    if isinstance(model, Bert):
+        outputs = ["last_hidden_state", "pooled"] if config.pooler else ["last_hidden_state"]
+    else:
+        outputs = ["logits"]
+    keep_mask = torch.arange(4) < torch.tensor([4, 3])[:, None]
+    return [
+        Graph(
+            "model",
+            BertGraph(model),
+            (torch.full((2, 4), 1), keep_mask, torch.zeros(2, 4, dtype=torch.long)),
+            ["input_ids", "keep_mask", "token_type_ids"],
+            outputs,
+            tuple({0: batch, 1: tokens} for _ in range(3)),
+        )
+    ]
+
+
+class TaggerGraph(nn.Module):
+    """model(input_ids (B, T), lengths (B,)) -> (logits (B, T, K), keep_mask (B, T)), by
+    ``RNNSequenceTagger.forward``."""
+
+    def __init__(self, model: RNNSequenceTagger) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        return tuple(self.model(input_ids, lengths))
+
+
+def tagger_graphs(model: RNNSequenceTagger) -> list[Graph]:
+    """The sequence tagger's ``model`` graph (module docstring), traced on 2 sequences of 4 and 3 steps."""
+    batch, steps = torch.export.Dim("batch"), torch.export.Dim("steps")
+    return [
+        Graph(
+            "model",
+            TaggerGraph(model),
+            (torch.full((2, 4), 1), torch.tensor([4, 3])),
+            ["input_ids", "lengths"],
+            ["logits", "keep_mask"],
+            ({0: batch, 1: steps}, {0: batch}),
+        )
+    ]
+
+
+class ForecasterGraph(nn.Module):
+    """model(window (B, T, C)) -> (forecast (B, H, C),), by ``Forecaster.forward``."""
+
+    def __init__(self, model: Forecaster) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, window: Tensor) -> tuple[Tensor]:
+        return (self.model(window),)
+
+
+def forecaster_graphs(model: Forecaster) -> list[Graph]:
+    """The forecaster's ``model`` graph (module docstring), traced on 2 windows of 4 steps."""
+    config = model.config
+    longest = config.max_length if config.encoder == "transformer" else None
+    batch, steps = torch.export.Dim("batch"), torch.export.Dim("steps", max=longest)
+    return [
+        Graph(
+            "model",
+            ForecasterGraph(model),
+            (torch.zeros(2, 4, config.channels),),
+            ["window"],
+            ["forecast"],
+            ({0: batch, 1: steps},),
+        )
+    ]
+
+
 # The graphs of each model type that can be exported.
 GRAPH_BUILDERS: dict[str, Callable[[Any], list[Graph]]] = {
     GPT.model_type: gpt_graphs,
     RNNSeq2Seq.model_type: rnn_seq2seq_graphs,
+    Seq2VecClassifier.model_type: classifier_graphs,
+    RNNSequenceTagger.model_type: tagger_graphs,
+    Forecaster.model_type: forecaster_graphs,
+    **{
+        bert.model_type: bert_graphs
+        for bert in (Bert, BertForSequenceClassification, BertForMeanPooledClassification, BertForTokenClassification)
+    },
 }

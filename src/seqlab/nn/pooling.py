@@ -38,6 +38,8 @@ def _check_inputs(h: Tensor, keep_mask: Tensor) -> None:
     B, T = h.shape[:2]
     if keep_mask.shape != (B, T):
         raise ValueError(f"keep_mask shape {tuple(keep_mask.shape)} != (B, T) = ({B}, {T})")
+    if torch.compiler.is_exporting():
+        return  # the mask's values are not known while exporting; the graph's caller checks them
     # A row without real steps has no last step, a 0/0 mean, an empty max and NaN attention weights.
     empty = (~keep_mask.any(dim=1)).nonzero()
     if len(empty):
@@ -70,8 +72,8 @@ class LastPooling(nn.Module):
             raise ValueError(f"bidirectional h needs an even feature size C*H, got {F}")
         lengths = keep_mask.sum(dim=1)  # (B,)
         prefix = torch.arange(T, device=h.device) < lengths.unsqueeze(1)  # (B, T)
-        not_prefix = (keep_mask != prefix).any(dim=1).nonzero()
-        if len(not_prefix):
+        not_prefix = None if torch.compiler.is_exporting() else (keep_mask != prefix).any(dim=1).nonzero()
+        if not_prefix is not None and len(not_prefix):  # (unchecked while exporting, as in _check_inputs)
             raise ValueError(f"keep_mask row {int(not_prefix[0])} has padding before a real step")
         last = h[torch.arange(B, device=h.device), lengths - 1]  # (B, C*H)
         if not self.bidirectional:

@@ -156,7 +156,8 @@ class Bert(PretrainedMixin, nn.Module):
         x = self.word_embeddings(input_ids) + self.position_embeddings(positions)  # (B, T, D)
         x = x + self.token_type_embeddings(token_type_ids)
         h = self.drop(self.embedding_norm(x))
-        if keep_mask is not None and bool(keep_mask.all()):
+        # (Not while exporting: the graph must mask whatever padding its inputs hold.)
+        if keep_mask is not None and not torch.compiler.is_exporting() and bool(keep_mask.all()):
             keep_mask = None  # SDPA without a mask: the same numbers, and the fused kernel's fastest path
         hidden = [h]
         for layer in self.encoder.layers:
