@@ -133,3 +133,22 @@ def test_the_bf16_probe_agrees_with_torch_nn_lstm_under_autocast():
     except RuntimeError:
         runs = False
     assert probed == runs
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_loop_equals_a_python_loop_over_the_leading_dimension(reverse):
+    """``scan_loop`` wraps a private torch operator (``torch._higher_order_ops.scan``): this pins what the export path
+    relies on, carry and outputs of an explicit loop, forwards and backwards, with y indexed by t either way."""
+    torch.manual_seed(0)
+    xs, init = torch.randn(5, 3, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
+
+    def combine(carry, x_t):
+        carry = torch.tanh(carry + x_t)
+        return carry, 2.0 * carry  # y_t is no view of the carry
+
+    carry, ys = init, [None] * len(xs)
+    for t in reversed(range(len(xs))) if reverse else range(len(xs)):
+        carry, ys[t] = combine(carry, xs[t])
+    final, stacked = fr.scan_loop(combine, init, xs, reverse=reverse)
+    assert_close(final, carry, rtol=0, atol=0)
+    assert_close(stacked, torch.stack(ys), rtol=0, atol=0)
