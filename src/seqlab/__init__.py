@@ -9,6 +9,9 @@ Shape legend (used by every docstring and reshape comment in the package):
     V  vocabulary size               L  layers
     K  beams / hypotheses per input  C  directions (1 or 2)
 
+The state-space layers (``seqlab.nn.state_space``) keep Gu et al.'s N for the state size per channel (N/2 complex
+modes), not the heads.
+
 Masks are boolean and True where a position is real / may be attended (the SDPA convention): ``keep_mask``, and
 ``memory_keep_mask`` for the memory of cross-attention.
 

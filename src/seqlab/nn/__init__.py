@@ -1,4 +1,5 @@
-"""Building blocks: recurrent cells and layers, attention, pooling, Transformer layers. No I/O, no training, no CLI."""
+"""Building blocks: recurrent cells and layers, attention, pooling, Transformer and state-space layers. No I/O, no
+training, no CLI."""
 
 from seqlab.nn.attention import AdditiveAttention, Attention, BilinearAttention, DotProductAttention
 from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState, RNNCell, flip_update_gate
@@ -22,6 +23,7 @@ from seqlab.nn.pooling import AttentionPooling, LastPooling, MaxPooling, MeanPoo
 from seqlab.nn.positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding
 from seqlab.nn.recurrent import GRU, LSTM, RNN, RecurrentOutput
 from seqlab.nn.scalar_mix import ScalarMix
+from seqlab.nn.state_space import S4D, S4DBlock, S4DStack, SSMOutput, s4d_stack
 from seqlab.nn.transformer import (
     DecoderLayerOutput,
     DecoderOutput,
@@ -42,6 +44,7 @@ __all__ = [
     "GRU",
     "LSTM",
     "RNN",
+    "S4D",
     "AdditiveAttention",
     "Attention",
     "AttentionOutput",
@@ -69,6 +72,9 @@ __all__ = [
     "RNNCell",
     "RecurrentOutput",
     "RotaryEmbedding",
+    "S4DBlock",
+    "S4DStack",
+    "SSMOutput",
     "ScalarMix",
     "SinusoidalPositionalEncoding",
     "TransformerDecoder",
@@ -84,6 +90,7 @@ __all__ = [
     "linear_attention",
     "local_attention",
     "make_pooling",
+    "s4d_stack",
     "scaled_dot_product_attention",
     "self_attention_sublayer",
 ]
