@@ -23,18 +23,19 @@ from seqlab.data.blocks import Blocks
 from seqlab.data.tokenizers import load_tokenizer
 from seqlab.decoding import generate
 from seqlab.errors import ConfigError
-from seqlab.models import GPT, RNNLanguageModel, load_pretrained
+from seqlab.models import GPT, RNNLanguageModel, SSMLanguageModel, load_pretrained
 from seqlab.recipes import lm
 from seqlab.recipes.base import load_recipe_config, run_training
 from seqlab.recipes.common.causal_blocks import CausalBlockTraining
 from seqlab.recipes.lm.config import GPTModelConfig, LMDataConfig, LSTMModelConfig, apply_preset
-from seqlab.recipes.lm.training import RecurrentTraining
+from seqlab.recipes.lm.training import RecurrentTraining, examples, read_splits
 from seqlab.recipes.system import AttentionSource, GenerationRequest, TextGenerator
 from seqlab.training.trainer import TrainConfig
 
 SENTENCE = "the lord said unto moses and aaron in the land of egypt this month shall be unto you the beginning"
 WORDS = SENTENCE.split(" ")
 TINY_GPT = ["model.num_layers=1", "model.d_model=32", "model.num_heads=2", "model.context_length=32"]
+TINY_SSM = ["model.arch=ssm", "model.num_layers=2", "model.d_model=16", "model.state_size=8", "model.context_length=32"]
 TINY_RNN = ["model.hidden_size=32", "model.embedding_size=32", "model.rnn_layers=1", "data.bptt_len=16"]
 STEPS = ["train.max_steps=6", "data.batches_per_epoch=3", "train.batch_size=4", "data.valid_tokens=256"]
 CHECKPOINT_FILES = {"config.json", "model.safetensors", "tokenizer.json", "recipe.json", "results.json"}
@@ -85,6 +86,7 @@ def checkpoints(corpus, tmp_path_factory) -> dict[str, Path]:
         "gpt-word": [*TINY_GPT, "data.tokenizer=word"],
         "gru-bpe": [*TINY_RNN, "model.arch=gru", "data.tokenizer=bpe", "data.vocab_size=300"],
         "gpt-bpe": [*TINY_GPT, "data.tokenizer=bpe", "data.vocab_size=300"],
+        "ssm-char": TINY_SSM,
     }
     root = tmp_path_factory.mktemp("runs")
     for name, settings in runs.items():
@@ -92,7 +94,7 @@ def checkpoints(corpus, tmp_path_factory) -> dict[str, Path]:
     return {name: root / name for name in runs}
 
 
-@pytest.mark.parametrize("name", ["gpt-char", "lstm-char", "gpt-word", "gru-bpe", "gpt-bpe"])
+@pytest.mark.parametrize("name", ["gpt-char", "lstm-char", "gpt-word", "gru-bpe", "gpt-bpe", "ssm-char"])
 def test_train_writes_a_checkpoint_with_results(checkpoints, name):
     directory = checkpoints[name]
     assert {p.name for p in directory.iterdir()} >= CHECKPOINT_FILES
@@ -105,7 +107,7 @@ def test_train_writes_a_checkpoint_with_results(checkpoints, name):
     assert (recipe["config"]["model"]["arch"], recipe["config"]["data"]["tokenizer"]) == (arch, tokenizer)
     assert load_tokenizer(directory).kind == tokenizer
     model = load_pretrained(directory)
-    assert isinstance(model, GPT if arch == "gpt" else RNNLanguageModel)
+    assert isinstance(model, {"gpt": GPT, "ssm": SSMLanguageModel}.get(arch, RNNLanguageModel))
 
 
 def whole_file_loss(directory: Path, text: str) -> tuple[float, int]:
@@ -117,10 +119,11 @@ def whole_file_loss(directory: Path, text: str) -> tuple[float, int]:
     return float(F.cross_entropy(logits, ids[1:])), len(ids) - 1
 
 
-@pytest.mark.parametrize("name", ["gpt-char", "lstm-char", "gpt-word", "gru-bpe"])
+@pytest.mark.parametrize("name", ["gpt-char", "lstm-char", "gpt-word", "gru-bpe", "ssm-char"])
 def test_evaluate_equals_an_independent_computation(checkpoints, corpus, tmp_path, name):
-    # A GPT reads the file in one window when the file fits its context (32 tokens).
-    text = corpus.read_text() if name.startswith(("lstm", "gru")) else "The lord said unto moses.\n"
+    # A GPT reads the file in one window when the file fits its context (32 tokens); a recurrent or state-space
+    # model reads it in windows with its state carried, which must equal one forward over the whole file.
+    text = corpus.read_text() if name.startswith(("lstm", "gru", "ssm")) else "The lord said unto moses.\n"
     path = tmp_path / "eval.txt"
     path.write_text(text)
     metrics = lm.System.load(checkpoints[name]).evaluate(str(path))
@@ -132,7 +135,7 @@ def test_evaluate_equals_an_independent_computation(checkpoints, corpus, tmp_pat
     assert metrics["bpc"] == pytest.approx(loss * tokens / (len(text) * math.log(2)), rel=1e-5)
 
 
-@pytest.mark.parametrize("name", ["gpt-char", "lstm-char", "gpt-word", "gpt-bpe"])
+@pytest.mark.parametrize("name", ["gpt-char", "lstm-char", "gpt-word", "gpt-bpe", "ssm-char"])
 def test_greedy_generation_streams_what_generate_returns(checkpoints, name):
     prompt = "The lord said"
     system = lm.System.load(checkpoints[name])
@@ -238,6 +241,16 @@ def test_preset_fills_the_fields_left_at_their_defaults_and_the_run_saves_them(c
     assert (saved.model.init_range, saved.train.optimizer, saved.data.bptt_len) == (0.1, "sgd", 20)
 
 
+def test_an_ssm_run_loads_and_predicts_and_scores_what_the_trained_model_did(corpus, tmp_path):
+    # The report's examples and test loss come from the trained model in memory; the loaded run must repeat them.
+    config = apply_overrides(lm.Config(), parse_assignments([f"data.train_path={corpus}", *STEPS, *TINY_SSM]))
+    report = run_training(lm, config, tmp_path / "run", progress=False, log=lambda line: None)
+    loaded = lm.System.load(tmp_path / "run")
+    test_text = read_splits(config.data).test
+    assert examples(loaded, loaded.encode(test_text, source="test").tolist()) == report.examples
+    assert loaded.perplexity(test_text, source="test").loss == pytest.approx(report.results["test_loss"], rel=1e-6)
+
+
 def test_the_model_section_is_a_choice_of_arch():
     config = apply_overrides(lm.Config(), parse_assignments(["model.arch=gru", "model.hidden_size=8"]))
     assert (config.model.arch, config.model.hidden_size, config.model.model_config(vocab_size=5).cell) == (
@@ -253,6 +266,13 @@ def test_the_model_section_is_a_choice_of_arch():
         ("model.hidden_size=8",): (
             "--set model.hidden_size: does not apply to model.arch=gpt (a key of model.arch=lstm | gru | rnn)"
         ),
+        ("model.arch=ssm", "model.num_heads=2"): (
+            "--set model.num_heads: does not apply to model.arch=ssm (a key of model.arch=gpt)"
+        ),
+        ("model.arch=ssm", "model.state_size=5"): (
+            "--set: [model] state_size (5) must be even: N/2 complex modes and their conjugates"
+        ),
+        ("model.arch=ssm", "model.init=legs"): "--set model.init: 'legs' is not one of lin, inv",
     }
     for assignments, message in refused.items():
         with pytest.raises(ConfigError) as error:
@@ -298,6 +318,8 @@ def test_attention_maps_of_a_gpt_and_none_for_an_rnn(checkpoints):
         assert torch.equal(m.weights.triu(1), torch.zeros(8, 8))  # causal
     with pytest.raises(ConfigError, match=r"^an RNN language model has no attention to draw$"):
         lm.System.load(checkpoints["lstm-char"]).attention_maps("The lord")
+    with pytest.raises(ConfigError, match=r"^a state-space language model has no attention to draw$"):
+        lm.System.load(checkpoints["ssm-char"]).attention_maps("The lord")
     with pytest.raises(ConfigError, match=r"^--input: 40 tokens, more than the model's context of 32$"):
         system.attention_maps("a" * 40)
 
@@ -341,7 +363,7 @@ def test_train_refuses_bad_input_and_writes_nothing(corpus, tmp_path):
         assert str(error.value) == message
     for setting, message in {
         "data.tokenizer=sentencepiece": "--set data.tokenizer: 'sentencepiece' is not one of char, word, bpe",
-        "model.arch=mamba": "--set model.arch: 'mamba' is not one of gpt, lstm, gru, rnn",
+        "model.arch=mamba": "--set model.arch: 'mamba' is not one of gpt, lstm, gru, rnn, ssm",
     }.items():
         with pytest.raises(ConfigError) as error:
             apply_overrides(lm.Config(), parse_assignments([setting]))

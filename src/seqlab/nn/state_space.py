@@ -57,6 +57,16 @@ class SSMOutput(NamedTuple):
     state: Tensor | tuple[Tensor, ...]
 
 
+def check_state_size(state_size: object) -> None:
+    """``state_size`` N is an even integer >= 2 (N/2 complex modes and their conjugates).
+
+    Raises: ConfigError naming the value otherwise.
+    """
+    check_int("state_size", state_size, minimum=2)
+    if state_size % 2:  # type: ignore[operator]
+        raise ConfigError(f"state_size ({state_size}) must be even: N/2 complex modes and their conjugates")
+
+
 def zoh_discretize(A: Tensor, B: Tensor, dt: Tensor) -> tuple[Tensor, Tensor]:
     """Zero-order hold of a diagonal system (module docstring): A_bar = exp(dt A), B_bar = (exp(dt A) - 1) / A * B.
 
@@ -125,9 +135,7 @@ class S4D(nn.Module):
     ) -> None:
         super().__init__()
         check_int("d_model", d_model)
-        check_int("state_size", state_size, minimum=2)
-        if state_size % 2:
-            raise ConfigError(f"state_size ({state_size}) must be even: N/2 complex modes and their conjugates")
+        check_state_size(state_size)
         check_choice("init", init, INITS)
         check_real("dt_min", dt_min, greater_than=0.0)
         check_real("dt_max", dt_max, at_least=dt_min)

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from seqlab.models.interfaces import LanguageModelOutput, StepOutput, check_token_ids, select_rows
 from seqlab.models.pretrained import PretrainedMixin
-from seqlab.nn.state_space import INITS, S4DBlock, S4DStack
+from seqlab.nn.state_space import INITS, S4DBlock, S4DStack, check_state_size
 from seqlab.validation import check_choice, check_int, check_probability
 
 SSMState = tuple[Tensor, ...]  # one complex (B, D, N/2) state per block
@@ -43,7 +43,7 @@ class SSMLanguageModelConfig:
         check_int("vocab_size", self.vocab_size, minimum=2)
         for name in ("d_model", "num_layers"):
             check_int(name, getattr(self, name))
-        check_int("state_size", self.state_size, minimum=2)
+        check_state_size(self.state_size)
         check_choice("init", self.init, INITS)
         check_probability("dropout", self.dropout)
 

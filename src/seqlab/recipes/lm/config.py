@@ -15,6 +15,7 @@ from seqlab.errors import ConfigError
 from seqlab.models.language_model import (
     GPTConfig,
     RNNLanguageModelConfig,
+    SSMLanguageModelConfig,
     zaremba_large,
     zaremba_medium,
     zaremba_small,
@@ -158,6 +159,36 @@ class RNNModelConfig(RecurrentModelConfig):
 
 
 @dataclass(frozen=True)
+class SSMModelConfig(InitFromConfig):
+    """Arch "ssm": a stack of S4D state-space blocks (``seqlab.models.SSMLanguageModel``), trained in the parallel
+    form on random blocks like a GPT, generating in the recurrent form with no bound on the context.
+
+    Raises: ConfigError (a ValueError) for a size out of range, an odd state_size or an unknown init.
+    """
+
+    arch: Literal["ssm"] = "ssm"  # diagonal state-space layers (S4D, Gu et al. 2022)
+    dropout: float = 0.0  # embeddings and inside the blocks
+    context_length: int = 64  # the block length in training (generation and evaluation are not bounded by it)
+    d_model: int = 128  # D, channels of every block
+    num_layers: int = 4  # L, S4D blocks
+    state_size: int = 64  # N, real state size per channel (N/2 complex modes)
+    init: Literal["lin", "inv"] = "lin"  # S4D-Lin or S4D-Inv initialisation of A
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("context_length", self.context_length, minimum=2, maximum=MAX_WIDTH)
+        check_int("d_model", self.d_model, maximum=MAX_WIDTH)
+        check_int("num_layers", self.num_layers, maximum=MAX_DEPTH)
+        check_int("state_size", self.state_size, minimum=2, maximum=MAX_WIDTH)
+        self.model_config(vocab_size=2)  # the model's own checks (state_size even, init)
+
+    def model_config(self, *, vocab_size: int) -> SSMLanguageModelConfig:
+        """The ``SSMLanguageModelConfig`` of these hyperparameters for a vocabulary of ``vocab_size``."""
+        fields = ("d_model", "num_layers", "state_size", "init", "dropout")
+        return SSMLanguageModelConfig(vocab_size=vocab_size, **{k: getattr(self, k) for k in fields})
+
+
+@dataclass(frozen=True)
 class LMDecodeConfig:
     """Generation defaults of ``seqlab generate`` and of the report's examples (its flags override them)."""
 
@@ -184,7 +215,9 @@ class Config:
     """The whole recipe: sections data, model, train, decode."""
 
     data: LMDataConfig = field(default_factory=LMDataConfig)
-    model: GPTModelConfig | LSTMModelConfig | GRUModelConfig | RNNModelConfig = field(default_factory=GPTModelConfig)
+    model: GPTModelConfig | LSTMModelConfig | GRUModelConfig | RNNModelConfig | SSMModelConfig = field(
+        default_factory=GPTModelConfig
+    )
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(lr=1e-3, batch_size=12, max_epochs=10_000, time_budget=480.0)
     )

@@ -17,11 +17,11 @@ from seqlab.data.streams import StreamWindow, batchify_stream, stream_windows
 from seqlab.data.text import TextSplits, load_corpus, split_documents
 from seqlab.data.tokenizers import BPETokenizer, CharTokenizer, Tokenizer, WordTokenizer
 from seqlab.errors import DataError
-from seqlab.models import GPT, RNNLanguageModel
+from seqlab.models import GPT, RNNLanguageModel, SSMLanguageModel
 from seqlab.recipes.base import Report, TrainingRun, model_device
 from seqlab.recipes.common.causal_blocks import CausalBlockTraining, valid_metrics
 from seqlab.recipes.common.text_generation import continuation, stream_continuation
-from seqlab.recipes.lm.config import Config, GPTModelConfig, LMDataConfig, apply_preset
+from seqlab.recipes.lm.config import Config, GPTModelConfig, LMDataConfig, SSMModelConfig, apply_preset
 from seqlab.recipes.lm.system import LanguageModelSystem
 from seqlab.training.language_modeling import perplexity_of_stream
 from seqlab.training.objectives import LossOutput
@@ -30,6 +30,7 @@ from seqlab.training.tbptt import TruncatedBPTT
 VALID_STREAMS = 8  # parallel streams when validating a recurrent model
 EXAMPLE_PROMPT_TOKENS = 16  # report examples: a prompt of this many test tokens ...
 EXAMPLE_NEW_TOKENS = 32  # ... continued by this many (fewer when a GPT's context is shorter)
+MODELS = {"gpt": GPT, "ssm": SSMLanguageModel}  # model.arch -> model class; the recurrent archs: RNNLanguageModel
 
 
 def build_tokenizer(config: LMDataConfig, train: str, valid: str, test: str) -> Tokenizer:
@@ -165,13 +166,13 @@ class _Parts(NamedTuple):
 def training_parts(config: Config, system: LanguageModelSystem, splits: TextSplits) -> _Parts:
     """The loss, train batches, validation and strategy of ``config.model.arch`` on the splits.
 
-    Raises: DataError if the train split is too short for one block (GPT) or for ``train.batch_size`` streams of
-        two tokens (recurrent), or the valid split has under 2 tokens.
+    Raises: DataError if the train split is too short for one block (GPT, SSM) or for ``train.batch_size`` streams
+        of two tokens (recurrent), or the valid split has under 2 tokens.
     """
     data = config.data
     train_name = data.train_path or "the default corpus"
     valid_ids = system.encode(splits.valid, source=data.valid_path or "the valid split")[: data.valid_tokens + 1]
-    if isinstance(config.model, GPTModelConfig):
+    if isinstance(config.model, (GPTModelConfig, SSMModelConfig)):
         train_ids = system.encode(splits.train, source=train_name)
         T = config.model.context_length
         if len(train_ids) < T + 1:
@@ -204,7 +205,7 @@ def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     splits = read_splits(data)
     tokenizer = build_tokenizer(data, *splits)
     model_config = config.model.model_config(vocab_size=tokenizer.vocab_size)
-    model = GPT(model_config) if isinstance(config.model, GPTModelConfig) else RNNLanguageModel(model_config)
+    model = MODELS.get(config.model.arch, RNNLanguageModel)(model_config)
     system = LanguageModelSystem(model, tokenizer, config)
     parts = training_parts(config, system, splits)
     test_source = data.test_path or "the test split"
