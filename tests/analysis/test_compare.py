@@ -37,6 +37,18 @@ def test_outputs_per_task():
         assert SequenceModel(arch, adding, 8)(adding.batch(2, generator=generator).inputs).shape == (2,)
 
 
+@pytest.mark.parametrize("task", [CopyTask(lag=4, num_symbols=3), AddingTask(lag=6)], ids=["copy", "adding"])
+def test_the_state_space_core_is_causal_for_both_tasks(task):
+    model = SequenceModel("ssm", task, 8).eval()
+    x = task.batch(1, generator=torch.Generator().manual_seed(0)).inputs
+    changed = x.clone()
+    changed[0, -1] = 1 - changed[0, -1] if task.name == "adding" else 3
+    core_input = model.input(x), model.input(changed)
+    before, after = (model.core(h).outputs for h in core_input)
+    torch.testing.assert_close(before[:, :-1], after[:, :-1])
+    assert not torch.allclose(before[:, -1], after[:, -1])
+
+
 def test_copy_transformer_is_causal():
     task = CopyTask(lag=4, num_symbols=3)
     model = SequenceModel("transformer", task, 8).eval()

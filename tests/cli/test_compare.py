@@ -70,7 +70,7 @@ def test_lstm_solves_the_copy_task_at_lag_5(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (("--archs", "lstm,cnn"), "--archs 'lstm,cnn': choose from rnn, gru, lstm, transformer"),
+        (("--archs", "lstm,cnn"), "--archs 'lstm,cnn': choose from rnn, gru, lstm, transformer, ssm"),
         (("--lags", "10,x"), "--lags '10,x': expected comma-separated integers"),
         (("--lags", "1"), "--lags: lag (1) must be >= 2 for the adding task"),
         (("--max-steps", 0), "--max-steps (0) must be >= 1"),
@@ -100,6 +100,17 @@ def test_unknown_task_and_existing_output(tmp_path):
     assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
 
 
+def test_the_state_space_model_runs_beside_a_recurrent_one_on_the_copy_task(tmp_path):
+    out = tmp_path / "report"
+    result = run_cli("compare", "--task", "copy", "--lags", "4", "--archs", "gru,ssm", *TINY, "--out", out)
+    assert result.code == 0, result.err
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert [run["arch"] for run in runs] == ["gru", "ssm"]
+    ssm = runs[1]
+    assert ssm["steps"] == 6 and abs(ssm["parameters"] - 3000) <= 300 and 0 <= ssm["final_metric"] <= 100
+    assert "\n| ssm |" in (out / "report.md").read_text()
+
+
 def test_recipe_is_trained_once_per_arch(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the lord said unto moses and aaron in the land of egypt\n" * 40)
@@ -116,15 +127,17 @@ def test_recipe_is_trained_once_per_arch(tmp_path):
         "model.embedding_size=16",
         "model.rnn_layers=1",
         "data.bptt_len=8",
+        "model.state_size=8",
     ]
     out = tmp_path / "lm"
     settings = [item for setting in tiny for item in ("--set", setting)]
-    result = run_cli("compare", "--recipe", "lm", "--archs", "gpt,lstm", "--max-steps", 4, *settings, "--out", out)
+    archs = ["gpt", "lstm", "ssm"]
+    result = run_cli("compare", "--recipe", "lm", "--archs", ",".join(archs), "--max-steps", 4, *settings, "--out", out)
     assert result.code == 0, result.err
-    assert [line.split()[0] for line in result.out.splitlines()[2:4]] == ["gpt", "lstm"]
+    assert [line.split()[0] for line in result.out.splitlines()[2:5]] == archs
     runs = json.loads((out / "results.json").read_text())["runs"]
-    assert set(runs) == {"gpt", "lstm"}
-    for arch in ("gpt", "lstm"):
+    assert set(runs) == set(archs)
+    for arch in archs:
         assert (out / arch / "metrics.jsonl").is_file()
         assert runs[arch]["parameters"] > 0 and "test_perplexity" in runs[arch]["results"]
     assert (out / "curves.png").read_bytes()[:8] == PNG
@@ -134,7 +147,7 @@ def test_recipe_is_trained_once_per_arch(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (("--recipe", "lm", "--archs", "gpt,cnn"), "--archs 'gpt,cnn': choose from gpt, lstm, gru, rnn"),
+        (("--recipe", "lm", "--archs", "gpt,cnn"), "--archs 'gpt,cnn': choose from gpt, lstm, gru, rnn, ssm"),
         (("--recipe", "lm", "--lags", "10"), "--lags applies to --task runs; give a recipe's sizes with --set"),
         (("--recipe", "lm", "--params", 9), "--params applies to --task runs; give a recipe's sizes with --set"),
         (("--recipe", "vowels"), "--recipe vowels: its config has no model.arch choice to compare"),

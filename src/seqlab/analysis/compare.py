@@ -1,4 +1,5 @@
-"""Models for ``seqlab compare``: RNN, GRU, LSTM and a Transformer encoder sized to the same parameter count.
+"""Models for ``seqlab compare``: RNN, GRU, LSTM, a Transformer encoder and an S4D state-space stack sized to the
+same parameter count.
 
 Every model reads a long-range task (``seqlab.data.synthetic``) the same way: an input layer (an embedding of the
 copy task's tokens, a linear map of the adding problem's two channels) to W features, the sequence core, and a
@@ -6,7 +7,9 @@ linear head from W features: logits at every step for the copy task, one number 
 problem. The core is seqlab's one-layer ``RNN`` / ``GRU`` / ``LSTM`` (fused torch kernels), with W = H, or a
 pre-LN ``TransformerEncoder`` of ``TRANSFORMER_LAYERS`` layers with W = D, ``TRANSFORMER_HEADS`` heads,
 d_ff = 4 D and sinusoidal positions (Vaswani et al., 2017), causal for the copy task (each output may only use
-the inputs so far, as for the RNNs) and bidirectional for the adding problem (one answer after the whole input).
+the inputs so far, as for the RNNs) and bidirectional for the adding problem (one answer after the whole input),
+or ``SSM_LAYERS`` pre-norm S4D blocks (Gu et al., 2022; ``seqlab.nn.state_space``) with W = D and state size
+``SSM_STATE_SIZE``, causal for both tasks, trained in the parallel (FFT convolution) form.
 
 ``matched_model`` picks the width whose parameter count is closest to a target, so the comparison is between
 architectures, not sizes.
@@ -23,22 +26,32 @@ from torch import Tensor, nn
 from seqlab.analysis.memory import PeakTensorMemory
 from seqlab.data.synthetic import LongRangeTask
 from seqlab.errors import ConfigError
-from seqlab.nn import GRU, LSTM, RNN, SinusoidalPositionalEncoding, TransformerEncoder, TransformerEncoderLayer
+from seqlab.nn import (
+    GRU,
+    LSTM,
+    RNN,
+    SinusoidalPositionalEncoding,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+    s4d_stack,
+)
 from seqlab.validation import check_choice, check_int, check_real
 
-ARCHITECTURES = ("rnn", "gru", "lstm", "transformer")
+ARCHITECTURES = ("rnn", "gru", "lstm", "transformer", "ssm")
 TRANSFORMER_LAYERS = 2
 TRANSFORMER_HEADS = 2
+SSM_LAYERS = 2
+SSM_STATE_SIZE = 16  # N; the paper's 64 would spend most of ~20k parameters on 3N + 2 per channel
 
 
 class SequenceModel(nn.Module):
     """Input layer, sequence core and output head for one long-range task (module docstring).
 
     Args:
-        arch: "rnn", "gru", "lstm" or "transformer".
+        arch: "rnn", "gru", "lstm", "transformer" or "ssm".
         task: the task whose inputs and outputs the model reads and writes (its lag sets the positions cached).
         width: W, the hidden size H of a recurrent core or d_model D of the Transformer (even, and divisible by
-            ``TRANSFORMER_HEADS``, for the Transformer).
+            ``TRANSFORMER_HEADS``, for the Transformer) or of the S4D blocks.
     Inputs: x (B, T) token ids (copy) or (B, T, 2) (adding).
     Outputs: logits (B, T, 9) (copy) or predictions (B,) (adding).
     Raises:
@@ -65,6 +78,9 @@ class SequenceModel(nn.Module):
                 for _ in range(TRANSFORMER_LAYERS)
             ]
             self.core: nn.Module = TransformerEncoder(layers, final_norm=nn.LayerNorm(width))
+        elif arch == "ssm":
+            self.positions = None
+            self.core = s4d_stack(width, SSM_LAYERS, state_size=SSM_STATE_SIZE)
         else:
             self.positions = None
             self.core = {"rnn": RNN, "gru": GRU, "lstm": LSTM}[arch](width, width, batch_first=True)
@@ -72,7 +88,7 @@ class SequenceModel(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.input(x)  # (B, T, W), then the core's (B, T, W)
-        # A recurrent core returns (outputs, final state); the Transformer its outputs alone.
+        # A recurrent or S4D core returns (outputs, final state); the Transformer its outputs alone.
         h = self.core(h).outputs if self.positions is None else self.core(self.positions(h), causal=self.causal)
         if self.per_step:
             return self.head(h)  # (B, T, 9)
