@@ -95,6 +95,22 @@ def test_positional_and_complexity_write_their_files(tmp_path):
     assert [r["layer"] for r in rows] == ["lstm", "attention_fused"] and rows[1]["complexity"] == "O(T^2 D)"
 
 
+def test_complexity_measures_both_forms_of_the_state_space_block(tmp_path):
+    out = tmp_path / "c"
+    result = run_cli(
+        "analyze", "complexity", "--lengths", "4,8,16", "--width", 8, "--repeats", 1, "--mode", "both",
+        "--layers", "gru,ssm_convolution,ssm_recurrent", "--out", out,
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    assert len(list(csv.DictReader((out / "complexity.csv").open()))) == 3 * 2 * 3
+    rows = json.loads((out / "cost_table.json").read_text())["rows"]
+    assert [(r["layer"], r["complexity"]) for r in rows] == [
+        ("gru", "O(T D^2)"),
+        ("ssm_convolution", "O(T D (N + log T))"),
+        ("ssm_recurrent", "O(T D N)"),
+    ]
+
+
 def test_plot_draws_a_run_directory(tmp_path):
     log = MetricsLog(tmp_path / "metrics.jsonl")
     for step in range(1, 5):

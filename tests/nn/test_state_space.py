@@ -98,6 +98,18 @@ def test_chunks_continue_where_the_previous_chunk_stopped() -> None:
     torch.testing.assert_close(second.state, whole.state)
 
 
+def test_block_scan_equals_its_parallel_form_outputs_and_gradients() -> None:
+    block = _double(S4DBlock(4, 4))
+    h = torch.randn(2, 9, 4, dtype=torch.float64, requires_grad=True)
+    fast, slow = block(h), block.scan(h)
+    torch.testing.assert_close(fast.outputs, slow.outputs)
+    torch.testing.assert_close(fast.state, slow.state)
+    grads_fast = torch.autograd.grad(fast.outputs.square().sum(), [h, *block.parameters()])
+    grads_slow = torch.autograd.grad(slow.outputs.square().sum(), [h, *block.parameters()])
+    for a, b in zip(grads_fast, grads_slow, strict=True):
+        torch.testing.assert_close(a, b)
+
+
 def test_output_at_t_does_not_depend_on_later_inputs() -> None:
     block = _double(S4DBlock(4, 4))
     u = torch.randn(2, 12, 4, dtype=torch.float64)

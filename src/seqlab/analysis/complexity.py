@@ -8,7 +8,12 @@ Katharopoulos et al., 2020 for linear attention), T steps, width D, window r:
     self-attention (full)     O(T^2 D)               O(1)                    O(1)
     self-attention (local r)  O(T r D)               O(1)                    O(T / r)
     linear attention          O(T D^2)               O(1)                    O(1)
+    S4D, convolution form     O(T D (N + log T))     O(log T)                O(1)
+    S4D, recurrent scan       O(T D N)               O(T)                    O(T)
 
+(S4D: Gu et al., 2022, N the state size; the convolution form builds the kernel in O(T D N) and convolves by FFT
+in O(T D log T); ``seqlab.nn.state_space``.) The S4D rows measure a whole ``S4DBlock``, whose GLU projection
+adds O(T D^2), as a Transformer layer's feed-forward network does; its state size is ``SSM_STATE_SIZE``.
 A Transformer layer adds its projections and feed-forward network, O(T D^2), to the attention: at moderate T the
 full layer's time grows with an exponent between 1 and 2, reaching 2 once T D dominates D^2. The measured exponent
 is the least-squares slope of log cost against log T over the upper half of the lengths measured.
@@ -28,7 +33,7 @@ from torch import Tensor
 from seqlab.analysis.figures import save_figure
 from seqlab.analysis.gradients import least_squares_slope
 from seqlab.analysis.memory import measure_call
-from seqlab.nn import GRU, LSTM, RNN, TransformerEncoderLayer
+from seqlab.nn import GRU, LSTM, RNN, S4DBlock, TransformerEncoderLayer
 from seqlab.validation import check_choice, check_int
 
 
@@ -49,7 +54,10 @@ COST_TABLE = {
     "attention_fused": Cost("O(T^2 D)", "O(1)", "O(1)", 2),
     "attention_local": Cost("O(T r D)", "O(1)", "O(T/r)", 1),
     "attention_linear": Cost("O(T D^2)", "O(1)", "O(1)", 1),
+    "ssm_convolution": Cost("O(T D (N + log T))", "O(log T)", "O(1)", 1),
+    "ssm_recurrent": Cost("O(T D N)", "O(T)", "O(T)", 1),
 }
+SSM_STATE_SIZE = 64  # N of the S4D rows, the paper's default
 LAYERS = tuple(COST_TABLE)
 MODES = ("train", "inference")
 
@@ -67,9 +75,10 @@ class Measurement(NamedTuple):
 
 
 def build_layer(name: str, width: int, *, num_heads: int, window: int) -> Callable[[Tensor], Tensor]:
-    """``x (1, T, D) -> output (1, T, D)`` of a fresh layer: seqlab's RNN/GRU/LSTM (fused kernels) or a
+    """``x (1, T, D) -> output (1, T, D)`` of a fresh layer: seqlab's RNN/GRU/LSTM (fused kernels), a
     Transformer encoder layer (d_ff = 4D, no dropout) whose self-attention is the reference path (weights
-    materialised), PyTorch's fused SDPA, a sliding window of ``window`` keys, or linear attention.
+    materialised), PyTorch's fused SDPA, a sliding window of ``window`` keys, or linear attention, or an
+    ``S4DBlock`` (state size ``SSM_STATE_SIZE``) in its convolution form or its recurrent scan.
 
     Raises: ConfigError for an unknown layer name; ValueError if width is not divisible by num_heads.
     """
@@ -78,6 +87,9 @@ def build_layer(name: str, width: int, *, num_heads: int, window: int) -> Callab
     if name in recurrent:
         module = recurrent[name](width, width)
         return lambda x: module(x).outputs
+    if name.startswith("ssm_"):
+        block = S4DBlock(width, SSM_STATE_SIZE)
+        return (lambda x: block(x).outputs) if name == "ssm_convolution" else (lambda x: block.scan(x).outputs)
     kind = name.removeprefix("attention_")
     layer = TransformerEncoderLayer(
         width,
@@ -219,7 +231,7 @@ def plot_costs(measurements: Sequence[Measurement], path: Path, *, title: str) -
                 if not any(v > 0 for v in values):
                     continue
                 slope = fits[layer, mode][column]
-                style = "--" if layer in ("rnn", "gru", "lstm") else "-"
+                style = "--" if layer in ("rnn", "gru", "lstm", "ssm_recurrent") else "-"
                 ax.loglog([m.length for m in done], values, style, marker="o", ms=3, color=f"C{i}")
                 ax.lines[-1].set_label(f"{layer} (slope {slope:.2f})")
             ax.set_xscale("log", base=2)

@@ -244,7 +244,8 @@ class S4DBlock(nn.Module):
         d_model: D.  state_size: N (even).  dropout: after the SSM's activation and after the GLU.
         init, dt_min, dt_max: of the S4D layer.
     Inputs of forward: h (B, T, D); state complex (B, D, N/2) or None; keep_mask (B, T) or None (``S4D``).
-    Outputs: SSMOutput(outputs (B, T, D), state (B, D, N/2)). ``step``: h_t (B, D) -> SSMOutput((B, D), state).
+    Outputs: SSMOutput(outputs (B, T, D), state (B, D, N/2)). ``step``: h_t (B, D) -> SSMOutput((B, D), state);
+        ``scan``: the recurrent form over the whole sequence.
     Raises: as ``S4D``; ConfigError for a dropout outside [0, 1).
     """
 
@@ -277,6 +278,15 @@ class S4DBlock(nn.Module):
         """One position: h_t (B, D) -> SSMOutput(outputs (B, D), state)."""
         y_t, state = self.ssm.step(self.norm(h_t), state)
         return SSMOutput(h_t + self._mix(y_t), state)
+
+    def scan(self, h: Tensor, state: Tensor | None = None) -> SSMOutput:
+        """The recurrent form over a whole sequence, one ``step`` per position: h (B, T, D) -> SSMOutput((B, T, D),
+        state)."""
+        outputs = []
+        for t in range(h.shape[1]):
+            y_t, state = self.step(h[:, t], state)
+            outputs.append(y_t)
+        return SSMOutput(torch.stack(outputs, dim=1), state)
 
 
 class S4DStack(nn.Module):
