@@ -25,6 +25,7 @@ from seqlab.recipes.forecast.evaluation import (
     seasonal_naive,
     valid_prediction_time,
 )
+from seqlab.recipes.forecast.training import test_report
 from seqlab.training.trainer import TrainConfig
 
 
@@ -107,6 +108,25 @@ def test_lorenz_with_an_autoregressive_transformer_reports_its_valid_prediction_
     config = tiny(data, encoder="transformer", head="autoregressive")
     report = run_training(forecast, config, tmp_path / "run", progress=False, log=lambda line: None)
     assert report.results["vpt_lyapunov"] >= 0 and report.results["persistence_vpt_lyapunov"] > 0
+
+
+def test_an_ssm_encoder_trains_and_its_loaded_run_scores_exactly_what_the_trained_one_did(tmp_path):
+    path = tmp_path / "sine.txt"
+    path.write_text("".join(f"{np.sin(2 * np.pi * i / 11.5):.6f}\n" for i in range(160)))
+    config = tiny(forecast.DataConfig(path=str(path), input_length=12, horizon=3), encoder="ssm", state_size=4)
+    report = run_training(forecast, config, tmp_path / "run", progress=False, log=lambda line: None)
+    system = forecast.System.load(tmp_path / "run")
+    assert system.model.config.encoder == "ssm" and system.model.config.state_size == 4
+    training = forecast.ForecastTraining.build(config)
+    again = test_report(system, training.data, training.test_origins, tmp_path)
+    assert again.results == {key: report.results[key] for key in again.results}
+    assert again.examples == report.examples
+
+
+def test_an_odd_ssm_state_size_is_one_line():
+    with pytest.raises(ConfigError) as error:
+        forecast.ModelConfig(encoder="ssm", state_size=7)
+    assert str(error.value) == "state_size (7) must be even: N/2 complex modes and their conjugates"
 
 
 @pytest.mark.parametrize(

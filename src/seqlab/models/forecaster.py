@@ -1,7 +1,9 @@
 """Multi-step forecaster: an encoder over the last L steps of a (multivariate) series and a head for the next H.
 
-Encoders: a recurrent layer (rnn | gru | lstm; the summary is h_L, the last step's output) or a Transformer
-encoder (input projection to D, sinusoidal positions, causal self-attention; the summary is the last position).
+Encoders: a recurrent layer (rnn | gru | lstm; the summary is h_L, the last step's output), a Transformer
+encoder (input projection to D, sinusoidal positions, causal self-attention; the summary is the last position) or
+a stack of S4D state-space blocks (ssm: input projection to D, ``seqlab.nn.state_space``; the summary is the last
+position).
 Heads:
 
 - direct (the "MIMO" strategy, Ben Taieb et al., 2012): y_hat_{L+1..L+H} = W s + b, one linear map of the summary
@@ -25,11 +27,12 @@ from seqlab.errors import ConfigError
 from seqlab.models.pretrained import PretrainedMixin
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS
 from seqlab.nn.positional import SinusoidalPositionalEncoding
+from seqlab.nn.state_space import check_state_size, s4d_stack
 from seqlab.nn.transformer import TransformerEncoder, TransformerEncoderLayer
 from seqlab.validation import check_bool, check_choice, check_int, check_probability
 
-EncoderName = Literal["rnn", "gru", "lstm", "transformer"]
-ENCODERS = ("rnn", "gru", "lstm", "transformer")
+EncoderName = Literal["rnn", "gru", "lstm", "transformer", "ssm"]
+ENCODERS = ("rnn", "gru", "lstm", "transformer", "ssm")
 HeadName = Literal["direct", "autoregressive"]
 HEADS = ("direct", "autoregressive")
 
@@ -40,16 +43,17 @@ class ForecasterConfig:
 
     channels: int  # C, values per time step
     horizon: int  # H, steps forecast at once
-    encoder: EncoderName = "gru"  # rnn | gru | lstm | transformer
+    encoder: EncoderName = "gru"  # rnn | gru | lstm | transformer | ssm
     head: HeadName = "direct"  # direct (all H steps at once) | autoregressive (one step, fed back)
     residual: bool = False  # forecast the change from the window's last value
     hidden_size: int = 64  # H of the recurrent encoder
-    num_layers: int = 2  # stacked recurrent or Transformer layers
-    d_model: int = 64  # D of the Transformer encoder
+    num_layers: int = 2  # stacked recurrent, Transformer or S4D layers
+    d_model: int = 64  # D of the Transformer or SSM encoder
     num_heads: int = 4  # N of the Transformer encoder
     d_ff: int = 128  # feed-forward inner size of the Transformer encoder
     max_length: int = 1024  # longest window the Transformer's positions cover
-    dropout: float = 0.1  # between layers (recurrent), inside the layers (Transformer)
+    dropout: float = 0.1  # between layers (recurrent), inside the layers (Transformer, SSM)
+    state_size: int = 64  # N of the SSM encoder's S4D layers (even)
 
     def __post_init__(self) -> None:
         for name in ("channels", "horizon", "hidden_size", "num_layers", "d_model", "num_heads", "d_ff", "max_length"):
@@ -58,6 +62,7 @@ class ForecasterConfig:
         check_choice("head", self.head, HEADS)
         check_probability("dropout", self.dropout)
         check_bool("residual", self.residual)
+        check_state_size(self.state_size)
         if self.encoder == "transformer" and self.d_model % self.num_heads:
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
 
@@ -91,6 +96,13 @@ class Forecaster(PretrainedMixin, nn.Module):
             ]
             self.encoder: nn.Module = TransformerEncoder(layers, final_norm=nn.LayerNorm(config.d_model))
             features = config.d_model
+        elif config.encoder == "ssm":
+            self.input_projection = nn.Linear(C, config.d_model)
+            self.positions = nn.Identity()  # the convolution kernel knows the order of the steps
+            self.encoder = s4d_stack(
+                config.d_model, config.num_layers, state_size=config.state_size, dropout=config.dropout
+            )
+            features = config.d_model
         else:
             self.input_projection = nn.Identity()
             self.positions = nn.Identity()
@@ -105,6 +117,8 @@ class Forecaster(PretrainedMixin, nn.Module):
         """s (B, features): the encoder's output at the window's last step."""
         if self.config.encoder == "transformer":
             h = self.encoder(self.positions(self.input_projection(x)), causal=True)  # (B, T, D)
+        elif self.config.encoder == "ssm":
+            h = self.encoder(self.input_projection(x)).outputs  # (B, T, D), parallel form
         else:
             h, _ = self.encoder(x)  # (B, T, H)
         return h[:, -1]
