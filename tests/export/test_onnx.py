@@ -357,6 +357,16 @@ def forecaster(request, tmp_path_factory):
     return load_pretrained(run).eval(), run
 
 
+def test_a_forecaster_with_the_ssm_encoder_is_refused_in_one_line_and_writes_nothing(tmp_path):
+    Forecaster(ForecasterConfig(channels=1, horizon=2, encoder="ssm", d_model=4, state_size=4)).save_pretrained(
+        tmp_path
+    )
+    with pytest.raises(ConfigError) as error:
+        export_onnx(tmp_path, tmp_path / "onnx")
+    assert str(error.value) == "a forecaster with the ssm encoder cannot be exported yet: ONNX has no complex numbers"
+    assert not (tmp_path / "onnx").exists()
+
+
 def test_the_forecasters_graph_matches_the_module_within_1e5(forecaster):
     model, run = forecaster
     session, names = _session(run)

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from seqlab.errors import ConfigError
 from seqlab.models.bert import (
     Bert,
     BertForMeanPooledClassification,
@@ -325,8 +326,13 @@ class ForecasterGraph(nn.Module):
 
 
 def forecaster_graphs(model: Forecaster) -> list[Graph]:
-    """The forecaster's ``model`` graph (module docstring), traced on 2 windows of 4 steps."""
+    """The forecaster's ``model`` graph (module docstring), traced on 2 windows of 4 steps.
+
+    Raises: ConfigError for the ssm encoder, whose S4D kernel is computed in complex numbers that ONNX lacks.
+    """
     config = model.config
+    if config.encoder == "ssm":
+        raise ConfigError("a forecaster with the ssm encoder cannot be exported yet: ONNX has no complex numbers")
     longest = config.max_length if config.encoder == "transformer" else None
     batch, steps = torch.export.Dim("batch"), torch.export.Dim("steps", max=longest)
     return [
