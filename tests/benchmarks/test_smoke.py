@@ -52,6 +52,13 @@ SMOKE = {
         ),
         ["T path", "vs no cache", "same tokens on every path: yes"],
     ),
+    "state_space.py": (
+        flags(
+            {"--lengths": "4,8", "--batch": 2, "--d-model": 4, "--state-size": 4, "--prompt": 4, "--new-tokens": 2}
+            | {"--repeats": 1, "--warmup": 0, "--threads": 1}
+        ),
+        ["Table 1: S4DBlock training step", "recurrent scan", "Table 2", "parallel over prefix"],
+    ),
     "serve.py": (
         flags(
             {"--g2p": ROOT / "tests/fixtures/checkpoints/g2p_v0_1"}
