@@ -78,13 +78,22 @@ def zoh_discretize(A: Tensor, B: Tensor, dt: Tensor) -> tuple[Tensor, Tensor]:
     return A_bar, (A_bar - 1) / A * B
 
 
-def vandermonde_powers(A_bar: Tensor, length: int) -> Tensor:
-    """(D, N/2, T) complex: A_bar^l for l = 0 .. T-1, computed as exp(l log A_bar) (no sequential products).
+def vandermonde_powers(log_A_bar: Tensor, length: int) -> tuple[Tensor, Tensor]:
+    """The real and imaginary parts, each (D, N/2, T), of A_bar^l = exp(l log A_bar) for l = 0 .. T-1: no
+    sequential products, and real exp / cos / sin, which run vectorised where a complex exp does not (about 10x
+    on a CPU).
 
-    Inputs: A_bar complex (D, N/2), nonzero.
+    Inputs: log_A_bar complex (D, N/2) (Delta A under zero-order hold).
     """
-    steps = torch.arange(length, device=A_bar.device, dtype=A_bar.real.dtype)
-    return torch.exp(torch.log(A_bar).unsqueeze(-1) * steps)  # (D, N/2, T)
+    steps = torch.arange(length, device=log_A_bar.device, dtype=log_A_bar.real.dtype)
+    magnitude = torch.exp(log_A_bar.real.unsqueeze(-1) * steps)  # |A_bar|^l, (D, N/2, T)
+    angle = log_A_bar.imag.unsqueeze(-1) * steps  # l arg(A_bar)
+    return magnitude * torch.cos(angle), magnitude * torch.sin(angle)
+
+
+def _real_part_sum(W: Tensor, powers: tuple[Tensor, Tensor]) -> Tensor:
+    """(D, T): Re sum_n W_n A_bar_n^l = sum_n Re(W_n) Re(A_bar_n^l) - Im(W_n) Im(A_bar_n^l), in real arithmetic."""
+    return torch.einsum("dn,dnl->dl", W.real, powers[0]) - torch.einsum("dn,dnl->dl", W.imag, powers[1])
 
 
 def ssm_kernel(A_bar: Tensor, B_bar: Tensor, C: Tensor, length: int) -> Tensor:
@@ -93,7 +102,7 @@ def ssm_kernel(A_bar: Tensor, B_bar: Tensor, C: Tensor, length: int) -> Tensor:
     Inputs: A_bar, B_bar, C complex (D, N/2); length T >= 1.
     Outputs: K (D, T) real.
     """
-    return 2 * torch.einsum("dn,dnl->dl", C * B_bar, vandermonde_powers(A_bar, length)).real
+    return 2 * _real_part_sum(C * B_bar, vandermonde_powers(torch.log(A_bar), length))
 
 
 def causal_convolution(u: Tensor, K: Tensor) -> Tensor:
@@ -176,15 +185,25 @@ class S4D(nn.Module):
         """The parallel form (class docstring)."""
         u = self._check(u, state, keep_mask)
         T = u.shape[1]
-        A_bar, B_bar, C = self.discrete()
-        powers = vandermonde_powers(A_bar, T + 1)  # (D, N/2, T + 1): A_bar^0 .. A_bar^T
-        K = 2 * torch.einsum("dn,dnl->dl", C * B_bar, powers[..., :T]).real  # (D, T), as ssm_kernel
+        A, B, C, dt = self.continuous()
+        B_bar = zoh_discretize(A, B, dt)[1]
+        P_re, P_im = vandermonde_powers(dt.unsqueeze(-1) * A, T + 1)  # A_bar^0 .. A_bar^T, each (D, N/2, T + 1)
+        K = 2 * _real_part_sum(C * B_bar, (P_re[..., :T], P_im[..., :T]))  # (D, T), as ssm_kernel
         y = causal_convolution(u, K) + self.D * u  # (B, T, D)
-        # x_{T-1} = sum_k A_bar^{T-1-k} B_bar u_k: the powers reversed, one product per mode.
-        final = torch.einsum("dnt,btd->bdn", B_bar.unsqueeze(-1) * powers[..., :T].flip(-1), u.to(C.dtype))
+        # x_{T-1} = B_bar sum_j A_bar^j u_{T-1-j}: the inputs reversed in time, B_bar applied after the sum.
+        u_reversed = u.flip(1)  # (B, T, D)
+        summed = torch.complex(
+            torch.einsum("dnt,btd->bdn", P_re[..., :T], u_reversed),
+            torch.einsum("dnt,btd->bdn", P_im[..., :T], u_reversed),
+        )  # (B, D, N/2)
+        final = B_bar * summed
         if state is not None:
-            y = y + 2 * torch.einsum("dn,dnt,bdn->btd", C, powers[..., 1:], state).real  # C A_bar^{t+1} x_{-1}
-            final = final + powers[..., T] * state
+            Z = C * state  # (B, D, N/2); the free response is 2 Re sum_n Z_n A_bar_n^{t+1}
+            free = torch.einsum("bdn,dnt->btd", Z.real, P_re[..., 1:]) - torch.einsum(
+                "bdn,dnt->btd", Z.imag, P_im[..., 1:]
+            )
+            y = y + 2 * free
+            final = final + torch.complex(P_re[..., T], P_im[..., T]) * state
         return SSMOutput(y, final)
 
     def scan(self, u: Tensor, state: Tensor | None = None, *, keep_mask: Tensor | None = None) -> SSMOutput:
