@@ -18,6 +18,7 @@ from seqlab.data.forecasting import (
 from seqlab.errors import ConfigError, DataError
 from seqlab.recipes import forecast
 from seqlab.recipes.base import run_training
+from seqlab.recipes.forecast import training as forecast_training
 from seqlab.recipes.forecast.evaluation import (
     arima_forecasts,
     forecast_scores,
@@ -25,7 +26,6 @@ from seqlab.recipes.forecast.evaluation import (
     seasonal_naive,
     valid_prediction_time,
 )
-from seqlab.recipes.forecast.training import test_report
 from seqlab.training.trainer import TrainConfig
 
 
@@ -118,7 +118,7 @@ def test_an_ssm_encoder_trains_and_its_loaded_run_scores_exactly_what_the_traine
     system = forecast.System.load(tmp_path / "run")
     assert system.model.config.encoder == "ssm" and system.model.config.state_size == 4
     training = forecast.ForecastTraining.build(config)
-    again = test_report(system, training.data, training.test_origins, tmp_path)
+    again = forecast_training.test_report(system, training.data, training.test_origins, tmp_path)
     assert again.results == {key: report.results[key] for key in again.results}
     assert again.examples == report.examples
 
