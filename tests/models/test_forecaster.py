@@ -7,7 +7,7 @@ from seqlab.errors import ConfigError
 from seqlab.models.forecaster import Forecaster, ForecasterConfig, rollout
 
 
-@pytest.mark.parametrize("encoder", ["rnn", "gru", "lstm", "transformer"])
+@pytest.mark.parametrize("encoder", ["rnn", "gru", "lstm", "transformer", "ssm"])
 @pytest.mark.parametrize("head", ["direct", "autoregressive"])
 def test_every_encoder_and_head_forecasts_h_steps_of_c_channels(encoder, head):
     torch.manual_seed(0)
@@ -22,6 +22,7 @@ def test_every_encoder_and_head_forecasts_h_steps_of_c_channels(encoder, head):
             num_heads=2,
             d_ff=16,
             num_layers=1,
+            state_size=4,
         )
     ).eval()
     assert model(torch.randn(2, 6, 3)).shape == (2, 4, 3)
