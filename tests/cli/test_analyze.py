@@ -143,7 +143,10 @@ def test_default_output_directories_are_fresh(tmp_path, monkeypatch):
 
 def test_bad_arguments_end_in_one_line_and_leave_nothing(tmp_path, gpt_checkpoint):
     out, missing = tmp_path / "out", tmp_path / "missing"
-    layers = "rnn, gru, lstm, attention_reference, attention_fused, attention_local, attention_linear"
+    layers = (
+        "rnn, gru, lstm, attention_reference, attention_fused, attention_local, attention_linear, ssm_convolution, "
+        "ssm_recurrent"
+    )
     cases = [
         (("analyze", "gradients", "--length", 0), "--length (0) must be >= 1 and <= 65536"),
         (("analyze", "gradients", "--length", 10**8), "--length (100000000) must be >= 1 and <= 65536"),
