@@ -70,7 +70,8 @@ def main() -> None:
         r = results(run)
         print(f"| {name} | " + " | ".join(f"{r[f'wer_letters_{b}']:.1f}" for b in BUCKETS) + f" | {r['wer']:.1f} |")
 
-    print(f"\n### Beam against greedy (the additive-attention run; test split of {results(attention)['test_words']:.0f} words)\n")
+    words = results(attention)["test_words"]
+    print(f"\n### Beam against greedy (the additive-attention run; test split of {words:.0f} words)\n")
     print("| num_beams | PER % | WER % | decode seconds |")
     print("|---|---|---|---|")
     test = load_splits(load_system(attention).config.data)[2]
