@@ -150,7 +150,7 @@ def test_recipe_is_trained_once_per_arch(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (("--recipe", "lm", "--archs", "gpt,cnn"), "--archs 'gpt,cnn': choose from gpt, lstm, gru, rnn"),
+        (("--recipe", "lm", "--archs", "gpt,cnn"), "--archs 'gpt,cnn': choose from gpt, lstm, gru, rnn, tcn"),
         (("--recipe", "lm", "--lags", "10"), "--lags applies to --task runs; give a recipe's sizes with --set"),
         (("--recipe", "lm", "--params", 9), "--params applies to --task runs; give a recipe's sizes with --set"),
         (("--recipe", "vowels"), "--recipe vowels: its config has no model.arch choice to compare"),

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from seqlab.errors import ConfigError
 from seqlab.nn import CausalConv1d, TemporalConvNet
-from seqlab.nn.temporal_convolution import receptive_field, tcn_dilations
+from seqlab.nn.temporal_convolution import check_tcn_sizes, receptive_field, tcn_dilations
 
 
 def _conv(kernel_size, dilation, *, weight_norm=False):
@@ -131,3 +131,14 @@ def test_bad_shapes_are_refused():
     conv = _conv(3, 2)
     with pytest.raises(ValueError, match=r"past must be \(4, 2, 3\) \(P, B, C_in\), got \(4, 1, 3\)"):
         conv(torch.randn(2, 5, 3, dtype=torch.float64), torch.zeros(4, 1, 3, dtype=torch.float64))
+
+
+def test_a_receptive_field_too_large_to_allocate_is_refused_before_anything_is_built():
+    message = (
+        r"^num_levels \(16\) and kernel_size \(3\) give a receptive field over 65536 steps \(MAX_RECEPTIVE_FIELD\)$"
+    )
+    with pytest.raises(ConfigError, match=message):
+        TemporalConvNet(2, 5, num_levels=16, kernel_size=3)
+    with pytest.raises(ConfigError, match=r"^num_levels \(1000000\) and kernel_size \(2\)"):
+        check_tcn_sizes(2, 1_000_000)
+    assert check_tcn_sizes(2, 14) == 1 + 2 * (2**14 - 1)

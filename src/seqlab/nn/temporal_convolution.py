@@ -28,7 +28,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from seqlab.errors import ConfigError
 from seqlab.validation import check_bool, check_int, check_probability
+
+MAX_RECEPTIVE_FIELD = 65_536  # steps; a larger one would allocate states of (k - 1) 2^(L-1) steps per convolution
 
 
 def receptive_field(kernel_size: int, dilations: list[int]) -> int:
@@ -40,6 +43,23 @@ def receptive_field(kernel_size: int, dilations: list[int]) -> int:
 def tcn_dilations(num_levels: int) -> list[int]:
     """The dilation of each convolution of a TCN of ``num_levels`` levels, two per level: 1, 1, 2, 2, 4, 4, ..."""
     return [2**level for level in range(num_levels) for _ in range(2)]
+
+
+def check_tcn_sizes(kernel_size: object, num_levels: object) -> int:
+    """The receptive field 1 + 2 (k - 1)(2^L - 1) of a TCN of ``kernel_size`` k and ``num_levels`` L, checked
+    before anything is allocated.
+
+    Raises: ConfigError naming the bad value: k or L not an integer >= 1, or a receptive field over
+        ``MAX_RECEPTIVE_FIELD``.
+    """
+    check_int("kernel_size", kernel_size)
+    check_int("num_levels", num_levels)
+    if num_levels > 64 or receptive_field(kernel_size, tcn_dilations(num_levels)) > MAX_RECEPTIVE_FIELD:
+        raise ConfigError(
+            f"num_levels ({num_levels}) and kernel_size ({kernel_size}) give a receptive field over "
+            f"{MAX_RECEPTIVE_FIELD} steps (MAX_RECEPTIVE_FIELD)"
+        )
+    return receptive_field(kernel_size, tcn_dilations(num_levels))
 
 
 class CausalConvOutput(NamedTuple):
@@ -174,8 +194,8 @@ class TemporalConvNet(nn.Module):
         keep_mask: (B, T) bool, False at padding, which enters every convolution as zeros, so a left-padded row
             gives the outputs of the row alone; None means all real.
     Outputs: TemporalConvOutput(outputs (B, T, H), state after the last step).
-    Raises: ConfigError (a ValueError) for a size < 1 or a dropout outside [0, 1); ValueError for x, state or
-        keep_mask of the wrong shape.
+    Raises: ConfigError (a ValueError) for a size < 1, a receptive field over ``MAX_RECEPTIVE_FIELD`` or a dropout
+        outside [0, 1); ValueError for x, state or keep_mask of the wrong shape.
     """
 
     def __init__(
@@ -191,8 +211,7 @@ class TemporalConvNet(nn.Module):
         super().__init__()
         check_int("input_size", input_size)
         check_int("hidden_size", hidden_size)
-        check_int("num_levels", num_levels)
-        check_int("kernel_size", kernel_size)
+        check_tcn_sizes(kernel_size, num_levels)
         self.input_size, self.hidden_size, self.kernel_size = input_size, hidden_size, kernel_size
         self.levels = nn.ModuleList(
             TemporalBlock(

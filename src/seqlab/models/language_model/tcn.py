@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from seqlab.models.interfaces import LanguageModelOutput, StepOutput, check_token_ids, select_rows
 from seqlab.models.pretrained import PretrainedMixin
-from seqlab.nn.temporal_convolution import TemporalConvNet, receptive_field, tcn_dilations
+from seqlab.nn.temporal_convolution import TemporalConvNet, check_tcn_sizes
 from seqlab.validation import check_bool, check_int, check_probability
 
 
@@ -44,15 +44,16 @@ class TCNLanguageModelConfig:
 
     def __post_init__(self) -> None:
         check_int("vocab_size", self.vocab_size, minimum=2)
-        for name in ("embedding_size", "hidden_size", "num_levels", "kernel_size"):
+        for name in ("embedding_size", "hidden_size"):
             check_int(name, getattr(self, name))
+        check_tcn_sizes(self.kernel_size, self.num_levels)
         check_probability("dropout", self.dropout)
         check_bool("weight_norm", self.weight_norm)
 
     @property
     def receptive_field(self) -> int:
         """R = 1 + 2 (k - 1)(2^L - 1), the tokens each prediction reads."""
-        return receptive_field(self.kernel_size, tcn_dilations(self.num_levels))
+        return check_tcn_sizes(self.kernel_size, self.num_levels)
 
 
 class TCNLanguageModel(PretrainedMixin, nn.Module):
