@@ -12,7 +12,13 @@ from seqlab.models.bert import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
-from seqlab.models.classifier import ClassifierOutput, Seq2VecClassifier, Seq2VecClassifierConfig
+from seqlab.models.classifier import (
+    ClassifierOutput,
+    Seq2VecClassifier,
+    Seq2VecClassifierConfig,
+    TCNClassifier,
+    TCNClassifierConfig,
+)
 from seqlab.models.elmo import ELMo, ELMoClassifier, ELMoClassifierConfig, ELMoConfig, ELMoRepresentations
 from seqlab.models.interfaces import (
     LanguageModelOutput,
@@ -78,6 +84,8 @@ __all__ = [
     "StepModel",
     "StepOutput",
     "T5Config",
+    "TCNClassifier",
+    "TCNClassifierConfig",
     "TCNLanguageModel",
     "TCNLanguageModelConfig",
     "TaggerOutput",
