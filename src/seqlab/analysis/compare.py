@@ -1,5 +1,5 @@
-"""Models for ``seqlab compare``: RNN, GRU, LSTM, a Transformer encoder and an S4D state-space stack sized to the
-same parameter count.
+"""Models for ``seqlab compare``: RNN, GRU, LSTM, a Transformer encoder, a TCN and an S4D state-space stack sized to
+the same parameter count.
 
 Every model reads a long-range task (``seqlab.data.synthetic``) the same way: an input layer (an embedding of the
 copy task's tokens, a linear map of the adding problem's two channels) to W features, the sequence core, and a
@@ -8,6 +8,8 @@ problem. The core is seqlab's one-layer ``RNN`` / ``GRU`` / ``LSTM`` (fused torc
 pre-LN ``TransformerEncoder`` of ``TRANSFORMER_LAYERS`` layers with W = D, ``TRANSFORMER_HEADS`` heads,
 d_ff = 4 D and sinusoidal positions (Vaswani et al., 2017), causal for the copy task (each output may only use
 the inputs so far, as for the RNNs) and bidirectional for the adding problem (one answer after the whole input),
+or a causal ``TemporalConvNet`` (Bai et al., 2018) of width W, kernel size ``TCN_KERNEL_SIZE`` and the fewest
+levels whose receptive field covers the task's whole sequence (``tcn_levels``),
 or ``SSM_LAYERS`` pre-norm S4D blocks (Gu et al., 2022; ``seqlab.nn.state_space``) with W = D and state size
 ``SSM_STATE_SIZE``, causal for both tasks, trained in the parallel (FFT convolution) form.
 
@@ -31,27 +33,39 @@ from seqlab.nn import (
     LSTM,
     RNN,
     SinusoidalPositionalEncoding,
+    TemporalConvNet,
     TransformerEncoder,
     TransformerEncoderLayer,
     s4d_stack,
 )
+from seqlab.nn.temporal_convolution import receptive_field, tcn_dilations
 from seqlab.validation import check_choice, check_int, check_real
 
-ARCHITECTURES = ("rnn", "gru", "lstm", "transformer", "ssm")
+ARCHITECTURES = ("rnn", "gru", "lstm", "transformer", "tcn", "ssm")
 TRANSFORMER_LAYERS = 2
 TRANSFORMER_HEADS = 2
+TCN_KERNEL_SIZE = 3
 SSM_LAYERS = 2
 SSM_STATE_SIZE = 16  # N; the paper's 64 would spend most of ~20k parameters on 3N + 2 per channel
+
+
+def tcn_levels(length: int) -> int:
+    """The fewest TCN levels whose receptive field 1 + 2 (k - 1)(2^L - 1), k = ``TCN_KERNEL_SIZE``, reaches
+    ``length`` steps: the last output then reads the whole sequence."""
+    levels = 1
+    while receptive_field(TCN_KERNEL_SIZE, tcn_dilations(levels)) < length:
+        levels += 1
+    return levels
 
 
 class SequenceModel(nn.Module):
     """Input layer, sequence core and output head for one long-range task (module docstring).
 
     Args:
-        arch: "rnn", "gru", "lstm", "transformer" or "ssm".
+        arch: "rnn", "gru", "lstm", "transformer", "tcn" or "ssm".
         task: the task whose inputs and outputs the model reads and writes (its lag sets the positions cached).
-        width: W, the hidden size H of a recurrent core or d_model D of the Transformer (even, and divisible by
-            ``TRANSFORMER_HEADS``, for the Transformer) or of the S4D blocks.
+        width: W, the hidden size H of a recurrent core or the TCN, or d_model D of the Transformer (even, and
+            divisible by ``TRANSFORMER_HEADS``, for the Transformer) or of the S4D blocks.
     Inputs: x (B, T) token ids (copy) or (B, T, 2) (adding).
     Outputs: logits (B, T, 9) (copy) or predictions (B,) (adding).
     Raises:
@@ -81,14 +95,24 @@ class SequenceModel(nn.Module):
         elif arch == "ssm":
             self.positions = None
             self.core = s4d_stack(width, SSM_LAYERS, state_size=SSM_STATE_SIZE)
+        elif arch == "tcn":
+            self.positions = None
+            levels = tcn_levels(task.length)
+            self.core = TemporalConvNet(width, width, num_levels=levels, kernel_size=TCN_KERNEL_SIZE)
         else:
             self.positions = None
             self.core = {"rnn": RNN, "gru": GRU, "lstm": LSTM}[arch](width, width, batch_first=True)
         self.head = nn.Linear(width, task.num_outputs)
 
+    @property
+    def receptive_field(self) -> int | None:
+        """The input steps that one output reads (the TCN's R), or None when it may read all of them (recurrent
+        state, attention)."""
+        return self.core.receptive_field if self.arch == "tcn" else None
+
     def forward(self, x: Tensor) -> Tensor:
         h = self.input(x)  # (B, T, W), then the core's (B, T, W)
-        # A recurrent or S4D core returns (outputs, final state); the Transformer its outputs alone.
+        # A recurrent core, the TCN or the S4D stack returns (outputs, final state); the Transformer its outputs alone.
         h = self.core(h).outputs if self.positions is None else self.core(self.positions(h), causal=self.causal)
         if self.per_step:
             return self.head(h)  # (B, T, 9)
@@ -178,7 +202,8 @@ class RunSummary(NamedTuple):
     excluded; peak_bytes: of one training step (``training_step_peak``); final_metric: the task's metric on the
     held-out set at the last validation; solved_at: the step of the first validation where the task counts as
     solved, or None; steps: optimizer steps taken; seconds: wall-clock time of the run, validation included;
-    losses: [(step, training loss)] per step; validations: [(step, held-out loss, held-out metric)].
+    losses: [(step, training loss)] per step; validations: [(step, held-out loss, held-out metric)];
+    receptive_field: input steps one output reads (TCN), None for all of them (recurrent, Transformer).
     """
 
     arch: str
@@ -193,3 +218,4 @@ class RunSummary(NamedTuple):
     seconds: float
     losses: list[tuple[int, float]]
     validations: list[tuple[int, float, float]]
+    receptive_field: int | None = None

@@ -1,5 +1,5 @@
-"""Building blocks: recurrent cells and layers, attention, pooling, Transformer and state-space layers. No I/O, no
-training, no CLI."""
+"""Building blocks: recurrent cells and layers, attention, pooling, Transformer layers, causal convolutions,
+state-space layers. No I/O, no training, no CLI."""
 
 from seqlab.nn.attention import AdditiveAttention, Attention, BilinearAttention, DotProductAttention
 from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState, RNNCell, flip_update_gate
@@ -24,6 +24,7 @@ from seqlab.nn.positional import LearnedPositionalEncoding, RotaryEmbedding, Sin
 from seqlab.nn.recurrent import GRU, LSTM, RNN, RecurrentOutput
 from seqlab.nn.scalar_mix import ScalarMix
 from seqlab.nn.state_space import S4D, S4DBlock, S4DStack, SSMOutput, s4d_stack
+from seqlab.nn.temporal_convolution import CausalConv1d, TemporalBlock, TemporalConvNet, TemporalConvOutput
 from seqlab.nn.transformer import (
     DecoderLayerOutput,
     DecoderOutput,
@@ -50,6 +51,7 @@ __all__ = [
     "AttentionOutput",
     "AttentionPooling",
     "BilinearAttention",
+    "CausalConv1d",
     "DecoderLayerOutput",
     "DecoderOnlyOutput",
     "DecoderOutput",
@@ -77,6 +79,9 @@ __all__ = [
     "SSMOutput",
     "ScalarMix",
     "SinusoidalPositionalEncoding",
+    "TemporalBlock",
+    "TemporalConvNet",
+    "TemporalConvOutput",
     "TransformerDecoder",
     "TransformerDecoderLayer",
     "TransformerDecoderOnly",

@@ -1,5 +1,6 @@
 """Language models: p(x_{t+1} | x_<=t) over a token stream, trained by maximum likelihood and decoded one token at
-a time: recurrent (``rnn``), Transformer decoder-only (``gpt``) and state-space (``ssm``)."""
+a time: recurrent (``rnn``), Transformer decoder-only (``gpt``) convolutional (``tcn``) and state-space
+(``ssm``)."""
 
 from seqlab.models.language_model.gpt import GPT, GPTConfig, GPTState, gpt, gpt2_small, gpt_char_small
 from seqlab.models.language_model.rnn import (
@@ -12,6 +13,7 @@ from seqlab.models.language_model.rnn import (
     zaremba_small,
 )
 from seqlab.models.language_model.ssm import SSMLanguageModel, SSMLanguageModelConfig
+from seqlab.models.language_model.tcn import TCNLanguageModel, TCNLanguageModelConfig
 
 __all__ = [
     "GPT",
@@ -21,6 +23,8 @@ __all__ = [
     "RNNLanguageModelConfig",
     "SSMLanguageModel",
     "SSMLanguageModelConfig",
+    "TCNLanguageModel",
+    "TCNLanguageModelConfig",
     "ZarembaPreset",
     "ZarembaTraining",
     "gpt",
