@@ -421,3 +421,25 @@ class Decoding:
 def test_an_old_key_name_sets_the_new_one_with_a_warning():
     with pytest.warns(FutureWarning, match=r"^--set decode.beam_size is renamed num_beams; the old name goes"):
         assert apply_overrides(Decoding(), {"decode.beam_size": "2"}).decode == Decode(num_beams=2)
+
+
+@dataclass(frozen=True)
+class Scorer:
+    attention: Literal["additive", "none"] = "additive"  # "none" is a choice (g2p's fixed context), not None
+    fallback: Literal["dot", "none"] | None = None
+
+
+@dataclass(frozen=True)
+class WithScorer:
+    scorer: Scorer = field(default_factory=Scorer)
+
+
+@pytest.mark.parametrize("key", ["attention", "fallback"])
+def test_a_choice_spelled_none_is_that_choice_not_none(key):
+    assert getattr(apply_overrides(WithScorer(), {f"scorer.{key}": "none"}).scorer, key) == "none"
+
+
+def test_the_g2p_fixed_context_model_is_reachable_from_the_command_line():
+    from seqlab.recipes.g2p import Config
+
+    assert apply_overrides(Config(), {"model.attention": "none"}).model.attention == "none"

@@ -254,6 +254,9 @@ def _convert(raw: Any, annotation: Any, where: str) -> Any:
     options = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
     optional = type(None) in options
     kinds = [t for t in options if t is not type(None)]
+    literals = [value for t in kinds if typing.get_origin(t) is typing.Literal for value in typing.get_args(t)]
+    if isinstance(raw, str) and raw in literals:  # a choice spelled "none" (model.attention=none) is that choice
+        return raw
     if raw is None or (isinstance(raw, str) and raw.lower() in _NONE):
         if optional:
             return None
