@@ -25,6 +25,7 @@ from seqlab.recipes import (
     classify,
     forecast,
     g2p,
+    kuramoto_sivashinsky,
     lm,
     protein,
     smiles,
@@ -100,6 +101,7 @@ register_recipe(bert_mlm)
 register_recipe(classify)
 register_recipe(forecast)
 register_recipe(g2p)
+register_recipe(kuramoto_sivashinsky)
 register_recipe(lm)
 register_recipe(protein)
 register_recipe(smiles)
