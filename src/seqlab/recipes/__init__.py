@@ -22,6 +22,7 @@ from pathlib import Path
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.recipes import (
     bert_mlm,
+    chirps,
     classify,
     forecast,
     g2p,
@@ -98,6 +99,7 @@ def recipe_of_checkpoint(directory: Path) -> Recipe:
 
 
 register_recipe(bert_mlm)
+register_recipe(chirps)
 register_recipe(classify)
 register_recipe(forecast)
 register_recipe(g2p)
