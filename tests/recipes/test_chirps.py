@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from cli_helpers import assert_error, run_cli
 
+from seqlab.errors import DataError
 from seqlab.recipes import chirps, load_system
 from seqlab.recipes.base import run_training
 from seqlab.training.trainer import TrainConfig
@@ -96,4 +97,15 @@ def test_bad_settings_exit_2_with_one_line(tmp_path, settings, message):
     for setting in settings:
         argv += ["--set", setting]
     assert_error(run_cli(*argv), message)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_pairs_file_too_short_to_hold_out_validation_is_a_one_line_error(tmp_path):
+    path = tmp_path / "pairs.txt"
+    path.write_text("".join(f"0.1 {i % 5}\n" for i in range(300)))  # 2 series of 128
+    base = tiny()
+    data = chirps.DataConfig(**{**base.data.__dict__, "path": str(path), "valid_signals": 2})
+    config = chirps.Config(data=data, model=base.model, train=base.train, eval=base.eval)
+    with pytest.raises(DataError, match=r"pairs.txt: 2 series of 128 samples; data.valid_signals \(2\) are held out"):
+        run_training(chirps, config, tmp_path / "run", progress=False, log=lambda line: None)
     assert not (tmp_path / "run").exists()

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from cli_helpers import assert_error, run_cli
 
-from seqlab.errors import DataError
+from seqlab.errors import ConfigError, DataError
 from seqlab.recipes import kuramoto_sivashinsky as ks
 from seqlab.recipes import load_system
 from seqlab.recipes.base import run_training
@@ -120,3 +120,19 @@ def test_predict_with_a_missing_file_exits_2(tmp_path):
     run_training(ks, tiny(), tmp_path / "run", progress=False, log=lambda line: None)
     result = run_cli("predict", tmp_path / "run", tmp_path / "absent.txt")
     assert result.code == 2 and "absent.txt" in result.err and len(result.err.splitlines()) == 1
+
+
+def test_a_field_file_trains_with_its_given_lyapunov_exponent_and_refuses_without(tmp_path):
+    values = ks.KSTraining.build(tiny()).values[:, ::8]  # 8 of the 64 grid points
+    path = tmp_path / "field.txt"
+    path.write_text("".join(" ".join(f"{v:.6f}" for v in row) + "\n" for row in values))
+    base = tiny()
+    data = ks.DataConfig(path=str(path), grid=8, input_length=4, horizon=2)
+    config = ks.Config(data=data, model=base.model, train=base.train, eval=base.eval)
+    with pytest.raises(ConfigError, match=r"^eval.lyapunov_exponent: give lambda_1 of data.path's system"):
+        run_training(ks, config, tmp_path / "run", progress=False, log=lambda line: None)
+    given = ks.EvalConfig(lyapunov_exponent=0.05, vpt_steps=30, vpt_stride=20)
+    config = ks.Config(data=data, model=base.model, train=base.train, eval=given)
+    report = run_training(ks, config, tmp_path / "run", progress=False, log=lambda line: None)
+    assert report.results["lyapunov_exponent"] == 0.05
+    assert load_system(tmp_path / "run").predict(["test"])[0].values.shape == (2, 8)

@@ -7,7 +7,9 @@ Data (``seqlab.data.gravitational_waves``): leading-order (Newtonian) inspiral c
 tau^(-3/8) and amplitude to f^(2/3) (Maggiore 2008, Sec. 4.1), cut at ``data.f_max``, with chirp masses, end times
 and phases drawn uniformly; Gaussian noise of an Advanced-LIGO-shaped PSD (Ajith 2011's fit); everything whitened
 with that PSD, so that the noise is white with unit variance and a chirp of matched-filter SNR rho has a whitened
-norm of rho. Training chirps get fresh noise and SNRs (uniform in [data.snr_min, data.snr_max]) every epoch.
+norm of rho. Training chirps get fresh noise and SNRs (uniform in [data.snr_min, data.snr_max]) every epoch; or
+the training and validation series are the user's (``data.path``: strain and clean signal a line), the test series
+simulated as ever.
 
 Model: ``seqlab.models.denoiser`` (a bidirectional recurrent regressor over frames, ``model.arch``: gru | lstm |
 rnn), trained by mean squared error against the clean whitened chirp. Test, at each SNR of ``eval.snrs``: the
@@ -29,7 +31,15 @@ from seqlab.recipes.chirps.config import (
     ModelConfig,
     RNNDenoiserConfig,
 )
-from seqlab.recipes.chirps.system import FILTERS_FILE, ChirpSystem, Denoised, Strain, add_noise, draw_chirps
+from seqlab.recipes.chirps.system import (
+    FILTERS_FILE,
+    ChirpSystem,
+    Denoised,
+    Strain,
+    add_noise,
+    draw_chirps,
+    read_pairs,
+)
 from seqlab.recipes.chirps.training import PLOT_FILE, ChirpTraining, prepare
 
 NAME = "chirps"
@@ -56,4 +66,5 @@ __all__ = [
     "add_noise",
     "draw_chirps",
     "prepare",
+    "read_pairs",
 ]

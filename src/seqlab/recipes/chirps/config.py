@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
+from seqlab.data.files import data_file
+from seqlab.data.forecasting import SERIES
 from seqlab.errors import ConfigError
 from seqlab.models.denoiser import SequenceDenoiserConfig
 from seqlab.training.trainer import TrainConfig
@@ -24,6 +26,7 @@ MAX_SIGNALS = 1_000_000
 class DataConfig:
     """The simulated strain (``seqlab.data.gravitational_waves``): sampling, chirps, noise and SNRs."""
 
+    path: str | None = data_file(SERIES)  # training pairs: strain and clean signal a line, cut into series of n
     sample_rate: float = 256.0  # f_s (Hz)
     samples: int = 512  # n per series (2 s at 256 Hz); even, a multiple of model.frame_size
     f_min: float = 15.0  # Hz: the PSD is held at S_n(f_min) below it
@@ -35,7 +38,7 @@ class DataConfig:
     snr_min: float = 5.0  # matched-filter SNR of the training series, drawn uniformly in [min, max]
     snr_max: float = 40.0
     train_signals: int = 4_000  # distinct training chirps (each batch draws fresh noise and SNRs for them)
-    valid_signals: int = 500  # validation series (fixed noise and SNRs)
+    valid_signals: int = 500  # validation series (fixed noise and SNRs); of data.path's: the last ones
     seed: int = 0  # seed of every draw (chirps, SNRs, noise)
 
     def __post_init__(self) -> None:

@@ -77,6 +77,26 @@ def add_noise(templates: np.ndarray, snrs: np.ndarray, data: DataConfig, rng: np
     return Strain(clean + noise, clean, snrs)
 
 
+def read_pairs(path: str, data: DataConfig) -> Strain:
+    """The whitened series of a two-column strain file (data, clean signal; one sample a line, in the PSD's units),
+    cut into consecutive series of data.samples samples (a shorter rest is left out); SNRs from the clean signals.
+
+    Raises: DataError naming the file: unreadable, not two values a line, shorter than one series, or a series
+        whose clean signal is all zeros.
+    """
+    values = read_series(path, channels=2)
+    count = len(values) // data.samples
+    if count == 0:
+        raise DataError(f"{path}: {len(values)} samples, but one series is data.samples = {data.samples}")
+    series = values[: count * data.samples].reshape(count, data.samples, 2).transpose(2, 0, 1)  # (2, B, n)
+    psd = strain_psd(data)
+    noisy, clean = (whiten(s, psd, sample_rate=data.sample_rate) for s in series)
+    snr = np.sqrt((clean**2).sum(axis=-1))
+    if (snr == 0).any():
+        raise DataError(f"{path}: series {int(np.argmin(snr)) + 1} has an all-zero clean signal")
+    return Strain(noisy, clean, snr)
+
+
 class Denoised(NamedTuple):
     """The denoised whitened series of one input: ``SOURCE t=SECONDS  VALUE`` a sample."""
 
@@ -147,24 +167,12 @@ class ChirpSystem:
         return predictions
 
     def evaluate(self, data_path: str) -> dict[str, float]:
-        """Overlap and output SNR (``score``) on a two-column strain file (data, clean signal; one sample a line),
-        cut into consecutive series of data.samples samples (a shorter rest is left out).
+        """Overlap and output SNR (``score``) on a two-column strain file (``read_pairs``).
 
-        Raises: DataError naming the file: unreadable, not two values a line, shorter than one series, or a series
-            whose clean signal is all zeros.
+        Raises: DataError naming the file, as ``read_pairs``.
         """
-        data = self.config.data
-        values = read_series(data_path, channels=2)
-        count = len(values) // data.samples
-        if count == 0:
-            raise DataError(f"{data_path}: {len(values)} samples, but one series is data.samples = {data.samples}")
-        series = values[: count * data.samples].reshape(count, data.samples, 2).transpose(2, 0, 1)  # (2, B, n)
-        psd = strain_psd(data)
-        noisy, clean = (whiten(s, psd, sample_rate=data.sample_rate) for s in series)
-        snr = np.sqrt((clean**2).sum(axis=-1))
-        if (snr == 0).any():
-            raise DataError(f"{data_path}: series {int(np.argmin(snr)) + 1} has an all-zero clean signal")
-        return self.score(Strain(noisy, clean, snr)) | {"series": float(count)}
+        strain = read_pairs(data_path, self.config.data)
+        return self.score(strain) | {"series": float(len(strain.snr))}
 
     def check_length(self, samples: int, source: str) -> None:
         """Raises: DataError naming ``source`` unless ``samples`` is even and a multiple of the frame size."""

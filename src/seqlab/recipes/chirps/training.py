@@ -14,12 +14,12 @@ import torch
 from matplotlib.figure import Figure
 from torch import nn
 
-from seqlab.errors import ConfigError
+from seqlab.errors import ConfigError, DataError
 from seqlab.files import atomic_path
 from seqlab.models.denoiser import SequenceDenoiser
 from seqlab.recipes.base import Report, TrainingRun, model_device
 from seqlab.recipes.chirps.config import Config
-from seqlab.recipes.chirps.system import ChirpSystem, Strain, add_noise, draw_chirps
+from seqlab.recipes.chirps.system import ChirpSystem, Strain, add_noise, draw_chirps, read_pairs
 from seqlab.training.trainer import LossOutput
 
 PLOT_FILE = "denoised.png"
@@ -49,12 +49,14 @@ class ChirpTraining:
 
     Attributes:
         system: the denoiser with the Wiener filter's spectrum.  templates: (B, n) whitened training chirps of
-            SNR 1.  valid: the validation series.  test: one set of test series per eval SNR.
+            SNR 1, drawn with fresh noise and SNRs each epoch.  given: data.path's training series (noise fixed),
+            None when simulating.  valid: the validation series.  test: one set of test series per eval SNR.
         directory: where the run was last saved (``save``), for the plot.
     """
 
     system: ChirpSystem
     templates: np.ndarray
+    given: Strain | None
     valid: Strain
     test: dict[float, Strain]
     directory: Path | None = field(default=None)
@@ -65,7 +67,7 @@ class ChirpTraining:
         untrained model.
 
         Raises: ConfigError if data.samples is not a multiple of model.frame_size, or eval.band_low not below
-            data.f_max.
+            data.f_max; DataError for an unusable data.path, or one with fewer than data.valid_signals + 1 series.
         """
         data, evaluation = config.data, config.eval
         if data.samples % config.model.frame_size:
@@ -75,27 +77,43 @@ class ChirpTraining:
         if evaluation.band_low >= data.f_max:
             raise ConfigError(f"eval.band_low ({evaluation.band_low}) must be below data.f_max ({data.f_max})")
         rng = np.random.default_rng(data.seed)
-        templates = draw_chirps(data.train_signals, data, rng)
+        if data.path is None:
+            given = None
+            templates = draw_chirps(data.train_signals, data, rng)
+            snrs = rng.uniform(data.snr_min, data.snr_max, data.valid_signals)
+            valid = add_noise(draw_chirps(data.valid_signals, data, rng), snrs, data, rng)
+        else:
+            read = read_pairs(data.path, data)
+            if len(read.snr) <= data.valid_signals:
+                raise DataError(
+                    f"{data.path}: {len(read.snr)} series of {data.samples} samples; data.valid_signals "
+                    f"({data.valid_signals}) are held out and at least one more must train"
+                )
+            cut = len(read.snr) - data.valid_signals
+            given, valid = Strain(*(part[:cut] for part in read)), Strain(*(part[cut:] for part in read))
+            templates = given.clean / given.snr[:, None]
         signal_power = (np.abs(np.fft.rfft(templates, axis=-1)) ** 2).mean(axis=0)
         system = ChirpSystem(SequenceDenoiser(config.model.model_config()), signal_power, config)
-        snrs = rng.uniform(data.snr_min, data.snr_max, data.valid_signals)
-        valid = add_noise(draw_chirps(data.valid_signals, data, rng), snrs, data, rng)
         test = {}
         for level in evaluation.snr_levels:
             level_snrs = np.full(evaluation.test_signals, level)
             test[level] = add_noise(draw_chirps(evaluation.test_signals, data, rng), level_snrs, data, rng)
-        return cls(system, templates, valid, test)
+        return cls(system, templates, given, valid, test)
 
     def train_batches(self, epoch: int, generator: torch.Generator, batch_size: int) -> Iterator[Pairs]:
-        """The training chirps in shuffled batches of ``batch_size``, each with fresh noise and an SNR drawn
-        uniformly in [data.snr_min, data.snr_max] (from ``generator``: a run is reproducible)."""
+        """The training series in shuffled batches of ``batch_size``: the simulated chirps each with fresh noise and
+        an SNR drawn uniformly in [data.snr_min, data.snr_max] (from ``generator``: a run is reproducible), or
+        data.path's series as they are."""
         data = self.system.config.data
         rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=generator)))
         order = rng.permutation(len(self.templates))
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
-            snrs = rng.uniform(data.snr_min, data.snr_max, len(rows))
-            yield pairs(add_noise(self.templates[rows], snrs, data, rng))
+            if self.given is not None:
+                yield pairs(Strain(*(part[rows] for part in self.given)))
+            else:
+                snrs = rng.uniform(data.snr_min, data.snr_max, len(rows))
+                yield pairs(add_noise(self.templates[rows], snrs, data, rng))
 
     @torch.no_grad()
     def validate(self, model: nn.Module) -> dict[str, float]:
@@ -135,6 +153,10 @@ class ChirpTraining:
     def summary(self) -> str:
         """The data's part of the training log line."""
         data = self.system.config.data
+        if data.path is not None:
+            return (
+                f"data: {data.path}, {len(self.templates)} train / {len(self.valid.snr)} valid series of {data.samples}"
+            )
         return (
             f"data: {len(self.templates)} training chirps (M_c {data.chirp_mass_min:g}-{data.chirp_mass_max:g} M_sun, "
             f"cut at {data.f_max:g} Hz), {data.samples} samples at {data.sample_rate:g} Hz, SNR "

@@ -6,7 +6,8 @@ Lyapunov estimate and the plot).
 Data (``seqlab.data.kuramoto_sivashinsky``): the Kuramoto-Sivashinsky equation u_t + u u_x + u_xx + u_xxxx = 0 on a
 periodic domain of length ``data.length`` (22) with ``data.grid`` (64) points, integrated by ETDRK4 (Kassam &
 Trefethen, 2005) with step ``data.dt`` (0.25) from a small random field (``data.seed``) past a transient, and
-sampled every step: a vector series of N values a step, split in time (train, valid, test: the last
+sampled every step: a vector series of N values a step (or the user's field file, ``data.path``, with its
+lambda_1 given as ``eval.lyapunov_exponent``), split in time (train, valid, test: the last
 ``test_fraction``) and standardised per grid point with the training part's statistics. The largest Lyapunov
 exponent lambda_1 of the simulation is estimated by two trajectories (``seqlab.analysis.chaos``).
 
@@ -33,7 +34,7 @@ from seqlab.recipes.kuramoto_sivashinsky.config import (
     TransformerArmConfig,
 )
 from seqlab.recipes.kuramoto_sivashinsky.system import DYNAMICS_FILE, ChaosForecasts, FieldForecast, KSSystem
-from seqlab.recipes.kuramoto_sivashinsky.training import PLOT_FILE, KSTraining, estimate_lyapunov_exponent, prepare
+from seqlab.recipes.kuramoto_sivashinsky.training import PLOT_FILE, KSTraining, lyapunov_exponent, prepare
 
 NAME = "kuramoto-sivashinsky"
 DESCRIPTION = "Kuramoto-Sivashinsky chaos (ETDRK4, L=22): RNN/Transformer forecasts, valid time in Lyapunov times"
@@ -57,6 +58,6 @@ __all__ = [
     "RNNArmConfig",
     "System",
     "TransformerArmConfig",
-    "estimate_lyapunov_exponent",
+    "lyapunov_exponent",
     "prepare",
 ]

@@ -12,6 +12,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
+from seqlab.data.files import data_file
+from seqlab.data.forecasting import SERIES
 from seqlab.errors import ConfigError
 from seqlab.models.forecaster import HEADS, ForecasterConfig, HeadName
 from seqlab.training.trainer import TrainConfig
@@ -23,8 +25,9 @@ MAX_GRID = 1024
 
 @dataclass(frozen=True)
 class DataConfig:
-    """The simulated field (``seqlab.data.kuramoto_sivashinsky``), its split in time and its windows."""
+    """The simulated field (``seqlab.data.kuramoto_sivashinsky``) or the user's, its split in time and its windows."""
 
+    path: str | None = data_file(SERIES)  # a field file (one step a line, N numbers, dt apart) instead of simulating
     length: float = 22.0  # L, the periodic domain's length (22: chaotic, about 3 unstable directions)
     grid: int = 64  # N, grid points (the channels of the series)
     dt: float = 0.25  # time units per solver step and per sample
@@ -137,12 +140,14 @@ ModelConfig = GRUArmConfig | LSTMArmConfig | RNNArmConfig | TransformerArmConfig
 class EvalConfig:
     """The largest Lyapunov exponent's estimate and the valid prediction time (``seqlab.analysis.chaos``)."""
 
+    lyapunov_exponent: float | None = None  # lambda_1 (1 / time unit); None = estimated on the simulation
     lyapunov_renormalisations: int = 2_000  # two-trajectory renormalisations averaged, one per time unit
     vpt_threshold: float = 0.5  # normalised error E(t) at which a forecast stops being valid (Vlachas et al., 2020)
     vpt_steps: int = 800  # length of the free-running test forecasts (200 time units, about 9 Lyapunov times)
     vpt_stride: int = 100  # steps between their origins
 
     def __post_init__(self) -> None:
+        check_real("lyapunov_exponent", self.lyapunov_exponent, greater_than=0.0, optional=True)
         check_int("lyapunov_renormalisations", self.lyapunov_renormalisations, minimum=10, maximum=MAX_STEPS)
         check_real("vpt_threshold", self.vpt_threshold, greater_than=0.0)
         check_int("vpt_steps", self.vpt_steps, maximum=MAX_STEPS)

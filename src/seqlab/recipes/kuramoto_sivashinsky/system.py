@@ -28,8 +28,14 @@ DYNAMICS_FILE = "dynamics.json"
 OWN_SERIES = "test"  # the input that ``predict`` reads as the run's own simulation (forecast from its end)
 
 
-def simulate(data: DataConfig) -> np.ndarray:
-    """(T, N): the run's simulated field (``ks_trajectory`` of the data section; deterministic)."""
+def field_values(data: DataConfig) -> np.ndarray:
+    """(T, N): the run's field: data.path's, or the simulation of the data section (``ks_trajectory``,
+    deterministic).
+
+    Raises: DataError naming data.path: unreadable, or not data.grid numbers a line.
+    """
+    if data.path is not None:
+        return read_series(data.path, channels=data.grid)
     return ks_trajectory(
         length=data.length,
         grid=data.grid,
@@ -120,14 +126,14 @@ class KSSystem:
 
     def predict(self, inputs: Sequence[str]) -> list[FieldForecast]:
         """The H fields after the end of each field file of ``inputs`` (one step a line, N numbers), or of the
-        run's own simulation for ``test``.
+        run's own field (its simulation or data.path) for ``test``.
 
         Raises: DataError naming the input: unreadable, another number of grid points, or fewer than L_w steps.
         """
         L, N = self.config.data.input_length, self.config.data.grid
         forecasts = []
         for source in inputs:
-            values = simulate(self.config.data) if source == OWN_SERIES else read_series(source, channels=N)
+            values = field_values(self.config.data) if source == OWN_SERIES else read_series(source, channels=N)
             if len(values) < L:
                 raise DataError(f"{source}: {len(values)} steps, but the model reads L = {L}")
             forecasts.append(FieldForecast(source, self.forecast(values[None, -L:], steps=self.config.data.horizon)[0]))

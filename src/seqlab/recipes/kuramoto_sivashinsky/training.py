@@ -17,12 +17,12 @@ from torch import nn
 from seqlab.analysis.chaos import largest_lyapunov_exponent
 from seqlab.data.forecasting import Scaler, chronological_splits, window_origins
 from seqlab.data.kuramoto_sivashinsky import KuramotoSivashinsky
-from seqlab.errors import DataError
+from seqlab.errors import ConfigError, DataError
 from seqlab.files import atomic_path
 from seqlab.models.forecaster import Forecaster
 from seqlab.recipes.base import Report, TrainingRun, model_device
 from seqlab.recipes.kuramoto_sivashinsky.config import Config, DataConfig, EvalConfig
-from seqlab.recipes.kuramoto_sivashinsky.system import ChaosForecasts, KSSystem, simulate
+from seqlab.recipes.kuramoto_sivashinsky.system import ChaosForecasts, KSSystem, field_values
 from seqlab.training.trainer import LossOutput
 
 PLOT_FILE = "forecast.png"
@@ -36,9 +36,19 @@ class Windows(NamedTuple):
     y: torch.Tensor
 
 
-def estimate_lyapunov_exponent(start: np.ndarray, data: DataConfig, evaluation: EvalConfig) -> float:
-    """lambda_1 (1 / time unit) of the data section's KS system by two trajectories from the field ``start`` (N,),
-    renormalised once per time unit (``seqlab.analysis.chaos.largest_lyapunov_exponent``)."""
+def lyapunov_exponent(start: np.ndarray, data: DataConfig, evaluation: EvalConfig) -> float:
+    """lambda_1 (1 / time unit): eval.lyapunov_exponent if given, else that of the data section's KS system by two
+    trajectories from the field ``start`` (N,), renormalised once per time unit
+    (``seqlab.analysis.chaos.largest_lyapunov_exponent``).
+
+    Raises: ConfigError for a data.path without eval.lyapunov_exponent (a file's system is not known to simulate).
+    """
+    if evaluation.lyapunov_exponent is not None:
+        return evaluation.lyapunov_exponent
+    if data.path is not None:
+        raise ConfigError(
+            "eval.lyapunov_exponent: give lambda_1 of data.path's system (it is estimated on the simulation only)"
+        )
     solver = KuramotoSivashinsky(data.length, data.grid, data.dt)
     return largest_lyapunov_exponent(
         solver.step,
@@ -76,13 +86,15 @@ class KSTraining:
 
     @classmethod
     def build(cls, config: Config) -> KSTraining:
-        """Simulate, split and standardise the field, estimate lambda_1 and build the untrained model.
+        """Simulate (or read data.path), split and standardise the field, estimate lambda_1 and build the untrained
+        model.
 
-        Raises: DataError if a part is too short for one window (the training part for L_w + H, the test part
-            for L_w + eval.vpt_steps).
+        Raises: DataError for an unusable data.path or a part too short for one window (the training part for
+            L_w + H, the test part for L_w + eval.vpt_steps); ConfigError for a data.path without
+            eval.lyapunov_exponent.
         """
         data = config.data
-        values = simulate(data)
+        values = field_values(data)
         splits = chronological_splits(len(values), valid_fraction=data.valid_fraction, test_fraction=data.test_fraction)
         L, H = data.input_length, data.horizon
         train_origins = window_origins(L, splits.valid_start, input_length=L, horizon=H)
@@ -90,7 +102,7 @@ class KSTraining:
         train = values[: splits.valid_start]
         scaler = Scaler.fit(train)
         model = Forecaster(config.model.model_config(channels=data.grid, horizon=H))
-        exponent = estimate_lyapunov_exponent(train[-1], data, config.eval)
+        exponent = lyapunov_exponent(train[-1], data, config.eval)
         field_scale = float(np.sqrt((train**2).sum(axis=1).mean()))
         system = KSSystem(model, scaler, exponent, field_scale, config)
         for part, origins in (("training", train_origins), ("validation", valid_origins)):
@@ -155,7 +167,8 @@ class KSTraining:
         """The data's part of the training log line."""
         data, system = self.system.config.data, self.system
         return (
-            f"data: Kuramoto-Sivashinsky L={data.length:g}, N={data.grid}, dt={data.dt:g}, {len(self.values)} steps; "
+            f"data: {data.path or f'Kuramoto-Sivashinsky L={data.length:g}'}, N={data.grid}, dt={data.dt:g}, "
+            f"{len(self.values)} steps; "
             f"lambda_1={system.lyapunov_exponent:.4f} (Lyapunov time {1 / system.lyapunov_exponent:.1f}); "
             f"L_w={data.input_length}, H={data.horizon}; {len(self.train_origins)} train / "
             f"{len(self.valid_origins)} valid windows"
@@ -174,10 +187,8 @@ def plot_space_time(path: Path, forecasts: ChaosForecasts, system: KSSystem) -> 
     axes = figure.subplots(3, 1, sharex=True)
     name = f"{system.config.model.arch} ({system.config.model.head} head)"
     panels = (("truth", truth), (f"{name} forecast", model), ("forecast - truth", model - truth))
-    for ax, (title, field_values) in zip(axes, panels, strict=True):
-        image = ax.imshow(
-            field_values.T, aspect="auto", origin="lower", extent=extent, cmap="RdBu_r", vmin=-limit, vmax=limit
-        )
+    for ax, (title, shown) in zip(axes, panels, strict=True):
+        image = ax.imshow(shown.T, aspect="auto", origin="lower", extent=extent, cmap="RdBu_r", vmin=-limit, vmax=limit)
         ax.set_title(title, fontsize=9)
         ax.set_ylabel("x")
         figure.colorbar(image, ax=ax)
@@ -192,7 +203,8 @@ def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     """Simulate the field and build the forecaster: the parts ``run_training`` trains, saves and tests (the best
     validation MSE's model kept).
 
-    Raises: DataError if a part of the simulation is too short for its windows.
+    Raises: DataError for an unusable data.path or a part too short for its windows; ConfigError for a data.path
+        without eval.lyapunov_exponent.
     """
     training = KSTraining.build(config)
     return TrainingRun(
