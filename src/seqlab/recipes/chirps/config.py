@@ -153,7 +153,14 @@ class Config:
     model: ModelConfig = field(default_factory=GRUDenoiserConfig)
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(
-            lr=3e-3, batch_size=32, max_epochs=100, max_steps=1_500, patience=5, validate_every=250, time_budget=480.0
+            lr=3e-3,
+            batch_size=32,
+            max_epochs=100,
+            max_steps=1_500,
+            schedule="cosine",
+            patience=5,
+            validate_every=250,
+            time_budget=540.0,
         )
     )
     eval: EvalConfig = field(default_factory=EvalConfig)

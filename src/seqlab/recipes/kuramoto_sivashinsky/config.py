@@ -162,7 +162,7 @@ class Config:
     model: ModelConfig = field(default_factory=GRUArmConfig)
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(
-            lr=2e-3, batch_size=64, max_epochs=100, max_steps=3_000, patience=5, time_budget=420.0
+            lr=2e-3, batch_size=64, max_epochs=100, max_steps=6_000, schedule="cosine", patience=5, time_budget=540.0
         )
     )
     eval: EvalConfig = field(default_factory=EvalConfig)
