@@ -103,6 +103,22 @@ def forecast(folder: Path) -> list[str]:
     return [f"data.path={path}", "model.hidden_size=4", "eval.arima=false", *ONE_STEP]
 
 
+def kuramoto_sivashinsky(folder: Path) -> list[str]:
+    rows = [" ".join(f"{((i * 7 + j * 3) % 11) / 5 - 1:.3f}" for j in range(8)) for i in range(120)]
+    path = _write(folder, "field.txt", "\n".join(rows) + "\n")
+    sizes = ["data.grid=8", "data.input_length=4", "data.horizon=2", "model.hidden_size=4"]
+    return [f"data.path={path}", *sizes, "eval.lyapunov_exponent=0.05", "eval.vpt_steps=10", *ONE_STEP]
+
+
+def chirps(folder: Path) -> list[str]:
+    rng = random.Random(0)
+    lines = [f"{rng.gauss(0, 1):.4f} {0.5 * ((i % 9) - 4):.4f}" for i in range(6 * 64)]
+    path = _write(folder, "pairs.txt", "\n".join(lines) + "\n")
+    sizes = ["data.samples=64", "data.cut_time_min=0.1", "data.cut_time_max=0.2", "data.valid_signals=2"]
+    sizes += ["model.frame_size=8", "model.hidden_size=4"]
+    return [f"data.path={path}", *sizes, "eval.snrs=10", "eval.test_signals=2", *ONE_STEP]
+
+
 def protein(folder: Path) -> list[str]:
     rng = random.Random(0)
     records = [f">p{i}\n{''.join(rng.choice('ACDEFGHIKLMNPQRSTVWY') for _ in range(30))}\n" for i in range(20)]
@@ -134,9 +150,11 @@ def vowels(folder: Path) -> list[str]:
 
 TINY_RUNS: dict[str, Callable[[Path], list[str]]] = {
     "bert-mlm": bert_mlm,
+    "chirps": chirps,
     "classify": classify,
     "forecast": forecast,
     "g2p": g2p,
+    "kuramoto-sivashinsky": kuramoto_sivashinsky,
     "lm": lm,
     "protein": protein,
     "smiles": smiles,

@@ -12,10 +12,12 @@ from seqlab.errors import CheckpointError, ConfigError
 from seqlab.recipes import (
     RECIPES,
     bert_mlm,
+    chirps,
     classify,
     forecast,
     g2p,
     get_recipe,
+    kuramoto_sivashinsky,
     lm,
     protein,
     recipe_of_checkpoint,
@@ -56,9 +58,11 @@ def test_recipe_members_name_the_whole_protocol():
 def test_the_registry_holds_the_shipped_recipes_by_name():
     shipped = {
         "bert-mlm": bert_mlm,
+        "chirps": chirps,
         "classify": classify,
         "forecast": forecast,
         "g2p": g2p,
+        "kuramoto-sivashinsky": kuramoto_sivashinsky,
         "lm": lm,
         "protein": protein,
         "smiles": smiles,
@@ -70,7 +74,10 @@ def test_the_registry_holds_the_shipped_recipes_by_name():
     }
     assert shipped == RECIPES
     assert get_recipe("vowels") is vowels
-    available = "bert-mlm, classify, forecast, g2p, lm, protein, smiles, t5-g2p, tagger, translate, vec2seq, vowels"
+    available = (
+        "bert-mlm, chirps, classify, forecast, g2p, kuramoto-sivashinsky, lm, protein, smiles, t5-g2p, tagger, "
+        "translate, vec2seq, vowels"
+    )
     with pytest.raises(ConfigError, match=rf"^unknown recipe 'gpt'; available: {available}$"):
         get_recipe("gpt")
 

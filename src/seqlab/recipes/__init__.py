@@ -23,9 +23,11 @@ from pathlib import Path
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.recipes import (
     bert_mlm,
+    chirps,
     classify,
     forecast,
     g2p,
+    kuramoto_sivashinsky,
     lm,
     protein,
     smiles,
@@ -99,9 +101,11 @@ def recipe_of_checkpoint(directory: Path) -> Recipe:
 
 
 register_recipe(bert_mlm)
+register_recipe(chirps)
 register_recipe(classify)
 register_recipe(forecast)
 register_recipe(g2p)
+register_recipe(kuramoto_sivashinsky)
 register_recipe(lm)
 register_recipe(protein)
 register_recipe(smiles)
