@@ -15,6 +15,10 @@ from seqlab.training.trainer import TrainConfig
 def tiny(**model) -> ks.Config:
     if model.pop("transformer", False):
         arm = ks.TransformerArmConfig(d_model=8, num_heads=2, d_ff=16, **model)
+    elif model.pop("tcn", False):
+        arm = ks.TCNArmConfig(hidden_size=8, num_levels=2, **model)
+    elif model.pop("ssm", False):
+        arm = ks.SSMArmConfig(d_model=8, state_size=4, **model)
     else:
         arm = ks.GRUArmConfig(hidden_size=8, **model)
     return ks.Config(
@@ -53,7 +57,9 @@ def test_scores_by_hand():
     )
 
 
-@pytest.mark.parametrize("model", [dict(), dict(transformer=True, head="autoregressive")])
+@pytest.mark.parametrize(
+    "model", [dict(), dict(transformer=True, head="autoregressive"), dict(tcn=True), dict(ssm=True)]
+)
 def test_a_tiny_run_trains_saves_loads_and_predicts_identically(tmp_path, model):
     config = tiny(**model)
     training = ks.KSTraining.build(config)
@@ -104,14 +110,17 @@ def test_a_test_part_too_short_for_the_free_running_forecasts_is_a_one_line_erro
     ("setting", "message"),
     [
         ("data.grid=63", "--set: [data] grid (63) must be even"),
-        ("model.arch=tcnn", "--set model.arch: 'tcnn' is not one of gru, lstm, rnn, transformer"),
+        ("model.arch=tcnn", "--set model.arch: 'tcnn' is not one of gru, lstm, rnn, transformer, tcn, ssm"),
         ("model.d_model=10", "--set: [model] d_model (10) must be divisible by num_heads (4)"),
+        ("model.num_layers=3", "--set: [model] num_layers (3) is not used by arch 'tcn': its depth is num_levels"),
     ],
 )
 def test_bad_settings_exit_2_with_one_line(tmp_path, setting, message):
     argv = ["train", "kuramoto-sivashinsky", "--out", tmp_path / "run", "--set", setting]
     if setting.startswith("model.d_model"):
         argv += ["--set", "model.arch=transformer"]
+    if setting.startswith("model.num_layers"):
+        argv += ["--set", "model.arch=tcn"]
     assert_error(run_cli(*argv), message)
     assert not (tmp_path / "run").exists()
 

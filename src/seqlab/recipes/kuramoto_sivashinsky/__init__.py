@@ -11,7 +11,7 @@ lambda_1 given as ``eval.lyapunov_exponent``), split in time (train, valid, test
 ``test_fraction``) and standardised per grid point with the training part's statistics. The largest Lyapunov
 exponent lambda_1 of the simulation is estimated by two trajectories (``seqlab.analysis.chaos``).
 
-Model: ``seqlab.models.forecaster`` with the encoder ``model.arch`` (gru | lstm | rnn | transformer), residual
+Model: ``seqlab.models.forecaster`` with the encoder ``model.arch`` (gru | lstm | rnn | transformer | tcn | ssm), residual
 by default, trained by mean squared error on windows of L_w fields and the next H. Test: free-running forecasts of
 ``eval.vpt_steps`` steps (the model fed its own output) from origins ``eval.vpt_stride`` apart in the test part;
 valid prediction time in Lyapunov times (the normalised error ||u_hat - u|| / sqrt(<||u||^2>) first above
@@ -31,6 +31,8 @@ from seqlab.recipes.kuramoto_sivashinsky.config import (
     LSTMArmConfig,
     ModelConfig,
     RNNArmConfig,
+    SSMArmConfig,
+    TCNArmConfig,
     TransformerArmConfig,
 )
 from seqlab.recipes.kuramoto_sivashinsky.system import DYNAMICS_FILE, ChaosForecasts, FieldForecast, KSSystem
@@ -56,7 +58,9 @@ __all__ = [
     "LSTMArmConfig",
     "ModelConfig",
     "RNNArmConfig",
+    "SSMArmConfig",
     "System",
+    "TCNArmConfig",
     "TransformerArmConfig",
     "lyapunov_exponent",
     "prepare",

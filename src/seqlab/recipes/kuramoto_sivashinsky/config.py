@@ -133,7 +133,39 @@ class TransformerArmConfig(ForecasterArmConfig):
         self.model_config(channels=1, horizon=1)  # d_model divisible by num_heads
 
 
-ModelConfig = GRUArmConfig | LSTMArmConfig | RNNArmConfig | TransformerArmConfig
+@dataclass(frozen=True)
+class TCNArmConfig(ForecasterArmConfig):
+    """``tcn``: a causal dilated convolution stack over the window (``seqlab.nn.TemporalConvNet``, Bai et al. 2018),
+    receptive field 1 + 2 (k - 1)(2^L - 1) steps."""
+
+    arch: Literal["tcn"] = "tcn"
+    hidden_size: int = 128  # channels of every level
+    num_levels: int = 4  # residual blocks, dilations 1, 2, ..., 2^(L-1)
+    kernel_size: int = 3  # k
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("hidden_size", self.hidden_size, maximum=8192)
+        if self.num_layers != 1:
+            raise ConfigError(f"num_layers ({self.num_layers}) is not used by arch 'tcn': its depth is num_levels")
+        self.model_config(channels=1, horizon=1)  # the TCN's sizes
+
+
+@dataclass(frozen=True)
+class SSMArmConfig(ForecasterArmConfig):
+    """``ssm``: an input projection and S4D blocks (``seqlab.nn.state_space``, Gu et al. 2022) over the window."""
+
+    arch: Literal["ssm"] = "ssm"
+    d_model: int = 64  # D
+    state_size: int = 64  # N of every S4D layer (even)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("d_model", self.d_model, maximum=8192)
+        self.model_config(channels=1, horizon=1)  # the state size
+
+
+ModelConfig = GRUArmConfig | LSTMArmConfig | RNNArmConfig | TransformerArmConfig | TCNArmConfig | SSMArmConfig
 
 
 @dataclass(frozen=True)
@@ -156,7 +188,7 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class Config:
-    """The whole recipe: sections data, model (``model.arch``: gru | lstm | rnn | transformer), train, eval."""
+    """The whole recipe: sections data, model (``model.arch``: gru | lstm | rnn | transformer | tcn | ssm), train, eval."""
 
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=GRUArmConfig)
