@@ -24,6 +24,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from statsmodels.tsa.statespace.sarimax import SARIMAX
 
+from seqlab.analysis.chaos import valid_steps
 from seqlab.errors import DataError
 from seqlab.files import atomic_path
 
@@ -87,9 +88,7 @@ def valid_prediction_time(
     """Mean valid prediction time in Lyapunov times of free-running forecasts (B, S, C) against ``truth`` (B, S, C),
     both standardised per channel; a window that never exceeds ``threshold`` counts S steps."""
     error = np.sqrt(((forecast - truth) ** 2).mean(axis=-1))  # (B, S)
-    exceeded = error > threshold
-    steps = np.where(exceeded.any(axis=1), exceeded.argmax(axis=1), error.shape[1])
-    return float(steps.mean() * dt * lyapunov_exponent)
+    return float(valid_steps(error, threshold).mean() * dt * lyapunov_exponent)
 
 
 def plot_forecasts(
