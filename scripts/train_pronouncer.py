@@ -5,8 +5,9 @@ It runs ``seqlab train g2p`` with the recipe's defaults (the attention LSTM, 835
 safetensors) except a fixed step count in place of the time budget, so that every machine trains the same model
 (the cosine schedule ends at ``--steps``; about 1,800 steps make an epoch of CMUdict's training split). The run's
 test-split PER and WER are in ``OUT/results.json`` and are copied along. One CPU thread: on a shared machine more
-threads only wait on each other; on a quiet 2-core machine 5,000 steps take about 10 minutes, plus a few for the
-test split.
+threads only wait on each other. The shipped model (5,000 steps, seed 0) trained for 2,912 s on one thread of a
+2-core machine shared with a load of 8 to 18, and scored the test split in another 575 s: WER 32.79%, PER 7.86%
+(valid loss 0.2066); the 20,000-step default reaches 26.9% / 6.3%.
 
 The package directory ``src/seqlab/pretrained/g2p_en`` gets the run's model, vocabularies, config and results, the
 files ``seqlab.recipes.load_system`` reads (training state and metrics stay in OUT).

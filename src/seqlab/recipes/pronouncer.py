@@ -3,7 +3,7 @@ as package data in ``seqlab/pretrained/g2p_en`` and loaded through ``load_system
 
     >>> import seqlab
     >>> seqlab.pronounce("hello")
-    'HH AH L OW'
+    'HH EH L OW'
     >>> seqlab.pronounce(["speech", "sound"], nbest=2)  # doctest: +SKIP
     [[('S P IY CH', -0.0...), ...], [('S AW N D', -0.0...), ...]]
 
