@@ -6,7 +6,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqlab.data.vocab import Vocabulary
-from seqlab.metrics import G2PScores, g2p_scores, perplexity, phoneme_error_rate, unigram_score, word_error_rate
+from seqlab.metrics import (
+    G2PScores,
+    LengthCoverage,
+    g2p_scores,
+    length_coverage,
+    perplexity,
+    phoneme_error_rate,
+    unigram_score,
+    word_error_rate,
+)
 
 
 def brute_force_edit_distance(a, b):
@@ -174,3 +183,37 @@ def test_unigram_score_refuses_no_test_tokens_and_too_small_a_vocabulary():
         unigram_score("ab", "", vocab_size=2)
     with pytest.raises(ValueError, match=r"^vocab_size \(2\) is smaller than the 3 token types seen$"):
         unigram_score("ab", "c", vocab_size=2)
+
+
+def test_length_coverage_by_hand():
+    # "abcd": 2 of 4 phonemes (0.5 < 0.7: dropped end); "xyz": 4 of 3 (1.33 > 1.3: a repeat);
+    # "ab": 2 against the variants (A B) and (A B C D): the closer (A B) is its reference, so not a dropped end;
+    # "hello": 4 of 4, exact.
+    words = ["abcd", "xyz", "ab", "hello"]
+    hypotheses = [("A", "B"), ("X", "Y", "Z", "Z"), ("A", "B"), ("H", "EH", "L", "OW")]
+    references = [
+        [("A", "B", "C", "D")],
+        [("X", "Y", "Z")],
+        [("A", "B", "C", "D"), ("A", "B")],
+        [("H", "EH", "L", "OW")],
+    ]
+    coverage = length_coverage(words, hypotheses, references)
+    # letters 4 + 3 + 2 + 5 = 14; hypothesis phonemes 2 + 4 + 2 + 4 = 12; closest references 4 + 3 + 2 + 4 = 13
+    assert coverage == pytest.approx(LengthCoverage(12 / 14, 13 / 14, 25.0, 25.0))
+
+
+def test_length_coverage_thresholds_are_strict():
+    # 7 of 10 phonemes is exactly 70%: not shorter than 70%; 13 of 10 exactly 130%: not longer.
+    reference = [tuple(f"P{i}" for i in range(10))]
+    hypotheses = [reference[0][:7], (*reference[0], "A", "B", "C")]
+    coverage = length_coverage(["w" * 10, "w" * 10], hypotheses, [reference, reference])
+    assert coverage.dropped_ends == 0.0 and coverage.repeats == 0.0
+    coverage = length_coverage(["w" * 10], [reference[0][:6]], [reference])
+    assert coverage.dropped_ends == 100.0
+
+
+def test_length_coverage_input_errors():
+    with pytest.raises(ValueError, match="2 words but 1 hypotheses"):
+        length_coverage(["a", "b"], [("A",)], [[("A",)]])
+    with pytest.raises(ValueError, match="an empty word has no letters to pronounce"):
+        length_coverage([""], [("A",)], [[("A",)]])

@@ -37,3 +37,13 @@ the command line. Old spellings keep working for one release with a warning.
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    """``seqlab.pronounce``: ``seqlab.recipes.pronouncer.pronounce``, imported on first use so that ``import
+    seqlab`` stays light."""
+    if name == "pronounce":
+        from seqlab.recipes.pronouncer import pronounce
+
+        return pronounce
+    raise AttributeError(f"module 'seqlab' has no attribute {name!r}")

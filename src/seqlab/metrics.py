@@ -1,5 +1,5 @@
-"""Evaluation metrics: perplexity, the unigram baseline, and phoneme / word error rates for grapheme-to-phoneme
-conversion.
+"""Evaluation metrics: perplexity, the unigram baseline, and phoneme / word error rates and length coverage for
+grapheme-to-phoneme conversion.
 
 Edit distances come from ``rapidfuzz.distance.Levenshtein`` (unit-cost insertions, deletions and
 substitutions), which compares sequences of any hashable symbols, here phoneme strings.
@@ -84,6 +84,62 @@ def word_error_rate(hypotheses: Sequence[Sequence[str]], references: Sequence[Se
 def g2p_scores(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]) -> G2PScores:
     """Both G2P metrics: G2PScores(per, wer) in percent. Args and Raises: as :func:`phoneme_error_rate`."""
     return G2PScores(phoneme_error_rate(hypotheses, references), word_error_rate(hypotheses, references))
+
+
+DROPPED_END_RATIO = 0.7  # a hypothesis shorter than this fraction of its reference has lost its end
+REPEAT_RATIO = 1.3  # a hypothesis longer than this fraction of its reference repeats part of it
+
+
+class LengthCoverage(NamedTuple):
+    """Whether a G2P model pronounces every letter: lengths of the hypotheses against the references.
+
+    Attributes:
+        phonemes_per_letter: hypothesis phonemes per letter, sum_w |h_w| / sum_w |x_w|.
+        reference_phonemes_per_letter: the same for the references, sum_w |r_w*| / sum_w |x_w|.
+        dropped_ends: % of words with |h_w| < ``DROPPED_END_RATIO`` |r_w*| (the end of the word left unsaid).
+        repeats: % of words with |h_w| > ``REPEAT_RATIO`` |r_w*| (syllables said twice).
+    """
+
+    phonemes_per_letter: float
+    reference_phonemes_per_letter: float
+    dropped_ends: float
+    repeats: float
+
+
+def length_coverage(
+    words: Sequence[str], hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]
+) -> LengthCoverage:
+    """Phonemes per letter of the hypotheses and of the references, and the % of words whose hypothesis is much
+    shorter (dropped ends) or much longer (repeats) than its reference (``LengthCoverage``, issue 25).
+
+    Each word is held against its closest reference r_w* (the one the phoneme error rate counts: least edit
+    distance, then the shorter), so a word with a short and a long variant is not called cut short for choosing
+    the long one's neighbour.
+
+    Args:
+        words: W words (their lengths |x_w| in characters); hypotheses: W predicted phoneme sequences;
+            references: W lists of reference pronunciations.
+    Raises:
+        ValueError: as :func:`phoneme_error_rate`, or if ``words`` is not as long as ``hypotheses`` or has an
+            empty word.
+    """
+    _check(hypotheses, references)
+    if len(words) != len(hypotheses):
+        raise ValueError(f"{len(words)} words but {len(hypotheses)} hypotheses")
+    if any(not word for word in words):
+        raise ValueError("an empty word has no letters to pronounce")
+    letters = hypothesis_length = reference_length = dropped = repeated = 0
+    for word, hypothesis, variants in zip(words, hypotheses, references, strict=True):
+        _, reference = _closest(hypothesis, variants)
+        letters += len(word)
+        hypothesis_length += len(hypothesis)
+        reference_length += reference
+        dropped += len(hypothesis) < DROPPED_END_RATIO * reference
+        repeated += len(hypothesis) > REPEAT_RATIO * reference
+    per_word = 100.0 / len(words)
+    return LengthCoverage(
+        hypothesis_length / letters, reference_length / letters, dropped * per_word, repeated * per_word
+    )
 
 
 def perplexity(total_nll_nats: float, num_tokens: int) -> float:

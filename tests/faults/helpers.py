@@ -11,7 +11,6 @@ import seqlab
 from seqlab.data.pronunciations import G2PDataConfig
 from seqlab.recipes import RECIPES, g2p
 from seqlab.recipes.base import load_recipe_config, run_training
-from seqlab.recipes.common.search import SearchDecodeConfig
 from seqlab.recipes.lm import config as lm_config
 from seqlab.training.checkpoint import STATE_FILE, load_training_state
 from seqlab.training.train_config import ScheduledSamplingTrainConfig
@@ -34,7 +33,7 @@ def g2p_config(dictionary: Path, **train_changes) -> g2p.Config:
     data = G2PDataConfig(train_path=str(dictionary), valid_path=str(dictionary), test_path=str(dictionary))
     model = g2p.RNNConfig(hidden_size=16, embedding_size=8, encoder_layers=1, dropout=0.2)
     train = ScheduledSamplingTrainConfig(**{**TRAIN_SETTINGS, **train_changes})
-    return g2p.Config(data=data, model=model, train=train, decode=SearchDecodeConfig(num_beams=1))
+    return g2p.Config(data=data, model=model, train=train, decode=g2p.DecodeConfig(num_beams=1))
 
 
 def lm_recipe_config(corpus: Path, arch: str, **train_changes) -> lm_config.Config:

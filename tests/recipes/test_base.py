@@ -37,7 +37,6 @@ from seqlab.recipes.base import (
     read_json_list,
     save_recipe_file,
 )
-from seqlab.recipes.common.search import SearchDecodeConfig
 from seqlab.recipes.system import SystemOptions
 from seqlab.training.train_config import ScheduledSamplingTrainConfig
 
@@ -95,7 +94,7 @@ def test_a_sectioned_config_round_trips_through_the_recipe_file(tmp_path):
     config = g2p.Config(
         model=g2p.TransformerConfig(d_model=8, num_heads=2, dropout=0.0),
         train=ScheduledSamplingTrainConfig(lr=1e-2, batch_size=3, max_steps=7, teacher_forcing=0.5),
-        decode=SearchDecodeConfig(num_beams=2),
+        decode=g2p.DecodeConfig(num_beams=2),
     )
     save_recipe_file(tmp_path, g2p.NAME, config)
     assert json.loads((tmp_path / RECIPE_FILE).read_text()) == {"recipe": "g2p", "config": dataclasses.asdict(config)}

@@ -69,7 +69,7 @@ def overfit_config(path: Path) -> g2p.Config:
             label_smoothing=0.0,
         ),
         train=ScheduledSamplingTrainConfig(lr=1e-2, batch_size=32, max_epochs=50, patience=None, time_budget=None),
-        decode=SearchDecodeConfig(num_beams=1),
+        decode=g2p.DecodeConfig(num_beams=1),
     )
 
 
@@ -252,6 +252,12 @@ def test_a_test_word_with_an_unseen_letter_stops_training_before_anything_is_wri
         (g2p.TransformerConfig, {"label_smoothing": 1.0}, r"label_smoothing \(1.0\) must be in \[0, 1\)"),
         (SearchDecodeConfig, {"num_beams": 0}, r"num_beams \(0\) must be an integer >= 1 and <= 1000"),
         (SearchDecodeConfig, {"max_length": 0}, r"max_length \(0\) must be an integer >= 1 and <= 10000"),
+        (g2p.DecodeConfig, {"coverage_penalty": -0.5}, r"coverage_penalty \(-0.5\) must be a finite number >= 0.0"),
+        (
+            g2p.DecodeConfig,
+            {"coverage_penalty": 0.2, "num_beams": 1},
+            r"coverage_penalty ranks finished beam hypotheses; it needs num_beams > 1",
+        ),
     ],
 )
 def test_sections_validate_their_values(section, changes, message):
@@ -347,3 +353,34 @@ def test_a_placement_without_attention_stops_before_anything_is_written(tmp_path
     with pytest.raises(ConfigError, match=message):
         run_training(g2p, config, out, progress=False, log=lambda line: None)
     assert list(out.iterdir()) == []
+
+
+# --- the coverage penalty (issue 25) ---------------------------------------------------------------------
+
+
+def _with_decode(system, **changes):
+    decode = dataclasses.replace(system.config.decode, **changes)
+    return dataclasses.replace(system, config=dataclasses.replace(system.config, decode=decode))
+
+
+def test_a_zero_coverage_penalty_decodes_as_plain_beam_search_and_a_large_one_still_reads_every_word(overfit):
+    out, _ = overfit
+    system = _with_decode(g2p.G2PSystem.load(out), num_beams=4)
+    words = ["abandon", "zoo", "internationalization"]
+    plain = system.transcribe(words, source="test", nbest=4)
+    assert _with_decode(system, coverage_penalty=0.0).transcribe(words, source="test", nbest=4) == plain
+    penalised = _with_decode(system, coverage_penalty=5.0).transcribe(words, source="test", nbest=4)
+    # the same beam's finished hypotheses, only ranked otherwise: the reported scores stay log-probabilities
+    assert all(len(h) == 4 and all(score <= 0 for _, score in h) for h in penalised)
+
+
+def test_the_coverage_penalty_is_refused_with_an_ensemble(overfit, tmp_path):
+    out, _ = overfit
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    recipe = json.loads((run / "recipe.json").read_text())
+    recipe["config"]["decode"]["num_beams"] = 2
+    recipe["config"]["decode"]["coverage_penalty"] = 0.2
+    (run / "recipe.json").write_text(json.dumps(recipe))
+    with pytest.raises(ConfigError, match=rf"^--ensemble cannot be combined with {run}'s decode.coverage_penalty"):
+        g2p.G2PSystem.load(run, SystemOptions(ensemble=(out,)))

@@ -100,6 +100,24 @@ def test_error_categories_by_hand():
     assert rows["wer_letters_8_10"] == 100.0 and rows["wer_letters_11_up"] == 0.0
     assert rows["wer_one_pronunciation"] == 100 / 3 and rows["wer_several_pronunciations"] == 100.0
     assert rows["wer_no_vowel_letter"] == 100.0 and rows["words_no_vowel_letter"] == 1.0
+    assert rows["words_letters_15_up"] == 0.0 and "dropped_ends_letters_15_up" not in rows
+    # 1-4 letters: "ab" (2 letters, A for A) and "nth" (3 letters, N for the closest reference EH N: 1 of 2)
+    assert rows["phonemes_per_letter_letters_1_4"] == 2 / 5
+    assert rows["reference_phonemes_per_letter_letters_1_4"] == 3 / 5
+    assert rows["dropped_ends_letters_1_4"] == 50.0 and rows["repeats_letters_1_4"] == 0.0
+
+
+def test_the_15_up_bucket_lies_within_11_up_and_reports_dropped_ends_and_repeats():
+    words = ["internationalization", "abcdefghijkl", "abcdefghijklmno"]
+    hypotheses = [("IH", "N", "T", "ER"), ("A", "B", "C", "A", "B", "C"), ("A", "B", "C")]
+    references = [[("IH", "N", "T", "ER", "N", "AE", "SH", "AH", "N")], [("A", "B", "C")], [("A", "B", "C")]]
+    rows = error_categories(words, hypotheses, references)
+    assert rows["words_letters_11_up"] == 3.0 and rows["words_letters_15_up"] == 2.0
+    assert rows["wer_letters_15_up"] == 50.0 and rows["wer_letters_11_up"] == 200 / 3
+    assert rows["dropped_ends_letters_15_up"] == 50.0 and rows["repeats_letters_15_up"] == 0.0
+    assert rows["repeats_letters_11_up"] == 100 / 3 and rows["dropped_ends_letters_11_up"] == 100 / 3
+    assert rows["phonemes_per_letter_letters_15_up"] == 7 / 35
+    assert rows["reference_phonemes_per_letter_letters_15_up"] == 12 / 35
 
 
 def test_write_errors_measures_the_distance_to_the_closest_reference(tmp_path):

@@ -1,7 +1,8 @@
 """Decoding as pure functions over the step interface (``step`` / ``reorder_state``): greedy and beam search,
-logits processors, sampling, and the ``generate`` engine for language models."""
+logits processors, the coverage penalty, sampling, and the ``generate`` engine for language models."""
 
 from seqlab.decoding.beam_search import beam_search
+from seqlab.decoding.coverage import CoverageStepModel, coverage_penalty
 from seqlab.decoding.ensemble import EnsembleStepModel
 from seqlab.decoding.generate import GenerateOutput, generate
 from seqlab.decoding.greedy import greedy_search
@@ -19,6 +20,7 @@ from seqlab.decoding.processors import (
 from seqlab.decoding.sampling import sample
 
 __all__ = [
+    "CoverageStepModel",
     "EnsembleStepModel",
     "GenerateOutput",
     "LogitsProcessor",
@@ -26,6 +28,7 @@ __all__ = [
     "StepModel",
     "StepOutput",
     "beam_search",
+    "coverage_penalty",
     "generate",
     "greedy_search",
     "logits_processor",

@@ -23,6 +23,7 @@ def beam_search(
     length_penalty: float = 1.0,
     num_return_sequences: int = 1,
     logits_processor: Callable[[Tensor, Tensor], Tensor] | None = None,
+    finished_score: Callable[[Any], Tensor] | None = None,
 ) -> SearchOutput:
     """Keep the ``beam_size`` most probable unfinished prefixes per row, extend them by every token, repeat.
 
@@ -50,6 +51,10 @@ def beam_search(
             step's log-probabilities given the live prefixes' generated tokens, before ranking (as transformers'
             beam search applies its processors, without renormalising); scores and log_probs then sum the
             processed values, which must stay <= 0 for the early stop to be exact (penalties and bans do).
+        finished_score: ``score(state) -> (B * K,)``, a term added to each hypothesis' normalised score when it
+            finishes, from the model's state after its last step (e.g. ``seqlab.decoding.coverage.coverage_penalty``,
+            Wu et al. 2016's s(Y, X) = log p / lp + cp); values <= 0 keep the early stop exact. Live prefixes are
+            still ranked by their log-probabilities.
     Returns: ``SearchOutput`` with num_return_sequences hypotheses per row, best first; tokens (B, K', T),
         T the longest returned hypothesis. If a row has fewer possible hypotheses, the rest score -inf.
     Raises: ValueError if beam_size < 1, num_return_sequences is not in [1, beam_size], max_length < 1,
@@ -80,6 +85,7 @@ def beam_search(
     rows = torch.arange(B * K, device=device)
     for t in range(1, max_length + 1):
         logits, state = model.step(tokens, state)
+        finish_terms = None if finished_score is None else finished_score(state).view(B, K)
         log_probs = next_token_log_probs(logits, rows=B * K, eos_id=eos_id)  # (B * K, V)
         if logits_processor is not None:
             log_probs = logits_processor(log_probs, history[:, :, : t - 1].reshape(B * K, t - 1))
@@ -92,7 +98,9 @@ def beam_search(
             if ends.any():  # (a -inf hypothesis is never returned: a step that ends none leaves the pool as it is)
                 finished = best.masked_fill(~ends, float("-inf"))
                 # Column t - 1 of each prefix still holds eos_id, which is the hypothesis' last token.
-                pool = _add_to_pool(pool, _take(history, flat // V), finished, t, length_penalty)
+                parent = flat // V
+                extra = None if finish_terms is None else _take(finish_terms, parent)
+                pool = _add_to_pool(pool, _take(history, parent), finished, t, length_penalty, extra)
                 pooled = True
             total[:, :, eos_id] = float("-inf")
         live_log_probs, flat = total.view(B, K * V).topk(K, dim=1)  # (B, K)
@@ -101,7 +109,8 @@ def beam_search(
         history[:, :, t - 1] = next_tokens
         if t == max_length:
             live = live_log_probs.masked_fill(done.unsqueeze(1), float("-inf"))
-            pool = _add_to_pool(pool, history, live, t, length_penalty)
+            extra = None if finish_terms is None else _take(finish_terms, origin)
+            pool = _add_to_pool(pool, history, live, t, length_penalty, extra)
             break
         # Log-probs are <= 0: a continuation of n tokens scores at most log p(prefix) / n ** length_penalty,
         # which over n in [t + 1, max_length] is largest at one end.
@@ -131,11 +140,14 @@ def _take(x: Tensor, index: Tensor) -> Tensor:
 
 
 def _add_to_pool(
-    pool: SearchOutput, tokens: Tensor, log_probs: Tensor, length: int, length_penalty: float
+    pool: SearchOutput, tokens: Tensor, log_probs: Tensor, length: int, length_penalty: float, extra: Tensor | None
 ) -> SearchOutput:
-    """The K best of the pool (B, K) and K new hypotheses of ``length`` tokens (-inf log_probs: none)."""
+    """The K best of the pool (B, K) and K new hypotheses of ``length`` tokens (-inf log_probs: none), whose
+    scores gain ``extra`` (B, K) when given (``finished_score``)."""
     K = pool.scores.shape[1]
     scores = log_probs / length**length_penalty
+    if extra is not None:
+        scores = scores + extra
     merged_scores, index = torch.cat([pool.scores, scores], dim=1).topk(K, dim=1)  # (B, K) of (B, 2K)
     lengths = torch.full_like(pool.lengths, length)
     return SearchOutput(

@@ -36,7 +36,6 @@ from seqlab.models.seq2seq.transformer import (
 )
 from seqlab.recipes import g2p
 from seqlab.recipes.base import run_training
-from seqlab.recipes.common.search import SearchDecodeConfig
 from seqlab.recipes.system import SystemOptions
 from seqlab.training.train_config import ScheduledSamplingTrainConfig
 
@@ -623,7 +622,7 @@ def test_a_small_transformer_overfits_100_words_to_wer_zero(cmudict_entries, tmp
             warmup_steps=50,
             max_steps=60 * 7,
         ),
-        decode=SearchDecodeConfig(num_beams=1),
+        decode=g2p.DecodeConfig(num_beams=1),
     )
     out = tmp_path / "run"
     out.mkdir()

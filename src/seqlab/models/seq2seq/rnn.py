@@ -283,6 +283,17 @@ class RNNSeq2Seq(PretrainedMixin, nn.Module):
         output, state = self.decoder(tokens.unsqueeze(1), state)
         return StepOutput(output.logits.squeeze(1), state)
 
+    def attention_step(self, tokens: Tensor, state: RNNDecoderState) -> tuple[StepOutput, Tensor]:
+        """``step`` with the step's attention weights (B, S) over the source (zero at padded steps), for the
+        coverage penalty (``seqlab.decoding.coverage``).
+
+        Raises: ValueError for the fixed-context model (attention "none"), which attends nowhere.
+        """
+        output, state = self.decoder(tokens.unsqueeze(1), state)
+        if output.attention is None:
+            raise ValueError("a model with attention 'none' has no attention weights to sum")
+        return StepOutput(output.logits.squeeze(1), state), output.attention.squeeze(1)
+
     def reorder_state(self, state: RNNDecoderState, index: Tensor) -> RNNDecoderState:
         """Rows ``index`` (B',) of the state: hidden is (L, B, H) (batch at -2), everything else batch-first."""
         return state._replace(

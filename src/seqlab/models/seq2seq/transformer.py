@@ -198,6 +198,17 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
         out = self.decoder(x, state.memory_kv, memory_keep_mask=state.src_keep_mask, caches=state.caches)
         return StepOutput(self.output(out.output).squeeze(1), state._replace(caches=out.caches))
 
+    def attention_step(self, tokens: Tensor, state: TransformerDecoderState) -> tuple[StepOutput, Tensor]:
+        """``step`` with the last decoder layer's cross-attention weights averaged over heads (B, S), as
+        ``forward(need_weights=True)`` gives them, for the coverage penalty (``seqlab.decoding.coverage``)."""
+        position = state.caches[0].length
+        x = self._embed(self.tgt_embedding, tokens.unsqueeze(1), position)  # (B, 1, D)
+        out = self.decoder(
+            x, state.memory_kv, memory_keep_mask=state.src_keep_mask, caches=state.caches, need_weights=True
+        )
+        weights = out.cross_weights[-1].mean(dim=1).squeeze(1)  # (B, N, 1, S) -> (B, S)
+        return StepOutput(self.output(out.output).squeeze(1), state._replace(caches=out.caches)), weights
+
     def reorder_state(self, state: TransformerDecoderState, index: Tensor) -> TransformerDecoderState:
         """Rows ``index`` (B',) of the state (copies, so beams never share cache buffers)."""
         return select_rows(state, index)

@@ -12,7 +12,7 @@ trained run: predict, evaluate, attention maps, exposure bias), ``training`` (``
 ``rescoring`` (n-best re-ranking by a second run), ``error_analysis`` (WER by category, the wrong-word list).
 """
 
-from seqlab.recipes.g2p.config import Config, RNNConfig, TransformerConfig
+from seqlab.recipes.g2p.config import Config, DecodeConfig, RNNConfig, TransformerConfig
 from seqlab.recipes.g2p.system import NAME, G2PPrediction, G2PSystem, encode_pairs
 from seqlab.recipes.g2p.training import G2PTraining, prepare
 
@@ -23,6 +23,7 @@ __all__ = [
     "DESCRIPTION",
     "NAME",
     "Config",
+    "DecodeConfig",
     "G2PPrediction",
     "G2PSystem",
     "G2PTraining",

@@ -1,9 +1,10 @@
 """The g2p recipe's configuration: the ``[model]`` section (a choice of ``RNNConfig`` and ``TransformerConfig``),
 the default ``[train]`` section and the whole ``Config``.
 
-``[data]`` is ``seqlab.data.pronunciations.G2PDataConfig`` (shared with ``t5-g2p``), ``[decode]``
-``seqlab.recipes.common.search.SearchDecodeConfig``, ``[train]`` a ``ScheduledSamplingTrainConfig`` (g2p trains with
-teacher forcing, or scheduled sampling with ``train.teacher_forcing`` < 1 or a ``train.teacher_forcing_schedule``).
+``[data]`` is ``seqlab.data.pronunciations.G2PDataConfig`` (shared with ``t5-g2p``), ``[decode]`` a ``DecodeConfig``
+(``seqlab.recipes.common.search.SearchDecodeConfig`` and the coverage penalty), ``[train]`` a
+``ScheduledSamplingTrainConfig`` (g2p trains with teacher forcing, or scheduled sampling with
+``train.teacher_forcing`` < 1 or a ``train.teacher_forcing_schedule``).
 """
 
 from __future__ import annotations
@@ -31,12 +32,21 @@ from seqlab.models.seq2seq.transformer import (
 from seqlab.recipes.common.search import SearchDecodeConfig
 from seqlab.recipes.g2p.rescoring import TARGET_ORDERS, TargetOrder
 from seqlab.training.train_config import ScheduledSamplingTrainConfig
-from seqlab.validation import MAX_DEPTH, MAX_WIDTH, check_bool, check_choice, check_int, check_probability
+from seqlab.validation import (
+    MAX_DEPTH,
+    MAX_WIDTH,
+    check_bool,
+    check_choice,
+    check_int,
+    check_probability,
+    check_real,
+)
 
 __all__ = [
     "DEFAULT_STEPS",
     "DEFAULT_TRAIN",
     "Config",
+    "DecodeConfig",
     "ModelConfig",
     "RNNConfig",
     "SharedModelConfig",
@@ -163,6 +173,25 @@ DEFAULT_TRAIN = ScheduledSamplingTrainConfig(
 
 
 @dataclass(frozen=True)
+class DecodeConfig(SearchDecodeConfig):
+    """The g2p ``[decode]`` section: beam search (``SearchDecodeConfig``) and the coverage penalty of Wu et al.
+    (2016, eq. 14; ``seqlab.decoding.coverage``), which lowers the score of a finished hypothesis whose attention
+    left letters unread (a dropped end).
+
+    Raises: ConfigError (a ValueError) for a value out of range, naming the field and the value, or a coverage
+        penalty with greedy search (it ranks finished beam hypotheses; one beam has nothing to rank).
+    """
+
+    coverage_penalty: float = 0.0  # beta of cp = beta * sum_i log min(attention on letter i, 1); 0 = none
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_real("coverage_penalty", self.coverage_penalty, at_least=0.0)
+        if self.coverage_penalty > 0 and self.num_beams == 1:
+            raise ConfigError("coverage_penalty ranks finished beam hypotheses; it needs num_beams > 1")
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole recipe: sections data, model, train, decode.
 
@@ -179,4 +208,4 @@ class Config:
     data: G2PDataConfig = field(default_factory=G2PDataConfig)
     model: RNNConfig | TransformerConfig = field(default_factory=RNNConfig)
     train: ScheduledSamplingTrainConfig = field(default_factory=lambda: DEFAULT_TRAIN)
-    decode: SearchDecodeConfig = field(default_factory=SearchDecodeConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)

@@ -1,8 +1,13 @@
-"""Where a G2P model goes wrong: word error rates by category, and the list of wrong words.
+"""Where a G2P model goes wrong: word error rates by category, length coverage by word length, and the list of
+wrong words.
 
 Categories (each word of the scored set falls in one length bucket and one reference-count class):
 
-- letters: the word's length in characters, bucketed 1-4, 5-7, 8-10 and 11+ (long words carry more chances to err).
+- letters: the word's length in characters, bucketed 1-4, 5-7, 8-10 and 11+ (long words carry more chances to err),
+  and 15+, the long words within 11+ (kept apart because that is where a model drops or repeats syllables; 11+
+  stays whole so that earlier results compare). Each length bucket also reports its length coverage
+  (``seqlab.metrics.length_coverage``): phonemes per letter of the hypotheses and of the references, and the % of
+  words cut short (dropped ends) or too long (repeats).
 - pronunciations: one reference, or several (a word with variants is right if it matches any of them, but its
   spelling is by definition ambiguous).
 - no vowel letter: none of a, e, i, o, u, y (``nth``, ``mcgrw``, ``ltd``): abbreviations and initialisms, read
@@ -21,12 +26,14 @@ from rapidfuzz.distance import Levenshtein
 
 from seqlab.errors import ConfigError
 from seqlab.files import atomic_write
+from seqlab.metrics import length_coverage
 
 LENGTH_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
     ("1_4", 1, 4),
     ("5_7", 5, 7),
     ("8_10", 8, 10),
     ("11_up", 11, None),
+    ("15_up", 15, None),  # within 11_up
 )
 VOWEL_LETTERS = frozenset("aeiouy")
 __all__ = ["LENGTH_BUCKETS", "VOWEL_LETTERS", "check_errors_path", "error_categories", "write_errors"]
@@ -37,21 +44,26 @@ Phonemes = Sequence[str]
 def error_categories(
     words: Sequence[str], hypotheses: Sequence[Phonemes], references: Sequence[Sequence[Phonemes]]
 ) -> dict[str, float]:
-    """Word error rate (%) and word count of every category (module docstring), as ``wer_NAME`` and ``words_NAME``.
+    """Word error rate (%) and word count of every category (module docstring), as ``wer_NAME`` and ``words_NAME``,
+    and each length bucket's coverage as ``phonemes_per_letter_NAME``, ``reference_phonemes_per_letter_NAME``,
+    ``dropped_ends_NAME`` and ``repeats_NAME`` (``seqlab.metrics.LengthCoverage``).
 
-    Names: ``letters_1_4``, ``letters_5_7``, ``letters_8_10``, ``letters_11_up``, ``one_pronunciation``,
-    ``several_pronunciations``, ``no_vowel_letter``. A category without words has only its count (0), no WER.
+    Names: ``letters_1_4``, ``letters_5_7``, ``letters_8_10``, ``letters_11_up``, ``letters_15_up``,
+    ``one_pronunciation``, ``several_pronunciations``, ``no_vowel_letter``. A category without words has only its
+    count (0), no WER or coverage.
 
     Args:
         words: W words; hypotheses: their W best hypotheses; references: W lists of reference pronunciations.
     """
     members: dict[str, list[bool]] = {f"letters_{name}": [] for name, _, _ in LENGTH_BUCKETS}
     members.update(one_pronunciation=[], several_pronunciations=[], no_vowel_letter=[])
-    for word, hypothesis, variants in zip(words, hypotheses, references, strict=True):
+    in_bucket: dict[str, list[int]] = {f"letters_{name}": [] for name, _, _ in LENGTH_BUCKETS}
+    for i, (word, hypothesis, variants) in enumerate(zip(words, hypotheses, references, strict=True)):
         wrong = tuple(hypothesis) not in {tuple(v) for v in variants}
         for name, low, high in LENGTH_BUCKETS:
             if len(word) >= low and (high is None or len(word) <= high):
                 members[f"letters_{name}"].append(wrong)
+                in_bucket[f"letters_{name}"].append(i)
         members["one_pronunciation" if len(variants) == 1 else "several_pronunciations"].append(wrong)
         if not VOWEL_LETTERS.intersection(word):
             members["no_vowel_letter"].append(wrong)
@@ -60,6 +72,12 @@ def error_categories(
         if wrong:
             rows[f"wer_{name}"] = 100.0 * sum(wrong) / len(wrong)
         rows[f"words_{name}"] = float(len(wrong))
+    for name, index in in_bucket.items():
+        if index:
+            coverage = length_coverage(
+                [words[i] for i in index], [hypotheses[i] for i in index], [references[i] for i in index]
+            )
+            rows.update({f"{field}_{name}": value for field, value in coverage._asdict().items()})
     return rows
 
 

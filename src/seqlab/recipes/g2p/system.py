@@ -11,6 +11,7 @@ vocabularies decoded together with this one (``EnsembleStepModel``, mean probabi
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from seqlab.data.cmudict import Pronunciation, group_references, read_cmudict
 from seqlab.data.pronunciations import load_splits, read_entries
 from seqlab.data.vocab import Vocabulary
 from seqlab.decoding.beam_search import beam_search
+from seqlab.decoding.coverage import CoverageStepModel, coverage_penalty
 from seqlab.decoding.ensemble import EnsembleStepModel
 from seqlab.decoding.greedy import greedy_search
 from seqlab.errors import CheckpointError, ConfigError, DataError, UnknownSymbolError
@@ -122,7 +124,7 @@ class G2PSystem:
                 other vocabularies, or (ensemble) reads pronunciations in another order (one line naming it).
             ConfigError: ``rescore_weight`` without ``rescore``; ``nbest`` above the beam width; an ``errors`` file
                 that exists or whose directory does not; ``backend`` "onnxruntime" with ``ensemble``, or without
-                onnxruntime installed.
+                onnxruntime installed; ``ensemble`` or onnxruntime with the run's ``decode.coverage_penalty``.
             CheckpointError: (onnxruntime) the export in ``directory/onnx`` is missing, stale or of another model.
         """
         if options.rescore is None and options.rescore_weight is not None:
@@ -131,6 +133,12 @@ class G2PSystem:
         if onnxruntime and options.ensemble:
             raise ConfigError("--backend onnxruntime cannot be combined with --ensemble (an ensemble decodes in torch)")
         system = cls._load_run(directory)
+        if system.config.decode.coverage_penalty > 0 and (onnxruntime or options.ensemble):
+            flag = "--backend onnxruntime" if onnxruntime else "--ensemble"
+            raise ConfigError(
+                f"{flag} cannot be combined with {directory}'s decode.coverage_penalty "
+                "(it sums one torch model's attention)"
+            )
         nbest = nbest_within_beam(options, options.num_beams or system.config.decode.num_beams)
         if options.errors is not None:
             check_errors_path(options.errors)
@@ -265,6 +273,12 @@ class G2PSystem:
         device = model_device(self.model)
         batch = collate_seq2seq([(x, []) for x in chunk]).to(device)
         state = decoder.encode(batch.src, batch.src_lengths)
+        finished_score = None
+        if decode.coverage_penalty > 0 and num_beams > 1:  # (load refuses it with an ensemble or onnxruntime)
+            keep_mask = torch.arange(batch.src.shape[1], device=device) < batch.src_lengths.to(device).unsqueeze(1)
+            decoder = CoverageStepModel(self.model)
+            state = decoder.start(state, keep_mask)
+            finished_score = functools.partial(coverage_penalty, beta=decode.coverage_penalty)
         bos = torch.full((len(chunk),), self.phonemes.bos_id, dtype=torch.long, device=device)
         eos, max_length = self.phonemes.eos_id, decode.max_length
         if num_beams == 1:
@@ -279,6 +293,7 @@ class G2PSystem:
                 beam_size=num_beams,
                 length_penalty=decode.length_penalty,
                 num_return_sequences=returned,
+                finished_score=finished_score,
             )
         ranked = out.scores if whole_beam else out.log_probs
         order = self.config.model.target_order
