@@ -49,7 +49,7 @@ class MarkovDecoder:
 # %%
 start = torch.tensor([BOS])
 greedy = greedy_search(MarkovDecoder(), None, start, eos_id=EOS, max_length=4)
-beam = beam_search(MarkovDecoder(), None, start, eos_id=EOS, max_length=4, beam_size=2, length_penalty=0.0)
+beam = beam_search(MarkovDecoder(), None, start, eos_id=EOS, max_length=4, num_beams=2, length_penalty=0.0)
 
 
 def show(output):
@@ -68,7 +68,7 @@ assert show(beam)[0] == "b </s>" and torch.isclose(beam.log_probs.exp()[0, 0], t
 # A beam of one is greedy search, whatever the table:
 
 # %%
-one = beam_search(MarkovDecoder(), None, start, eos_id=EOS, max_length=4, beam_size=1, length_penalty=0.0)
+one = beam_search(MarkovDecoder(), None, start, eos_id=EOS, max_length=4, num_beams=1, length_penalty=0.0)
 assert torch.equal(one.tokens, greedy.tokens)
 
 # %% [markdown]

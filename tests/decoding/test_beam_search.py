@@ -37,11 +37,11 @@ def _brute_force(model, row, *, max_length, length_penalty):
     return sorted(found, key=lambda hyp: -hyp[0])
 
 
-def _reference_beam(model, row, *, max_length, beam_size, length_penalty):
+def _reference_beam(model, row, *, max_length, num_beams, length_penalty):
     """Textbook beam search on one row, run to max_length without early stopping.
 
-    Each step ranks all extensions of the live prefixes; EOS extensions among the beam_size best are finished,
-    the beam_size best others stay live; live prefixes at max_length are finished too.
+    Each step ranks all extensions of the live prefixes; EOS extensions among the num_beams best are finished,
+    the num_beams best others stay live; live prefixes at max_length are finished too.
     """
     live, finished = [((), torch.zeros((), dtype=torch.float64), model.initial_state([row]))], []
     for _ in range(max_length):
@@ -52,8 +52,8 @@ def _reference_beam(model, row, *, max_length, beam_size, length_penalty):
             for y, lp in enumerate(torch.log_softmax(logits[0], dim=-1)):
                 candidates.append(((*prefix, y), log_prob + lp, next_state))
         candidates.sort(key=lambda c: -c[1])
-        finished += [c for c in candidates[:beam_size] if c[0][-1] == model.eos_id]
-        live = [c for c in candidates if c[0][-1] != model.eos_id][:beam_size]
+        finished += [c for c in candidates[:num_beams] if c[0][-1] == model.eos_id]
+        live = [c for c in candidates if c[0][-1] != model.eos_id][:num_beams]
     finished += live
     ranked = [(_score(lp, len(seq), length_penalty), lp, seq) for seq, lp, _ in finished]
     return sorted(ranked, key=lambda hyp: -hyp[0])
@@ -90,26 +90,26 @@ def test_wide_beam_equals_brute_force_enumeration(toy, length_penalty, teacher_f
     assert n == sum((V - 1) ** t for t in range(max_length)) + (V - 1) ** max_length
     # The beam holds all extensions of the live prefixes (<= V * (V - 1) ** (max_length - 1)): no pruning.
     assert n >= V * (V - 1) ** (max_length - 1)
-    out = _search(toy, ROWS, max_length=max_length, beam_size=n, num_return_sequences=n, length_penalty=length_penalty)
+    out = _search(toy, ROWS, max_length=max_length, num_beams=n, num_return_sequences=n, length_penalty=length_penalty)
     _assert_same(out, _as_output(every, toy.eos_id, n))
     assert_close(out.log_probs, teacher_forced(toy, ROWS, out))
 
 
 @pytest.mark.parametrize(
-    ("beam_size", "length_penalty", "num_return_sequences"),
+    ("num_beams", "length_penalty", "num_return_sequences"),
     [(1, 1.0, 1), (2, 0.0, 2), (2, 1.0, 1), (3, 1.0, 3), (3, -0.5, 2), (4, 2.0, 4)],
 )
-def test_narrow_beam_equals_a_per_row_reference(toy, beam_size, length_penalty, num_return_sequences):
+def test_narrow_beam_equals_a_per_row_reference(toy, num_beams, length_penalty, num_return_sequences):
     max_length = 6
     expected = [
-        _reference_beam(toy, row, max_length=max_length, beam_size=beam_size, length_penalty=length_penalty)
+        _reference_beam(toy, row, max_length=max_length, num_beams=num_beams, length_penalty=length_penalty)
         for row in ROWS
     ]
     out = _search(
         toy,
         ROWS,
         max_length=max_length,
-        beam_size=beam_size,
+        num_beams=num_beams,
         length_penalty=length_penalty,
         num_return_sequences=num_return_sequences,
     )
@@ -119,12 +119,12 @@ def test_narrow_beam_equals_a_per_row_reference(toy, beam_size, length_penalty, 
 def test_beam_size_one_equals_greedy(toy):
     start = torch.full((len(ROWS),), toy.bos_id)
     greedy = greedy_search(toy, toy.initial_state(ROWS), start, eos_id=toy.eos_id, max_length=6)
-    beam = _search(toy, ROWS, max_length=6, beam_size=1, length_penalty=0.0)
+    beam = _search(toy, ROWS, max_length=6, num_beams=1, length_penalty=0.0)
     _assert_same(beam, greedy)
 
 
 def test_scores_are_the_teacher_forced_log_probs_over_length(toy, teacher_forced):
-    out = _search(toy, ROWS, max_length=5, beam_size=3, num_return_sequences=3, length_penalty=0.7)
+    out = _search(toy, ROWS, max_length=5, num_beams=3, num_return_sequences=3, length_penalty=0.7)
     assert_close(out.log_probs, teacher_forced(toy, ROWS, out))
     assert_close(out.scores, out.log_probs / out.lengths.double() ** 0.7)
     assert torch.all(out.scores[:, :-1] >= out.scores[:, 1:])
@@ -133,7 +133,7 @@ def test_scores_are_the_teacher_forced_log_probs_over_length(toy, teacher_forced
 
 
 def test_batch_equals_each_row_alone(toy):
-    kwargs = {"max_length": 5, "beam_size": 3, "num_return_sequences": 2}
+    kwargs = {"max_length": 5, "num_beams": 3, "num_return_sequences": 2}
     batch = _search(toy, ROWS, **kwargs)
     for b, row in enumerate(ROWS):
         alone = _search(toy, [row], **kwargs)
@@ -159,9 +159,9 @@ class _CountingModel:
 
 def test_stops_early_once_no_live_beam_can_win_and_still_matches_the_reference(cache_toy_factory):
     model = _CountingModel(cache_toy_factory(eos_bonus=4.0))
-    out = _search(model, ROWS, max_length=8, beam_size=2, num_return_sequences=2, length_penalty=0.0)
+    out = _search(model, ROWS, max_length=8, num_beams=2, num_return_sequences=2, length_penalty=0.0)
     assert model.calls < 8
-    expected = [_reference_beam(model.model, row, max_length=8, beam_size=2, length_penalty=0.0) for row in ROWS]
+    expected = [_reference_beam(model.model, row, max_length=8, num_beams=2, length_penalty=0.0) for row in ROWS]
     _assert_same(out, _as_output(expected, model.eos_id, 2))
 
 
@@ -186,7 +186,7 @@ class _TableModel:
 
 
 @pytest.mark.parametrize(
-    ("length_penalty", "beam_size", "table", "default", "n_best"),
+    ("length_penalty", "num_beams", "table", "default", "n_best"),
     [
         # [eos] scores log .6 = -0.51; the live [a] looks beaten if bounded at length t + 1 (log .3 / 2 =
         # -0.60), but [a] * 6, every later token certain, scores log .3 / 6 = -0.20.
@@ -202,17 +202,17 @@ class _TableModel:
         ),
     ],
 )
-def test_early_stopping_bound_is_exact_for_every_length_penalty(length_penalty, beam_size, table, default, n_best):
+def test_early_stopping_bound_is_exact_for_every_length_penalty(length_penalty, num_beams, table, default, n_best):
     model = _TableModel(table, default)
-    kwargs = {"beam_size": beam_size, "length_penalty": length_penalty}
-    out = _search(model, [0], max_length=6, num_return_sequences=beam_size, **kwargs)
-    _assert_same(out, _as_output([_reference_beam(model, 0, max_length=6, **kwargs)], model.eos_id, beam_size))
+    kwargs = {"num_beams": num_beams, "length_penalty": length_penalty}
+    out = _search(model, [0], max_length=6, num_return_sequences=num_beams, **kwargs)
+    _assert_same(out, _as_output([_reference_beam(model, 0, max_length=6, **kwargs)], model.eos_id, num_beams))
     assert [tuple(y[:n].tolist()) for y, n in zip(out.tokens[0], out.lengths[0], strict=True)] == n_best
 
 
 def test_fewer_possible_hypotheses_than_requested_score_minus_inf(cache_toy_factory):
     model = cache_toy_factory()  # V = 3, max_length 1: only [eos], [1], [2]
-    out = _search(model, [0], max_length=1, beam_size=5, num_return_sequences=5)
+    out = _search(model, [0], max_length=1, num_beams=5, num_return_sequences=5)
     assert torch.equal(out.lengths, torch.tensor([[1, 1, 1, 0, 0]]))
     assert torch.equal(out.scores[0, 3:].isneginf(), torch.tensor([True, True]))
     assert sorted(out.tokens[0, :3, 0].tolist()) == [0, 1, 2]
@@ -237,12 +237,12 @@ def test_select_rows_maps_nested_states():
 
 
 def test_errors(toy):
-    with pytest.raises(ValueError, match=r"beam_size must be >= 1, got 0"):
-        _search(toy, ROWS, max_length=3, beam_size=0)
-    with pytest.raises(ValueError, match=r"num_return_sequences \(5\) must be in \[1, 4\] \(beam_size\)"):
-        _search(toy, ROWS, max_length=3, beam_size=4, num_return_sequences=5)
-    with pytest.raises(ValueError, match=r"num_return_sequences \(0\) must be in \[1, 4\] \(beam_size\)"):
-        _search(toy, ROWS, max_length=3, beam_size=4, num_return_sequences=0)
+    with pytest.raises(ValueError, match=r"num_beams must be >= 1, got 0"):
+        _search(toy, ROWS, max_length=3, num_beams=0)
+    with pytest.raises(ValueError, match=r"num_return_sequences \(5\) must be in \[1, 4\] \(num_beams\)"):
+        _search(toy, ROWS, max_length=3, num_beams=4, num_return_sequences=5)
+    with pytest.raises(ValueError, match=r"num_return_sequences \(0\) must be in \[1, 4\] \(num_beams\)"):
+        _search(toy, ROWS, max_length=3, num_beams=4, num_return_sequences=0)
     with pytest.raises(ValueError, match=r"max_length must be >= 1, got 0"):
         _search(toy, ROWS, max_length=0)
     with pytest.raises(ValueError, match=r"eos_id \(9\) is outside the vocabulary \[0, \d\)"):
@@ -254,7 +254,7 @@ def test_without_an_eos_every_hypothesis_runs_max_length_and_a_wide_beam_enumera
     V, n = toy.vocab_size, 3
     start = torch.full((len(ROWS),), toy.bos_id)
     out = beam_search(
-        toy, toy.initial_state(ROWS), start, eos_id=None, max_length=n, beam_size=V**n, num_return_sequences=V**n
+        toy, toy.initial_state(ROWS), start, eos_id=None, max_length=n, num_beams=V**n, num_return_sequences=V**n
     )
     assert torch.all(out.lengths == n)
     for b, row in enumerate(ROWS):

@@ -95,7 +95,7 @@ def test_beam_search_with_the_coverage_penalty_ranks_as_exhaustive_search(length
         torch.tensor([1]),
         eos_id=2,
         max_length=3,
-        beam_size=36,
+        num_beams=36,
         length_penalty=length_penalty,
         num_return_sequences=5,
         finished_score=lambda s: coverage_penalty(s, beta),

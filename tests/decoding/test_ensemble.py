@@ -28,23 +28,23 @@ def _source():
     return src, torch.tensor([4, 2, 1])
 
 
-def _decode(model, *, beam_size):
+def _decode(model, *, num_beams):
     src, lengths = _source()
     start = torch.full((3,), BOS)
-    if beam_size == 1:
+    if num_beams == 1:
         return greedy_search(model, model.encode(src, lengths), start, eos_id=EOS, max_length=7)
     return beam_search(
-        model, model.encode(src, lengths), start, eos_id=EOS, max_length=7, beam_size=beam_size, num_return_sequences=3
+        model, model.encode(src, lengths), start, eos_id=EOS, max_length=7, num_beams=num_beams, num_return_sequences=3
     )
 
 
 @pytest.mark.parametrize("combine", ["mean", "log_linear"])
-@pytest.mark.parametrize("beam_size", [1, 4])
+@pytest.mark.parametrize("num_beams", [1, 4])
 @pytest.mark.parametrize("members", [1, 2])
-def test_an_ensemble_of_copies_of_one_model_decodes_as_the_model(members, beam_size, combine):
+def test_an_ensemble_of_copies_of_one_model_decodes_as_the_model(members, num_beams, combine):
     model = _rnn(0)
-    alone = _decode(model, beam_size=beam_size)
-    together = _decode(EnsembleStepModel([model] * members, combine=combine), beam_size=beam_size)
+    alone = _decode(model, num_beams=num_beams)
+    together = _decode(EnsembleStepModel([model] * members, combine=combine), num_beams=num_beams)
     assert torch.equal(together.tokens, alone.tokens)
     assert torch.equal(together.lengths, alone.lengths)
     assert_close(together.scores, alone.scores)
@@ -82,7 +82,7 @@ def test_reorder_state_reorders_every_member_and_decoding_follows_the_beams():
 def test_an_ensemble_decodes_with_the_mixture_of_its_members():
     """Greedy tokens of the ensemble follow argmax_v of the mean probability, step by step."""
     members = [_rnn(0), _rnn(3)]
-    out = _decode(EnsembleStepModel(members), beam_size=1)
+    out = _decode(EnsembleStepModel(members), num_beams=1)
     src, lengths = _source()
     states = [m.encode(src, lengths) for m in members]
     tokens, total = torch.full((3,), BOS), torch.zeros(3, dtype=torch.float64)

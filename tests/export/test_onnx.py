@@ -131,7 +131,7 @@ def test_g2p_greedy_and_beam_search_through_the_graphs_choose_the_modules_tokens
     lengths = torch.tensor([9, 3, 6, 1])
     bos, eos = torch.full((4,), model.config.bos_id), model.config.eos_id
     with torch.no_grad():
-        for search, options in ((greedy_search, {}), (beam_search, {"beam_size": 3})):
+        for search, options in ((greedy_search, {}), (beam_search, {"num_beams": 3})):
             expected = search(model, model.encode(src, lengths), bos, eos_id=eos, max_length=10, **options)
             got = search(onnx, onnx.encode(src, lengths), bos, eos_id=eos, max_length=10, **options)
             torch.testing.assert_close(got.tokens, expected.tokens, rtol=0, atol=0)

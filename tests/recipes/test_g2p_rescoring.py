@@ -84,7 +84,7 @@ def test_a_right_to_left_run_learns_reversed_pronunciations_and_rescores(tmp_pat
     with torch.no_grad():
         state = system.model.eval().encode(batch.src, batch.src_lengths)
         out_ = beam_search(
-            system.model, state, bos, eos_id=system.phonemes.eos_id, max_length=32, beam_size=3, length_penalty=0.0
+            system.model, state, bos, eos_id=system.phonemes.eos_id, max_length=32, num_beams=3, length_penalty=0.0
         )
     expected = [
         f"{w}  {' '.join(system.phonemes.decode(t[0])[::-1])}" for w, t in zip(WORDS, out_.tokens.tolist(), strict=True)

@@ -19,22 +19,22 @@ def beam_search(
     *,
     eos_id: int | None,
     max_length: int,
-    beam_size: int = 4,
+    num_beams: int = 4,
     length_penalty: float = 1.0,
     num_return_sequences: int = 1,
     logits_processor: Callable[[Tensor, Tensor], Tensor] | None = None,
     finished_score: Callable[[Any], Tensor] | None = None,
 ) -> SearchOutput:
-    """Keep the ``beam_size`` most probable unfinished prefixes per row, extend them by every token, repeat.
+    """Keep the ``num_beams`` most probable unfinished prefixes per row, extend them by every token, repeat.
 
     A hypothesis y of n generated tokens (EOS included) is ranked by
     score(y) = log p(y | x) / n ** length_penalty (the Hugging Face form of Wu et al., 2016's normaliser).
-    Each step takes the K = beam_size best extensions of the live prefixes over K x V: those ending in EOS
+    Each step takes the K = num_beams best extensions of the live prefixes over K x V: those ending in EOS
     join the row's pool of K finished hypotheses, and the K best that do not end in EOS stay live. Live
     prefixes that reach ``max_length`` join the pool too. A row stops once its pool is full and no live
     prefix can beat the pool's worst score; the bound is exact: the best of
     log p(prefix) / n ** length_penalty over every length n in [t + 1, max_length].
-    With beam_size = 1 and length_penalty = 0 this is greedy search.
+    With num_beams = 1 and length_penalty = 0 this is greedy search.
 
     Args:
         model: implements the ``StepModel`` interface.
@@ -43,10 +43,10 @@ def beam_search(
         eos_id: the end-of-sequence token; it ends hypotheses and pads them. None: no token ends a hypothesis
             (every one runs max_length steps, e.g. a language model's continuation) and padding is 0.
         max_length: the most tokens generated per hypothesis (EOS included).
-        beam_size: K, live prefixes kept per row.
+        num_beams: K, live prefixes kept per row.
         length_penalty: exponent of the length normaliser; 0 ranks by the raw sum of log-probs, > 0 favours
             longer hypotheses.
-        num_return_sequences: hypotheses returned per row, at most beam_size.
+        num_return_sequences: hypotheses returned per row, at most num_beams.
         logits_processor: ``process(log_probs (B * K, V), prefixes (B * K, t)) -> (B * K, V)``, applied to each
             step's log-probabilities given the live prefixes' generated tokens, before ranking (as transformers'
             beam search applies its processors, without renormalising); scores and log_probs then sum the
@@ -57,15 +57,15 @@ def beam_search(
             still ranked by their log-probabilities.
     Returns: ``SearchOutput`` with num_return_sequences hypotheses per row, best first; tokens (B, K', T),
         T the longest returned hypothesis. If a row has fewer possible hypotheses, the rest score -inf.
-    Raises: ValueError if beam_size < 1, num_return_sequences is not in [1, beam_size], max_length < 1,
+    Raises: ValueError if num_beams < 1, num_return_sequences is not in [1, num_beams], max_length < 1,
         start_tokens is not (B,), the model's logits are not (B * K, V), or eos_id is outside the vocabulary.
     """
     check_search_inputs(start_tokens, max_length)
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    if not 1 <= num_return_sequences <= beam_size:
-        raise ValueError(f"num_return_sequences ({num_return_sequences}) must be in [1, {beam_size}] (beam_size)")
-    B, K, device = start_tokens.shape[0], beam_size, start_tokens.device
+    if num_beams < 1:
+        raise ValueError(f"num_beams must be >= 1, got {num_beams}")
+    if not 1 <= num_return_sequences <= num_beams:
+        raise ValueError(f"num_return_sequences ({num_return_sequences}) must be in [1, {num_beams}] (num_beams)")
+    B, K, device = start_tokens.shape[0], num_beams, start_tokens.device
     pad = 0 if eos_id is None else eos_id
     state = model.reorder_state(state, torch.arange(B, device=device).repeat_interleave(K))  # B * K rows
     tokens = start_tokens.repeat_interleave(K)  # (B * K,)

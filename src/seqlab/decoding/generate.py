@@ -252,7 +252,7 @@ def _beam(
         input_ids[:, -1],  # already consumed: the first step returns the prefill's logits
         eos_id=eos_id,
         max_length=max_length,
-        beam_size=num_beams,
+        num_beams=num_beams,
         length_penalty=length_penalty,
         logits_processor=None if process is None else process_beams,
     )

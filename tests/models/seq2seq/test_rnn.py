@@ -260,7 +260,7 @@ def test_beam_search_of_size_one_is_greedy_search(copier):
     start = torch.full((src.shape[0],), BOS)
     greedy = greedy_search(model, model.encode(src, lengths), start, eos_id=EOS, max_length=7)
     beam = beam_search(
-        model, model.encode(src, lengths), start, eos_id=EOS, max_length=7, beam_size=1, length_penalty=0.0
+        model, model.encode(src, lengths), start, eos_id=EOS, max_length=7, num_beams=1, length_penalty=0.0
     )
     assert len(set(greedy.lengths.flatten().tolist())) > 1  # rows end at different steps
     assert torch.equal(beam.tokens, greedy.tokens)
@@ -274,7 +274,7 @@ def test_beam_hypothesis_log_prob_is_the_teacher_forced_sum(copier):
     max_length, K = 7, 3
     start = torch.full((src.shape[0],), BOS)
     out = beam_search(
-        model, model.encode(src, lengths), start, eos_id=EOS, max_length=max_length, beam_size=K, num_return_sequences=K
+        model, model.encode(src, lengths), start, eos_id=EOS, max_length=max_length, num_beams=K, num_return_sequences=K
     )
     assert out.tokens.shape[:2] == (src.shape[0], K)
     for b, k in itertools.product(range(src.shape[0]), range(K)):
@@ -441,7 +441,7 @@ def test_placements_beam_one_equals_greedy_and_reorder_follows_rows(placement):
     with torch.no_grad():
         greedy = greedy_search(model, model.encode(src, lengths), start, eos_id=EOS, max_length=6)
         beam = beam_search(
-            model, model.encode(src, lengths), start, eos_id=EOS, max_length=6, beam_size=1, length_penalty=0.0
+            model, model.encode(src, lengths), start, eos_id=EOS, max_length=6, num_beams=1, length_penalty=0.0
         )
         index = torch.tensor([2, 0, 2, 1])
         state = model.step(tgt_in[:, 0], model.encode(src, lengths)).state

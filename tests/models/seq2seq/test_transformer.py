@@ -195,7 +195,7 @@ def test_cached_greedy_search_equals_uncached_greedy_search(copier):
 def test_cached_beam_search_equals_uncached_beam_search(copier):
     model, src, lengths = copier
     start = torch.full((src.shape[0],), BOS)
-    options = dict(eos_id=EOS, max_length=MAX_LENGTH, beam_size=3, length_penalty=1.0, num_return_sequences=3)
+    options = dict(eos_id=EOS, max_length=MAX_LENGTH, num_beams=3, length_penalty=1.0, num_return_sequences=3)
     cached = beam_search(model, model.encode(src, lengths), start, **options)
     reference = UncachedStepModel(model)
     uncached = beam_search(reference, reference.initial_state(src, lengths), start, **options)
@@ -217,7 +217,7 @@ def test_beam_search_of_size_one_without_length_penalty_is_greedy_search(copier)
         start,
         eos_id=EOS,
         max_length=MAX_LENGTH,
-        beam_size=1,
+        num_beams=1,
         length_penalty=0.0,
     )
     assert torch.equal(beam.tokens, greedy.tokens)
@@ -236,7 +236,7 @@ def test_beam_hypothesis_log_prob_is_the_teacher_forced_sum(copier):
         start,
         eos_id=EOS,
         max_length=MAX_LENGTH,
-        beam_size=K,
+        num_beams=K,
         num_return_sequences=K,
     )
     for b, k in itertools.product(range(src.shape[0]), range(K)):

@@ -135,7 +135,7 @@ def test_greedy_and_beam_tokens_equal_hf_generate(tmp_path, version):
     start = torch.zeros(3, dtype=torch.long)
     searches = {
         1: greedy_search(model, state, start, eos_id=eos, max_length=max_new),
-        3: beam_search(model, state, start, eos_id=eos, max_length=max_new, beam_size=3),
+        3: beam_search(model, state, start, eos_id=eos, max_length=max_new, num_beams=3),
     }
     for num_beams, ours in searches.items():
         with torch.no_grad():

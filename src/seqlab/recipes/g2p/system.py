@@ -290,7 +290,7 @@ class G2PSystem:
                 bos,
                 eos_id=eos,
                 max_length=max_length,
-                beam_size=num_beams,
+                num_beams=num_beams,
                 length_penalty=decode.length_penalty,
                 num_return_sequences=returned,
                 finished_score=finished_score,

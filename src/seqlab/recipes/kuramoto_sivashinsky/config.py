@@ -188,7 +188,8 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class Config:
-    """The whole recipe: sections data, model (``model.arch``: gru | lstm | rnn | transformer | tcn | ssm), train, eval."""
+    """The whole recipe: sections data, model (``model.arch``: gru | lstm | rnn | transformer | tcn | ssm), train,
+    eval."""
 
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=GRUArmConfig)

@@ -159,7 +159,7 @@ class T5G2PSystem:
                 out = greedy_search(self.model, state, first, **search)
             else:
                 out = beam_search(
-                    self.model, state, first, beam_size=num_beams, length_penalty=decode.length_penalty, **search
+                    self.model, state, first, num_beams=num_beams, length_penalty=decode.length_penalty, **search
                 )
             outputs.extend(tuple(self.vocab.decode(row[0])) for row in out.tokens)
         return outputs

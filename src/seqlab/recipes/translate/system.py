@@ -142,7 +142,7 @@ class TranslateSystem:
                 out = greedy_search(self.model, state, bos, **search)
             else:
                 out = beam_search(
-                    self.model, state, bos, **search, beam_size=num_beams, length_penalty=decode.length_penalty
+                    self.model, state, bos, **search, num_beams=num_beams, length_penalty=decode.length_penalty
                 )
             for tokens in out.tokens[:, 0].tolist():
                 results.append(tokens[: tokens.index(eos)] if eos in tokens else tokens)
