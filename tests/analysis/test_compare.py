@@ -56,3 +56,10 @@ def test_seed_fixes_the_initial_weights():
 def test_unreachable_target_is_refused():
     with pytest.raises(ConfigError, match="no transformer width has about 50 parameters"):
         matched_width("transformer", CopyTask(lag=4), 50)
+
+
+def test_the_textbook_gru_core_runs_textbook_cells_with_the_fused_grus_parameter_count():
+    task = CopyTask(lag=4)
+    textbook, fused = SequenceModel("gru_textbook", task, 8), SequenceModel("gru", task, 8)
+    assert {cell.variant for cell in textbook.core.cells} == {"textbook"}
+    assert parameter_count(textbook) == parameter_count(fused)

@@ -341,7 +341,7 @@ def test_train_refuses_bad_input_and_writes_nothing(corpus, tmp_path):
         assert str(error.value) == message
     for setting, message in {
         "data.tokenizer=sentencepiece": "--set data.tokenizer: 'sentencepiece' is not one of char, word, bpe",
-        "model.arch=mamba": "--set model.arch: 'mamba' is not one of gpt, lstm, gru, rnn",
+        "model.arch=mamba": "--set model.arch: 'mamba' is not one of gpt, lstm, gru, gru_textbook, rnn",
     }.items():
         with pytest.raises(ConfigError) as error:
             apply_overrides(lm.Config(), parse_assignments([setting]))

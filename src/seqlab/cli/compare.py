@@ -9,7 +9,7 @@ no early stopping: every run gets the same ``--max-steps`` (and ``--time-budget`
 Default cost: lags 10 and 50, four archs of ~20k parameters, 400 steps of 32 sequences, one torch thread: the copy
 task took 67 s in all (57 s of runs) on an otherwise quiet 2-core machine, 308 s of runs when 8 other jobs shared
 it; the adding problem costs less. The report prints each run's wall time and their total. Lags 100 and 200 are
-opt-in with ``--lags``.
+opt-in with ``--lags``; the textbook GRU (``gru_textbook``, reference loop) with ``--archs``.
 
 ``--recipe NAME`` instead trains a recipe whose model section is a choice (``model.arch``; ``seqlab recipes NAME``
 lists each arch's keys) once per arch for ``--max-steps`` steps, with ``--set`` applied to every run (each arch
@@ -60,7 +60,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     what.add_argument("--task", choices=TASKS, help="copy (Arjovsky et al. 2016) or adding")
     what.add_argument("--recipe", help="a recipe whose model section is a choice of model.arch")
     parser.add_argument("--lags", help="--task: comma-separated lags (default: 10,50; try 10,50,100,200)")
-    parser.add_argument("--archs", help="comma-separated subset (default: rnn,gru,lstm,transformer, or the recipe's)")
+    parser.add_argument(
+        "--archs",
+        help="comma-separated, from rnn,gru,lstm,transformer,gru_textbook (default: all but gru_textbook; "
+        "a recipe: all its archs)",
+    )
     parser.add_argument(
         "--set",
         dest="assignments",
@@ -119,7 +123,7 @@ def _check_arguments(args: argparse.Namespace) -> tuple[list[LongRangeTask], lis
     for lag in lags:
         if lag < minimum:
             raise ConfigError(f"--lags: lag ({lag}) must be >= {minimum} for the {args.task} task")
-    archs = arch_list(args.archs, compare.ARCHITECTURES)
+    archs = arch_list(args.archs or ",".join(compare.DEFAULT_ARCHITECTURES), compare.ARCHITECTURES)
     tasks = [make_task(args.task, lag, num_symbols=args.symbols) for lag in lags]
     for arch in archs:  # refuse an unreachable --params before training anything
         compare.matched_width(arch, tasks[0], args.params)

@@ -1,7 +1,8 @@
 """Multi-step forecaster: an encoder over the last L steps of a (multivariate) series and a head for the next H.
 
-Encoders: a recurrent layer (rnn | gru | lstm; the summary is h_L, the last step's output) or a Transformer
-encoder (input projection to D, sinusoidal positions, causal self-attention; the summary is the last position).
+Encoders: a recurrent layer (rnn | gru | gru_textbook | lstm; the summary is h_L, the last step's output) or a
+Transformer encoder (input projection to D, sinusoidal positions, causal self-attention; the summary is the last
+position).
 Heads:
 
 - direct (the "MIMO" strategy, Ben Taieb et al., 2012): y_hat_{L+1..L+H} = W s + b, one linear map of the summary
@@ -28,8 +29,8 @@ from seqlab.nn.positional import SinusoidalPositionalEncoding
 from seqlab.nn.transformer import TransformerEncoder, TransformerEncoderLayer
 from seqlab.validation import check_bool, check_choice, check_int, check_probability
 
-EncoderName = Literal["rnn", "gru", "lstm", "transformer"]
-ENCODERS = ("rnn", "gru", "lstm", "transformer")
+EncoderName = Literal["rnn", "gru", "gru_textbook", "lstm", "transformer"]
+ENCODERS = ("rnn", "gru", "gru_textbook", "lstm", "transformer")
 HeadName = Literal["direct", "autoregressive"]
 HEADS = ("direct", "autoregressive")
 
@@ -40,7 +41,7 @@ class ForecasterConfig:
 
     channels: int  # C, values per time step
     horizon: int  # H, steps forecast at once
-    encoder: EncoderName = "gru"  # rnn | gru | lstm | transformer
+    encoder: EncoderName = "gru"  # rnn | gru | gru_textbook | lstm | transformer
     head: HeadName = "direct"  # direct (all H steps at once) | autoregressive (one step, fed back)
     residual: bool = False  # forecast the change from the window's last value
     hidden_size: int = 64  # H of the recurrent encoder
