@@ -262,7 +262,7 @@ def plot_regimes(
                 ax.set_xlabel("distance T - k (steps)")
             if column == 0:
                 ax.set_ylabel("gradient norm (spectral)")
-    save_figure(fig, path, dpi=90)
+    save_figure(fig, path, dpi=72)
 
 
 def plot_clipping(runs: dict[str, ClippingRun], path: Path, *, title: str, clip_norm: float) -> None:
