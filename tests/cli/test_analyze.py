@@ -165,7 +165,7 @@ def test_bad_arguments_end_in_one_line_and_leave_nothing(tmp_path, gpt_checkpoin
     cases = [
         (("analyze", "gradients", "--length", 0), "--length (0) must be >= 1 and <= 65536"),
         (("analyze", "gradients", "--length", 10**8), "--length (100000000) must be >= 1 and <= 65536"),
-        (("analyze", "gradients", "--arch", "rnn,cnn"), "--arch 'rnn,cnn': choose from rnn, gru, lstm"),
+        (("analyze", "gradients", "--arch", "rnn,cnn"), "--arch 'rnn,cnn': choose from rnn, gru, lstm, gru_textbook"),
         (("analyze", "gradients", missing), f"{missing}: no such checkpoint directory"),
         (
             ("analyze", "gradients", RNN_G2P, "--hidden-size", 8),

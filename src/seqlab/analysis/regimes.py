@@ -68,8 +68,11 @@ def spectral_size(matrix: Tensor, measure: ScaleMeasure) -> Tensor:
 
 
 def recurrent_blocks(cell: nn.Module) -> list[Tensor]:
-    """The gate blocks of ``cell.weight_hh`` (views, G of shape (H, H) or (H, P)): 1 (RNN), 3 (GRU), 4 (LSTM)."""
-    gates = {"rnn": 1, "gru": 3, "lstm": 4}[architecture_of(cell)]
+    """The gate blocks of ``cell.weight_hh`` (views, G of shape (H, H) or (H, P)): 1 (RNN), 3 (GRU), 4 (LSTM).
+
+    Raises: ValueError for a module that is not a seqlab RNN, GRU or LSTM cell.
+    """
+    gates = {"rnn": 1, "gru": 3, "gru_textbook": 3, "lstm": 4}[architecture_of(cell)]
     return list(cell.weight_hh.chunk(gates, dim=0))
 
 

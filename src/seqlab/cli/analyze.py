@@ -125,9 +125,12 @@ def _gradient_arguments(parser: argparse.ArgumentParser) -> None:
         "checkpoint",
         type=Path,
         nargs="?",
-        help="analyse the first recurrent layer (forward direction) of this checkpoint, on N(0, 1) inputs",
+        help="analyse the first recurrent layer (forward direction) of this checkpoint, on N(0, std^2) inputs (--input-std)",
     )
-    parser.add_argument("--arch", help="fresh cells to compare, without a checkpoint (default: rnn,gru,lstm)")
+    parser.add_argument(
+        "--arch",
+        help="fresh cells to compare, from rnn,gru,lstm,gru_textbook, without a checkpoint (default: the first three)",
+    )
     parser.add_argument("--length", type=int, default=100, help="T, steps of the input (default: 100)")
     parser.add_argument("--hidden-size", type=int, help="H = E of fresh cells, without a checkpoint (default: 64)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fresh weights and the input (default: 0)")
@@ -164,7 +167,7 @@ def _gradients(args: argparse.Namespace, out_dir: Path) -> str:
         cell = gradients.recurrent_cell(load_pretrained(args.checkpoint))
         cells = {gradients.architecture_of(cell): cell}
     else:
-        arch_list = args.arch or ",".join(gradients.ARCHITECTURES)
+        arch_list = args.arch or ",".join(gradients.DEFAULT_ARCHITECTURES)
         archs = [a.strip() for a in arch_list.split(",") if a.strip()]
         if not archs or any(a not in gradients.ARCHITECTURES for a in archs):
             raise ConfigError(f"--arch {arch_list!r}: choose from {', '.join(gradients.ARCHITECTURES)}")
