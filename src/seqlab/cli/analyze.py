@@ -125,7 +125,7 @@ def _gradient_arguments(parser: argparse.ArgumentParser) -> None:
         "checkpoint",
         type=Path,
         nargs="?",
-        help="analyse the first recurrent layer (forward direction) of this checkpoint, on N(0, std^2) inputs (--input-std)",
+        help="analyse the first recurrent layer (forward direction) of this checkpoint, inputs N(0, --input-std^2)",
     )
     parser.add_argument(
         "--arch",
