@@ -75,6 +75,16 @@ def test_gradient_regimes_draw_each_scale_and_clipping_for_the_largest_above_one
     assert len(clipped) == 40
 
 
+def test_gradient_regimes_of_a_checkpoints_layer_scale_a_copy_of_its_cell(tmp_path):
+    before = (RNN_G2P / "model.safetensors").read_bytes()
+    argv = ["--recurrent-scale", "2", "--length", 5, "--out", tmp_path / "g"]
+    result = run_cli("analyze", "gradients", RNN_G2P, *argv)
+    assert result.code == 0, result.err
+    assert [r["arch"] for r in json.loads((tmp_path / "g" / "summary.json").read_text())] == ["lstm"]
+    assert_png(tmp_path / "g" / "clipping.png")  # the clipped run trains the checkpoint's LSTM cell
+    assert (RNN_G2P / "model.safetensors").read_bytes() == before
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [
@@ -167,6 +177,11 @@ def test_bad_arguments_end_in_one_line_and_leave_nothing(tmp_path, gpt_checkpoin
         (("analyze", "gradients", "--length", 10**8), "--length (100000000) must be >= 1 and <= 65536"),
         (("analyze", "gradients", "--arch", "rnn,cnn"), "--arch 'rnn,cnn': choose from rnn, gru, lstm, gru_textbook"),
         (("analyze", "gradients", missing), f"{missing}: no such checkpoint directory"),
+        (("analyze", "gradients", "--clip-norm", 2), "--scale-by and --clip-norm apply to --recurrent-scale runs"),
+        (
+            ("analyze", "gradients", "--recurrent-scale", 2, "--clip-norm", "nan"),
+            "--clip-norm (nan) must be a finite number > 0",
+        ),
         (
             ("analyze", "gradients", RNN_G2P, "--hidden-size", 8),
             "--arch and --hidden-size describe fresh cells; a checkpoint brings its own layer",

@@ -145,10 +145,9 @@ def _gradient_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scale-by",
         choices=regimes.SCALE_MEASURES,
-        default="spectral_norm",
         help="what --recurrent-scale sets: sigma_max (spectral_norm, default) or |lambda_max| (spectral_radius)",
     )
-    parser.add_argument("--clip-norm", type=float, default=1.0, help="the clipped run's global-norm tau (default 1)")
+    parser.add_argument("--clip-norm", type=float, help="--recurrent-scale: the clipped run's tau (default 1)")
 
 
 def _float_list(text: str) -> list[float]:
@@ -178,6 +177,8 @@ def _gradients(args: argparse.Namespace, out_dir: Path) -> str:
     x = args.input_std * gradients.random_input(args.length, next(iter(cells.values())).input_size, seed=args.seed)
     if args.recurrent_scale is not None:
         return _regimes(args, cells, x, out_dir)
+    if args.scale_by is not None or args.clip_norm is not None:
+        raise ConfigError("--scale-by and --clip-norm apply to --recurrent-scale runs")
     flows = {arch: gradients.gradient_flow(cell, x) for arch, cell in cells.items()}
     gradients.plot_gradient_flow(flows, out_dir / "gradient_flow.png")
     columns = ("jacobian_norm", "cell_jacobian_norm", "gate_product", "bound", "path_bound")
@@ -203,18 +204,22 @@ def _regimes(args: argparse.Namespace, cells: dict[str, torch.nn.Module], x: tor
         raise ConfigError("--recurrent-scale: give at least one scale")
     for scale in args.recurrent_scale:
         regimes.check_scale("--recurrent-scale", scale)
-    if not (math.isfinite(args.clip_norm) and args.clip_norm > 0):
-        raise ConfigError(f"--clip-norm ({args.clip_norm}) must be a finite number > 0")
+    measure = args.scale_by or "spectral_norm"
+    clip_norm = 1.0 if args.clip_norm is None else args.clip_norm
+    if not (math.isfinite(clip_norm) and clip_norm > 0):
+        raise ConfigError(f"--clip-norm ({clip_norm}) must be a finite number > 0")
     scales = list(dict.fromkeys(args.recurrent_scale))
     scaled = {
-        (arch, s): regimes.scale_recurrent(cell, s, measure=args.scale_by)
-        for arch, cell in cells.items()
-        for s in scales
+        (arch, s): regimes.scale_recurrent(cell, s, measure=measure) for arch, cell in cells.items() for s in scales
     }
     flows = {key: gradients.gradient_flow(cell, x) for key, cell in scaled.items()}
     rates = {key: regimes.eigen_rate(cell, args.length) for key, cell in scaled.items() if key[0] == "rnn"}
-    paths = {key: regimes.lstm_direct_path(cell, x) for key, cell in scaled.items() if key[0] == "lstm"}
-    regimes.plot_regimes(flows, rates, paths, out_dir / "gradient_regimes.png", measure=args.scale_by)
+    paths = {  # the direct path of an LSTM without projection (c_t and h_t of one size)
+        key: regimes.lstm_direct_path(cell, x)
+        for key, cell in scaled.items()
+        if key[0] == "lstm" and cell.output_size == cell.hidden_size
+    }
+    regimes.plot_regimes(flows, rates, paths, out_dir / "gradient_regimes.png", measure=measure)
     columns = ["jacobian_norm", "bound", "eigen_rate", "memory_jacobian_norm", "direct_path", "gate_product"]
     rows, summary = [], []
     for key, flow in flows.items():
@@ -226,22 +231,22 @@ def _regimes(args: argparse.Namespace, cells: dict[str, torch.nn.Module], x: tor
         regime = "vanishing" if rate < 1 - EDGE else "exploding" if rate > 1 + EDGE else "edge"
         summary.append([key[0], f"{key[1]:g}", f"{rate:.4f}", f"{float(flow.jacobian_norm[-1]):.3e}", regime])
     write_csv(out_dir / "gradient_regimes.csv", ["arch", "scale", "distance", *columns], rows)
-    headers = ["arch", args.scale_by, "decay per step (fit)", f"||dh_T/dh_0|| (T={args.length})", "regime"]
+    headers = ["arch", measure, "decay per step (fit)", f"||dh_T/dh_0|| (T={args.length})", "regime"]
     exploding = [s for s in scales if s > 1]
     if exploding:
         arch = "rnn" if "rnn" in cells else next(iter(cells))
         runs = regimes.clipping_runs(
             scaled[arch, max(exploding)],
             clip_grad_norm,
-            clip_norm=args.clip_norm,
+            clip_norm=clip_norm,
             length=args.length,
             input_std=args.input_std,
             steps=CLIPPING_STEPS,
             lr=CLIPPING_LR,
             seed=args.seed,
         )
-        title = f"{arch.upper()}, {args.scale_by} {max(exploding):g}"
-        regimes.plot_clipping(runs, out_dir / "clipping.png", title=title, clip_norm=args.clip_norm)
+        title = f"{arch.upper()}, {measure} {max(exploding):g}"
+        regimes.plot_clipping(runs, out_dir / "clipping.png", title=title, clip_norm=clip_norm)
         write_csv(
             out_dir / "clipping.csv",
             ["step", *(f"{name}_{field}" for name in runs for field in ("loss", "grad_norm"))],
