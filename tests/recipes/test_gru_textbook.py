@@ -152,8 +152,8 @@ def test_a_recipe_trains_saves_and_loads_the_textbook_gru_and_predicts_identical
         ("translate", "model.cell", CELLS),
         ("vec2seq", "model.cell", CELLS),
         ("vowels", "model.cell", CELLS),
-        ("forecast", "model.encoder", "rnn, gru, gru_textbook, lstm, transformer"),
-        ("lm", "model.arch", "gpt, lstm, gru, gru_textbook, rnn"),
+        ("forecast", "model.encoder", "rnn, gru, gru_textbook, lstm, transformer, tcn"),
+        ("lm", "model.arch", "gpt, lstm, gru, gru_textbook, rnn, tcn"),
     ],
 )
 def test_a_bad_cell_name_lists_the_accepted_ones_in_one_line(tmp_path, recipe, key, accepted):
