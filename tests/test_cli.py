@@ -398,7 +398,7 @@ def keys_of(section: type) -> str:
         ("model.hidden_size=abc", "--set model.hidden_size: expected int, got 'abc'"),
         ("train.lr=fast", "--set train.lr: expected float, got 'fast'"),
         ("data.keep_stress=maybe", "--set data.keep_stress: expected true or false, got 'maybe'"),
-        ("model.cell=transformer", "--set model.cell: 'transformer' is not one of rnn, gru, lstm"),
+        ("model.cell=transformer", "--set model.cell: 'transformer' is not one of rnn, gru, gru_textbook, lstm"),
         ("model.hidden_size=none", "--set model.hidden_size: a value is required (this key cannot be none)"),
         ("model.bogus=1", f"--set model.bogus: unknown key in [model]; valid keys are {keys_of(g2p.RNNConfig)}"),
         ("optim.lr=1", "--set optim.lr: unknown key; sections are data, model, train, decode"),

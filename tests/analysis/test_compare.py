@@ -78,6 +78,13 @@ def test_unreachable_target_is_refused():
         matched_width("transformer", CopyTask(lag=4), 50)
 
 
+def test_the_textbook_gru_core_runs_textbook_cells_with_the_fused_grus_parameter_count():
+    task = CopyTask(lag=4)
+    textbook, fused = SequenceModel("gru_textbook", task, 8), SequenceModel("gru", task, 8)
+    assert {cell.variant for cell in textbook.core.cells} == {"textbook"}
+    assert parameter_count(textbook) == parameter_count(fused)
+
+
 @pytest.mark.parametrize("task", [CopyTask(lag=10), AddingTask(lag=50), CopyTask(lag=50)], ids=str)
 def test_tcn_reads_the_whole_sequence_with_the_fewest_levels(task):
     model = SequenceModel("tcn", task, 8)

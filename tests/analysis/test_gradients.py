@@ -15,6 +15,7 @@ from seqlab.analysis.gradients import (
 from seqlab.errors import CheckpointError
 from seqlab.models import GPT, GPTConfig, RNNSeq2Seq, RNNSeq2SeqConfig
 from seqlab.nn import LSTMCell, RNNCell
+from seqlab.nn.cells import flip_update_gate
 
 T, E, H = 6, 3, 4
 
@@ -113,3 +114,18 @@ def test_bad_input_is_refused():
         gradient_flow(make_cell("rnn", E, H, seed=0), torch.zeros(T, E + 1))
     with pytest.raises(ValueError, match="arch"):
         make_cell("transformer", E, H, seed=0)
+
+
+def test_the_textbook_grus_keep_gate_is_one_minus_z_so_both_forms_agree_where_they_compute_the_same():
+    """With W_hn = 0 and b_hn = 0 (r_t has nothing to act on) a textbook cell loaded with ``flip_update_gate`` of a
+    torch-form cell's weights computes the same states, so the same Jacobians and the same keep-gate products."""
+    torch_form = make_cell("gru", E, H, seed=3)
+    with torch.no_grad():
+        torch_form.weight_hh[2 * H :] = 0
+        torch_form.bias_hh[2 * H :] = 0
+    textbook = make_cell("gru_textbook", E, H, seed=3)
+    textbook.load_state_dict(flip_update_gate(torch_form.state_dict(), H))
+    x = random_input(T, E, seed=3)
+    ours, theirs = gradient_flow(textbook, x), gradient_flow(torch_form, x)
+    torch.testing.assert_close(ours.jacobian_norm, theirs.jacobian_norm)
+    torch.testing.assert_close(ours.gate_product, theirs.gate_product)

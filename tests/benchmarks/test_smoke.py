@@ -16,6 +16,10 @@ def flags(values: dict[str, object]) -> list[str]:
 
 
 SMOKE = {
+    "gru_textbook.py": (
+        flags({"--scale": 0.1, "--repeats": 2, "--warmup": 0, "--threads": 1}),
+        ["model     cell", "lm        gru_textbook", "tagger    gru ", "vs gru"],
+    ),
     "recurrent.py": (
         ["--shapes", "2,3,2,4,1", "2,2,2,4,2", *flags({"--repeats": 2, "--warmup": 0, "--threads": 1})],
         ["shape (B,T,E,H,L)", "tokens/s IQR", "ratio IQR"],

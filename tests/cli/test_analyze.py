@@ -57,6 +57,50 @@ def test_gradients_of_a_checkpoints_recurrent_layer(tmp_path):
     assert json.loads((tmp_path / "g" / "summary.json").read_text())[0]["arch"] == "lstm"
 
 
+def test_gradient_regimes_draw_each_scale_and_clipping_for_the_largest_above_one(tmp_path):
+    out = tmp_path / "g"
+    argv = ["--recurrent-scale", "0.5,2", "--scale-by", "spectral_radius", "--input-std", "0.1", "--clip-norm", "0.5"]
+    result = run_cli("analyze", "gradients", "--length", 10, "--hidden-size", 4, *argv, "--out", out)
+    assert result.code == 0, result.err
+    rows = [line.split() for line in result.out.splitlines()[2:8]]
+    assert [(r[0], r[1]) for r in rows] == [(a, s) for a in ("rnn", "gru", "lstm") for s in ("0.5", "2")]
+    for name in ("gradient_regimes.png", "clipping.png"):
+        assert_png(out / name)
+    curves = list(csv.DictReader((out / "gradient_regimes.csv").open()))
+    assert len(curves) == 6 * 11
+    rnn, lstm = [r for r in curves if r["arch"] == "rnn"], [r for r in curves if r["arch"] == "lstm"]
+    assert all(float(r["jacobian_norm"]) <= float(r["bound"]) * (1 + 1e-6) for r in rnn)
+    assert all(r["eigen_rate"] for r in rnn) and all(r["direct_path"] and r["memory_jacobian_norm"] for r in lstm)
+    clipped = [float(r["clipped_grad_norm"]) for r in csv.DictReader((out / "clipping.csv").open())]
+    assert len(clipped) == 40
+
+
+def test_gradient_regimes_of_a_checkpoints_layer_scale_a_copy_of_its_cell(tmp_path):
+    before = (RNN_G2P / "model.safetensors").read_bytes()
+    argv = ["--recurrent-scale", "2", "--length", 5, "--out", tmp_path / "g"]
+    result = run_cli("analyze", "gradients", RNN_G2P, *argv)
+    assert result.code == 0, result.err
+    assert [r["arch"] for r in json.loads((tmp_path / "g" / "summary.json").read_text())] == ["lstm"]
+    assert_png(tmp_path / "g" / "clipping.png")  # the clipped run trains the checkpoint's LSTM cell
+    assert (RNN_G2P / "model.safetensors").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", "--recurrent-scale (0.0) must be a number > 0 and <= 100"),
+        ("0.5,-1", "--recurrent-scale (-1.0) must be a number > 0 and <= 100"),
+        ("nan", "--recurrent-scale (nan) must be a number > 0 and <= 100"),
+        ("1e9", "--recurrent-scale (1000000000.0) must be a number > 0 and <= 100"),
+        ("abc", "seqlab analyze gradients: argument --recurrent-scale: expected comma-separated numbers, got 'abc'"),
+    ],
+)
+def test_a_bad_recurrent_scale_is_one_line_and_writes_nothing(tmp_path, value, message):
+    result = run_cli("analyze", "gradients", "--recurrent-scale", value, "--out", tmp_path / "g")
+    assert_error(result, message)
+    assert not (tmp_path / "g").exists()
+
+
 def test_attention_of_an_rnn_and_a_transformer_g2p_checkpoint(tmp_path):
     result = run_cli("analyze", "attention", RNN_G2P, "--input", "hello", "--out", tmp_path / "rnn")
     assert result.code == 0, result.err
@@ -150,8 +194,13 @@ def test_bad_arguments_end_in_one_line_and_leave_nothing(tmp_path, gpt_checkpoin
     cases = [
         (("analyze", "gradients", "--length", 0), "--length (0) must be >= 1 and <= 65536"),
         (("analyze", "gradients", "--length", 10**8), "--length (100000000) must be >= 1 and <= 65536"),
-        (("analyze", "gradients", "--arch", "rnn,cnn"), "--arch 'rnn,cnn': choose from rnn, gru, lstm"),
+        (("analyze", "gradients", "--arch", "rnn,cnn"), "--arch 'rnn,cnn': choose from rnn, gru, lstm, gru_textbook"),
         (("analyze", "gradients", missing), f"{missing}: no such checkpoint directory"),
+        (("analyze", "gradients", "--clip-norm", 2), "--scale-by and --clip-norm apply to --recurrent-scale runs"),
+        (
+            ("analyze", "gradients", "--recurrent-scale", 2, "--clip-norm", "nan"),
+            "--clip-norm (nan) must be a finite number > 0",
+        ),
         (
             ("analyze", "gradients", RNN_G2P, "--hidden-size", 8),
             "--arch and --hidden-size describe fresh cells; a checkpoint brings its own layer",

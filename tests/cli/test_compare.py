@@ -86,7 +86,10 @@ def test_lstm_solves_the_copy_task_at_lag_5(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (("--archs", "lstm,cnn"), "--archs 'lstm,cnn': choose from rnn, gru, lstm, transformer, tcn, ssm"),
+        (
+            ("--archs", "lstm,cnn"),
+            "--archs 'lstm,cnn': choose from rnn, gru, lstm, transformer, tcn, ssm, gru_textbook",
+        ),
         (("--lags", "10,x"), "--lags '10,x': expected comma-separated integers"),
         (("--lags", "1"), "--lags: lag (1) must be >= 2 for the adding task"),
         (("--max-steps", 0), "--max-steps (0) must be >= 1"),
@@ -163,7 +166,10 @@ def test_recipe_is_trained_once_per_arch(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (("--recipe", "lm", "--archs", "gpt,cnn"), "--archs 'gpt,cnn': choose from gpt, lstm, gru, rnn, tcn, ssm"),
+        (
+            ("--recipe", "lm", "--archs", "gpt,cnn"),
+            "--archs 'gpt,cnn': choose from gpt, lstm, gru, gru_textbook, rnn, tcn, ssm",
+        ),
         (("--recipe", "lm", "--lags", "10"), "--lags applies to --task runs; give a recipe's sizes with --set"),
         (("--recipe", "lm", "--params", 9), "--params applies to --task runs; give a recipe's sizes with --set"),
         (("--recipe", "vowels"), "--recipe vowels: its config has no model.arch choice to compare"),

@@ -337,6 +337,7 @@ def test_the_taggers_graph_matches_the_module_within_1e5_on_a_padded_batch(tagge
 
 FORECASTERS = {
     "gru_direct": {"encoder": "gru"},
+    "gru_textbook_direct": {"encoder": "gru_textbook"},  # two views of W_hh enter the exported scan
     "lstm_autoregressive_residual": {"encoder": "lstm", "head": "autoregressive", "residual": True},
     "transformer_direct": {"encoder": "transformer"},
     "transformer_autoregressive": {"encoder": "transformer", "head": "autoregressive"},

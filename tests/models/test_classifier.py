@@ -138,7 +138,8 @@ def test_save_and_load_round_trip_gives_identical_outputs(tmp_path, overrides):
          "integer >= 1"),
         ({"num_classes": 2, "input_size": 3, "hidden_size": 0}, "hidden_size (0) must be an integer >= 1"),
         ({"num_classes": 2, "input_size": 3, "num_layers": True}, "num_layers (True) must be an integer >= 1"),
-        ({"num_classes": 2, "input_size": 3, "cell": "tcn"}, "cell ('tcn') must be one of 'rnn', 'gru', 'lstm'"),
+        ({"num_classes": 2, "input_size": 3, "cell": "tcn"}, "cell ('tcn') must be one of 'rnn', 'gru', "
+         "'gru_textbook', 'lstm'"),
         ({"num_classes": 2, "input_size": 3, "pooling": "sum"}, "pooling ('sum') must be one of 'last', 'mean', "
          "'max', 'attention'"),
         ({"num_classes": 2, "input_size": 3, "bidirectional": 1}, "bidirectional (1) must be true or false"),

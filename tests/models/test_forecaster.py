@@ -7,7 +7,7 @@ from seqlab.errors import ConfigError
 from seqlab.models.forecaster import Forecaster, ForecasterConfig, rollout
 
 
-@pytest.mark.parametrize("encoder", ["rnn", "gru", "lstm", "transformer", "tcn", "ssm"])
+@pytest.mark.parametrize("encoder", ["rnn", "gru", "gru_textbook", "lstm", "transformer", "tcn", "ssm"])
 @pytest.mark.parametrize("head", ["direct", "autoregressive"])
 def test_every_encoder_and_head_forecasts_h_steps_of_c_channels(encoder, head):
     torch.manual_seed(0)

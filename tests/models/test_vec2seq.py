@@ -20,7 +20,7 @@ def make(cell="gru", condition="both", num_layers=2):
     return ConditionedRNNGenerator(config).eval()
 
 
-@pytest.mark.parametrize("cell", ["rnn", "gru", "lstm"])
+@pytest.mark.parametrize("cell", ["rnn", "gru", "gru_textbook", "lstm"])
 def test_initial_state_is_tanh_of_the_projected_class_vector(cell):
     model = make(cell)
     classes = torch.tensor([2, 0])

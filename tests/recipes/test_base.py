@@ -125,7 +125,7 @@ def test_a_recipe_file_missing_a_section_is_one_line(tmp_path):
             "window (None) must be set exactly when attention_kind is 'local'",
         ),
         (g2p.TransformerConfig, {"window": 0, "attention_kind": "local"}, "window (0) must be None or an integer >= 1"),
-        (g2p.RNNConfig, {"cell": "tcn"}, "cell ('tcn') must be one of 'rnn', 'gru', 'lstm'"),
+        (g2p.RNNConfig, {"cell": "tcn"}, "cell ('tcn') must be one of 'rnn', 'gru', 'gru_textbook', 'lstm'"),
         (g2p.RNNConfig, {"encoder_layers": 0}, "encoder_layers (0) must be an integer >= 1 and <= 1024"),
     ],
 )

@@ -110,7 +110,10 @@ def test_a_test_part_too_short_for_the_free_running_forecasts_is_a_one_line_erro
     ("setting", "message"),
     [
         ("data.grid=63", "--set: [data] grid (63) must be even"),
-        ("model.arch=tcnn", "--set model.arch: 'tcnn' is not one of gru, lstm, rnn, transformer, tcn, ssm"),
+        (
+            "model.arch=tcnn",
+            "--set model.arch: 'tcnn' is not one of gru, gru_textbook, lstm, rnn, transformer, tcn, ssm",
+        ),
         ("model.d_model=10", "--set: [model] d_model (10) must be divisible by num_heads (4)"),
         ("model.num_layers=3", "--set: [model] num_layers (3) is not used by arch 'tcn': its depth is num_levels"),
     ],

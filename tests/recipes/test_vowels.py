@@ -403,7 +403,7 @@ def test_a_missing_or_garbage_ts_file_is_one_line(tmp_path, toy, which):
     ("assignment", "message"),
     [
         ("model.pooling=foo", "--set model.pooling: 'foo' is not one of last, mean, max, attention"),
-        ("model.cell=transformer", "--set model.cell: 'transformer' is not one of rnn, gru, lstm"),
+        ("model.cell=transformer", "--set model.cell: 'transformer' is not one of rnn, gru, gru_textbook, lstm"),
         ("model.hidden_size=0", "--set: [model] hidden_size (0) must be an integer >= 1 and <= 65536"),
         ("model.dropout=1", "--set: [model] dropout (1.0) must be in [0, 1)"),
         ("data.valid_fraction=0.5", "--set: [data] valid_fraction (0.5) must be a finite number > 0.0 and < 0.5"),

@@ -1,6 +1,8 @@
 """Measuring what the textbooks claim, on fresh layers or trained models; each module also draws its picture.
 
 gradients: ||d h_T / d h_k|| against T - k beside the bound gamma^(T-k) and the gated paths' gate products.
+regimes: W_hh scaled to a spectral norm or radius S (vanishing, edge, exploding), the bound both ways, the LSTM's
+direct path, and training with and without gradient clipping.
 attention: every attention map of an RNN encoder-decoder, Transformer encoder-decoder or GPT on one input.
 positional: the sinusoidal encoding's shift-by-rotation and distance-only dot products.
 complexity: one layer's time and peak memory against T, with fitted exponents beside the asymptotic cost table
@@ -27,11 +29,23 @@ from seqlab.analysis.exposure import ExposureBias, exposure_bias, plot_exposure
 from seqlab.analysis.gradients import GradientFlow, decay_rate, gradient_flow, plot_gradient_flow, recurrent_cell
 from seqlab.analysis.memory import CallCost, PeakTensorMemory, measure_call
 from seqlab.analysis.positional import PositionalAnalysis, plot_positional, positional_analysis
+from seqlab.analysis.regimes import (
+    ClippingRun,
+    DirectPath,
+    EigenRate,
+    clipping_runs,
+    eigen_rate,
+    lstm_direct_path,
+    scale_recurrent,
+)
 
 __all__ = [
     "COST_TABLE",
     "AttentionMap",
     "CallCost",
+    "ClippingRun",
+    "DirectPath",
+    "EigenRate",
     "ExposureBias",
     "GradientFlow",
     "MatchedModel",
@@ -42,10 +56,13 @@ __all__ = [
     "SequenceModel",
     "TrainingCurves",
     "attention_maps",
+    "clipping_runs",
     "decay_rate",
+    "eigen_rate",
     "exposure_bias",
     "fit_exponent",
     "gradient_flow",
+    "lstm_direct_path",
     "matched_model",
     "matched_width",
     "measure_call",
@@ -62,6 +79,7 @@ __all__ = [
     "positional_analysis",
     "read_metrics",
     "recurrent_cell",
+    "scale_recurrent",
     "training_step_peak",
     "write_report",
 ]

@@ -1,10 +1,11 @@
-"""Models for ``seqlab compare``: RNN, GRU, LSTM, a Transformer encoder, a TCN and an S4D state-space stack sized to
-the same parameter count.
+"""Models for ``seqlab compare``: RNN, GRU (either form), LSTM, a Transformer encoder, a TCN and an S4D
+state-space stack sized to the same parameter count.
 
 Every model reads a long-range task (``seqlab.data.synthetic``) the same way: an input layer (an embedding of the
 copy task's tokens, a linear map of the adding problem's two channels) to W features, the sequence core, and a
 linear head from W features: logits at every step for the copy task, one number from the last step for the adding
-problem. The core is seqlab's one-layer ``RNN`` / ``GRU`` / ``LSTM`` (fused torch kernels), with W = H, or a
+problem. The core is seqlab's one-layer ``RNN`` / ``GRU`` / ``LSTM`` (fused torch kernels; the textbook GRU,
+``gru_textbook``, runs the reference loop), with W = H, or a
 pre-LN ``TransformerEncoder`` of ``TRANSFORMER_LAYERS`` layers with W = D, ``TRANSFORMER_HEADS`` heads,
 d_ff = 4 D and sinusoidal positions (Vaswani et al., 2017), causal for the copy task (each output may only use
 the inputs so far, as for the RNNs) and bidirectional for the adding problem (one answer after the whole input),
@@ -28,10 +29,8 @@ from torch import Tensor, nn
 from seqlab.analysis.memory import PeakTensorMemory
 from seqlab.data.synthetic import LongRangeTask
 from seqlab.errors import ConfigError
+from seqlab.models.recurrent_layers import RECURRENT_LAYERS
 from seqlab.nn import (
-    GRU,
-    LSTM,
-    RNN,
     SinusoidalPositionalEncoding,
     TemporalConvNet,
     TransformerEncoder,
@@ -41,7 +40,8 @@ from seqlab.nn import (
 from seqlab.nn.temporal_convolution import receptive_field, tcn_dilations
 from seqlab.validation import check_choice, check_int, check_real
 
-ARCHITECTURES = ("rnn", "gru", "lstm", "transformer", "tcn", "ssm")
+ARCHITECTURES = ("rnn", "gru", "lstm", "transformer", "tcn", "ssm", "gru_textbook")
+DEFAULT_ARCHITECTURES = ("rnn", "gru", "lstm", "transformer", "tcn", "ssm")  # what runs without --archs
 TRANSFORMER_LAYERS = 2
 TRANSFORMER_HEADS = 2
 TCN_KERNEL_SIZE = 3
@@ -62,7 +62,7 @@ class SequenceModel(nn.Module):
     """Input layer, sequence core and output head for one long-range task (module docstring).
 
     Args:
-        arch: "rnn", "gru", "lstm", "transformer", "tcn" or "ssm".
+        arch: one of ``ARCHITECTURES``: "rnn", "gru", "lstm", "transformer", "tcn", "ssm" or "gru_textbook".
         task: the task whose inputs and outputs the model reads and writes (its lag sets the positions cached).
         width: W, the hidden size H of a recurrent core or the TCN, or d_model D of the Transformer (even, and
             divisible by ``TRANSFORMER_HEADS``, for the Transformer) or of the S4D blocks.
@@ -101,7 +101,7 @@ class SequenceModel(nn.Module):
             self.core = TemporalConvNet(width, width, num_levels=levels, kernel_size=TCN_KERNEL_SIZE)
         else:
             self.positions = None
-            self.core = {"rnn": RNN, "gru": GRU, "lstm": LSTM}[arch](width, width, batch_first=True)
+            self.core = RECURRENT_LAYERS[arch](width, width, batch_first=True)
         self.head = nn.Linear(width, task.num_outputs)
 
     @property

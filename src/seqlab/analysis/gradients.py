@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -33,8 +35,14 @@ from seqlab.errors import CheckpointError
 from seqlab.nn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from seqlab.validation import check_int
 
-ARCHITECTURES = ("rnn", "gru", "lstm")
-_CELLS: dict[str, type[nn.Module]] = {"rnn": RNNCell, "gru": GRUCell, "lstm": LSTMCell}
+ARCHITECTURES = ("rnn", "gru", "lstm", "gru_textbook")
+DEFAULT_ARCHITECTURES = ("rnn", "gru", "lstm")  # what ``seqlab analyze gradients`` compares without --arch
+_CELLS: dict[str, Callable[..., nn.Module]] = {
+    "rnn": RNNCell,
+    "gru": GRUCell,
+    "lstm": LSTMCell,
+    "gru_textbook": partial(GRUCell, variant="textbook"),
+}
 
 
 class GradientFlow(NamedTuple):
@@ -43,7 +51,8 @@ class GradientFlow(NamedTuple):
     distance: T - k (steps). jacobian_norm: ||d h_T / d h_k||_2 with c_k held fixed (1 at distance 0).
     cell_jacobian_norm: for the LSTM, ||d h_T / d c_k||_2 along every path from c_k, h_k = o_k tanh(c_k) included
     (what backpropagation carries into the memory cell), else None. gate_product: the mean over
-    units of prod_{j=k+1..T} f_j (LSTM forget gates) or z_j (GRU keep gates, torch's convention), else None.
+    units of prod_{j=k+1..T} f_j (LSTM forget gates) or the GRU's keep gates (z_j in torch's form, 1 - z_j in the
+    textbook form), else None.
     bound: gamma^(T-k) for the Elman RNN, else None; path_bound: prod_{j=k+1..T} ||diag(phi'(a_j)) W_hh||_2 for
     the Elman RNN (the tighter bound along this input), else None. gamma: sigma_max(W_hh) * max|phi'| (RNN only).
     """
@@ -58,8 +67,8 @@ class GradientFlow(NamedTuple):
 
 
 def make_cell(arch: str, input_size: int, hidden_size: int, *, seed: int) -> nn.Module:
-    """A freshly initialised cell ("rnn" tanh, "gru" reset-after, "lstm"), torch.nn's init, seeded (the global
-    generator is left as it was).
+    """A freshly initialised cell ("rnn" tanh, "gru" reset-after, "lstm", "gru_textbook"), torch.nn's init, seeded
+    (the global generator is left as it was).
 
     Raises: ValueError if arch is not one of ARCHITECTURES or a size is < 1.
     """
@@ -84,21 +93,24 @@ def recurrent_cell(model: nn.Module) -> nn.Module:
 
 
 def architecture_of(cell: nn.Module) -> str:
-    """ "rnn", "gru" or "lstm" for a seqlab cell. Raises: ValueError for any other module."""
-    for arch, cls in _CELLS.items():
-        if isinstance(cell, cls):
-            return arch
+    """ "rnn", "gru", "lstm" or "gru_textbook" for a seqlab cell. Raises: ValueError for any other module."""
+    if isinstance(cell, GRUCell):
+        return "gru_textbook" if cell.variant == "textbook" else "gru"
+    if isinstance(cell, RNNCell | LSTMCell):
+        return "rnn" if isinstance(cell, RNNCell) else "lstm"
     raise ValueError(f"expected an RNNCell, GRUCell or LSTMCell, got {type(cell).__name__}")
 
 
 def _keep_gate(cell: nn.Module, x_t: Tensor, h: Tensor) -> Tensor | None:
-    """The gate that multiplies the carried state at this step: f_t (LSTM) or z_t (GRU), (B, H); None for RNN."""
+    """The gate that multiplies the carried state at this step: f_t (LSTM), z_t (GRU in torch's form) or 1 - z_t
+    (the textbook GRU, where z_t weights the candidate), (B, H); None for RNN."""
     gates = cell.input_projection(x_t) + F.linear(h, cell.weight_hh, cell.bias_hh)  # (B, G*H), torch's order
     if isinstance(cell, LSTMCell):
         return torch.sigmoid(gates.chunk(4, dim=1)[1])  # i, f, g, o -> f_t
     if isinstance(cell, GRUCell):
         # r_t and z_t see W_hr h + b_hr and W_hz h + b_hz in both variants; only n_t differs.
-        return torch.sigmoid(gates.chunk(3, dim=1)[1])  # r, z, n -> z_t
+        z_t = torch.sigmoid(gates.chunk(3, dim=1)[1])  # r, z, n -> z_t
+        return 1 - z_t if cell.variant == "textbook" else z_t
     return None
 
 

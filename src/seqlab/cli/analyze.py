@@ -11,19 +11,21 @@ import argparse
 import csv
 import io
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 
-from seqlab.analysis import attention, complexity, curves, exposure, gradients, positional
+from seqlab.analysis import attention, complexity, curves, exposure, gradients, positional, regimes
 from seqlab.cli.tables import table
 from seqlab.errors import ConfigError
 from seqlab.files import atomic_write, output_directory
 from seqlab.models import load_pretrained
 from seqlab.recipes import RECIPES, recipe_of_checkpoint
 from seqlab.recipes.system import AttentionSource, ExposureSource, SystemOptions
+from seqlab.training.clipping import clip_grad_norm
 from seqlab.validation import MAX_WIDTH
 
 
@@ -123,12 +125,36 @@ def _gradient_arguments(parser: argparse.ArgumentParser) -> None:
         "checkpoint",
         type=Path,
         nargs="?",
-        help="analyse the first recurrent layer (forward direction) of this checkpoint, on N(0, 1) inputs",
+        help="analyse the first recurrent layer (forward direction) of this checkpoint, inputs N(0, --input-std^2)",
     )
-    parser.add_argument("--arch", help="fresh cells to compare, without a checkpoint (default: rnn,gru,lstm)")
+    parser.add_argument(
+        "--arch",
+        help="fresh cells to compare, from rnn,gru,lstm,gru_textbook, without a checkpoint (default: the first three)",
+    )
     parser.add_argument("--length", type=int, default=100, help="T, steps of the input (default: 100)")
     parser.add_argument("--hidden-size", type=int, help="H = E of fresh cells, without a checkpoint (default: 64)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fresh weights and the input (default: 0)")
+    parser.add_argument("--input-std", type=float, default=1.0, help="inputs ~ N(0, std^2) (default: 1)")
+    parser.add_argument(
+        "--recurrent-scale",
+        type=_float_list,
+        metavar="S[,S...]",
+        help="scale every gate block of W_hh to S (per --scale-by) and draw the regimes: one column per S, with "
+        "the bounds, the LSTM's direct path and, for the largest S > 1, training with and without clipping",
+    )
+    parser.add_argument(
+        "--scale-by",
+        choices=regimes.SCALE_MEASURES,
+        help="what --recurrent-scale sets: sigma_max (spectral_norm, default) or |lambda_max| (spectral_radius)",
+    )
+    parser.add_argument("--clip-norm", type=float, help="--recurrent-scale: the clipped run's tau (default 1)")
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
 
 def _gradients(args: argparse.Namespace, out_dir: Path) -> str:
@@ -140,13 +166,19 @@ def _gradients(args: argparse.Namespace, out_dir: Path) -> str:
         cell = gradients.recurrent_cell(load_pretrained(args.checkpoint))
         cells = {gradients.architecture_of(cell): cell}
     else:
-        arch_list = args.arch or ",".join(gradients.ARCHITECTURES)
+        arch_list = args.arch or ",".join(gradients.DEFAULT_ARCHITECTURES)
         archs = [a.strip() for a in arch_list.split(",") if a.strip()]
         if not archs or any(a not in gradients.ARCHITECTURES for a in archs):
             raise ConfigError(f"--arch {arch_list!r}: choose from {', '.join(gradients.ARCHITECTURES)}")
         size = args.hidden_size or 64
         cells = {a: gradients.make_cell(a, size, size, seed=args.seed) for a in archs}
-    x = gradients.random_input(args.length, next(iter(cells.values())).input_size, seed=args.seed)
+    if not (math.isfinite(args.input_std) and args.input_std > 0):
+        raise ConfigError(f"--input-std ({args.input_std}) must be a finite number > 0")
+    x = args.input_std * gradients.random_input(args.length, next(iter(cells.values())).input_size, seed=args.seed)
+    if args.recurrent_scale is not None:
+        return _regimes(args, cells, x, out_dir)
+    if args.scale_by is not None or args.clip_norm is not None:
+        raise ConfigError("--scale-by and --clip-norm apply to --recurrent-scale runs")
     flows = {arch: gradients.gradient_flow(cell, x) for arch, cell in cells.items()}
     gradients.plot_gradient_flow(flows, out_dir / "gradient_flow.png")
     columns = ("jacobian_norm", "cell_jacobian_norm", "gate_product", "bound", "path_bound")
@@ -164,6 +196,72 @@ def _gradients(args: argparse.Namespace, out_dir: Path) -> str:
     headers = ["arch", "decay per step (fit)", f"||dh_T/dh_0|| (T={args.length})", "gamma = sigma_max(W_hh)"]
     atomic_write(out_dir / "summary.json", json.dumps([dict(zip(headers, r, strict=True)) for r in summary], indent=2))
     return table(headers, summary)
+
+
+def _regimes(args: argparse.Namespace, cells: dict[str, torch.nn.Module], x: torch.Tensor, out_dir: Path) -> str:
+    """``--recurrent-scale``: the regimes picture and numbers, and the clipping picture for the largest S > 1."""
+    if not args.recurrent_scale:
+        raise ConfigError("--recurrent-scale: give at least one scale")
+    for scale in args.recurrent_scale:
+        regimes.check_scale("--recurrent-scale", scale)
+    measure = args.scale_by or "spectral_norm"
+    clip_norm = 1.0 if args.clip_norm is None else args.clip_norm
+    if not (math.isfinite(clip_norm) and clip_norm > 0):
+        raise ConfigError(f"--clip-norm ({clip_norm}) must be a finite number > 0")
+    scales = list(dict.fromkeys(args.recurrent_scale))
+    scaled = {
+        (arch, s): regimes.scale_recurrent(cell, s, measure=measure) for arch, cell in cells.items() for s in scales
+    }
+    flows = {key: gradients.gradient_flow(cell, x) for key, cell in scaled.items()}
+    rates = {key: regimes.eigen_rate(cell, args.length) for key, cell in scaled.items() if key[0] == "rnn"}
+    paths = {  # the direct path of an LSTM without projection (c_t and h_t of one size)
+        key: regimes.lstm_direct_path(cell, x)
+        for key, cell in scaled.items()
+        if key[0] == "lstm" and cell.output_size == cell.hidden_size
+    }
+    regimes.plot_regimes(flows, rates, paths, out_dir / "gradient_regimes.png", measure=measure)
+    columns = ["jacobian_norm", "bound", "eigen_rate", "memory_jacobian_norm", "direct_path", "gate_product"]
+    rows, summary = [], []
+    for key, flow in flows.items():
+        series = [flow.jacobian_norm, flow.bound, getattr(rates.get(key), "rate", None)]
+        series += [getattr(paths.get(key), "full", None), getattr(paths.get(key), "direct", None), flow.gate_product]
+        for d in range(args.length + 1):
+            rows.append([*key, d, *("" if v is None else f"{float(v[d]):.6e}" for v in series)])
+        rate = gradients.decay_rate(flow)
+        regime = "vanishing" if rate < 1 - EDGE else "exploding" if rate > 1 + EDGE else "edge"
+        summary.append([key[0], f"{key[1]:g}", f"{rate:.4f}", f"{float(flow.jacobian_norm[-1]):.3e}", regime])
+    write_csv(out_dir / "gradient_regimes.csv", ["arch", "scale", "distance", *columns], rows)
+    headers = ["arch", measure, "decay per step (fit)", f"||dh_T/dh_0|| (T={args.length})", "regime"]
+    exploding = [s for s in scales if s > 1]
+    if exploding:
+        arch = "rnn" if "rnn" in cells else next(iter(cells))
+        runs = regimes.clipping_runs(
+            scaled[arch, max(exploding)],
+            clip_grad_norm,
+            clip_norm=clip_norm,
+            length=args.length,
+            input_std=args.input_std,
+            steps=CLIPPING_STEPS,
+            lr=CLIPPING_LR,
+            seed=args.seed,
+        )
+        title = f"{arch.upper()}, {measure} {max(exploding):g}"
+        regimes.plot_clipping(runs, out_dir / "clipping.png", title=title, clip_norm=clip_norm)
+        write_csv(
+            out_dir / "clipping.csv",
+            ["step", *(f"{name}_{field}" for name in runs for field in ("loss", "grad_norm"))],
+            [
+                [step + 1, *(f"{float(getattr(run, f)[step]):.6e}" for run in runs.values() for f in run._fields)]
+                for step in range(CLIPPING_STEPS)
+            ],
+        )
+    records = [dict(zip(headers, r, strict=True)) for r in summary]
+    atomic_write(out_dir / "summary.json", json.dumps(records, indent=2))
+    return table(headers, summary)
+
+
+EDGE = 0.005  # a fitted per-step factor within 1 +- EDGE is called the edge (1.005^100 = 1.6)
+CLIPPING_STEPS, CLIPPING_LR = 40, 0.1  # SGD steps and learning rate of the clipping picture's two runs
 
 
 # positional --------------------------------------------------------------------------------------------------------

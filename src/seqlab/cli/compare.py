@@ -12,7 +12,8 @@ task took 67 s in all (57 s of runs) on an otherwise quiet 2-core machine, 308 s
 it; the adding problem costs less. The TCN, the fifth arch, trains at about the GRU's cost: on the copy task with
 the load at ~15 on 2 cores, 201 s of runs for the TCN, 208 s for the GRU, 69 s for the LSTM. The report prints each
 run's wall time and their total. The SSM, the sixth, took 175 s of runs on the copy task against the GRU's 139 s,
-with the load at ~17 on 2 cores. Lags 100 and 200 are opt-in with ``--lags``.
+with the load at ~17 on 2 cores. Lags 100 and 200 are opt-in with ``--lags``; the textbook GRU
+(``gru_textbook``, reference loop) with ``--archs``.
 
 ``--recipe NAME`` instead trains a recipe whose model section is a choice (``model.arch``; ``seqlab recipes NAME``
 lists each arch's keys) once per arch for ``--max-steps`` steps, with ``--set`` applied to every run (each arch
@@ -66,7 +67,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     what.add_argument("--recipe", help="a recipe whose model section is a choice of model.arch")
     parser.add_argument("--lags", help="--task: comma-separated lags (default: 10,50; try 10,50,100,200)")
     parser.add_argument(
-        "--archs", help="comma-separated subset (default: rnn,gru,lstm,transformer,tcn,ssm, or the recipe's)"
+        "--archs",
+        help="comma-separated, from rnn,gru,lstm,transformer,tcn,ssm,gru_textbook (default: all but gru_textbook; "
+        "a recipe: all its archs)",
     )
     parser.add_argument(
         "--set",
@@ -126,7 +129,7 @@ def _check_arguments(args: argparse.Namespace) -> tuple[list[LongRangeTask], lis
     for lag in lags:
         if lag < minimum:
             raise ConfigError(f"--lags: lag ({lag}) must be >= {minimum} for the {args.task} task")
-    archs = arch_list(args.archs, compare.ARCHITECTURES)
+    archs = arch_list(args.archs or ",".join(compare.DEFAULT_ARCHITECTURES), compare.ARCHITECTURES)
     tasks = [make_task(args.task, lag, num_symbols=args.symbols) for lag in lags]
     for arch in archs:  # refuse an unreachable --params before training anything
         compare.matched_width(arch, tasks[0], args.params)

@@ -1,6 +1,6 @@
 """Multi-step forecaster: an encoder over the last L steps of a (multivariate) series and a head for the next H.
 
-Encoders: a recurrent layer (rnn | gru | lstm; the summary is h_L, the last step's output), a Transformer
+Encoders: a recurrent layer (rnn | gru | gru_textbook | lstm; the summary is h_L, the last step's output), a Transformer
 encoder (input projection to D, sinusoidal positions, causal self-attention; the summary is the last position) or a
 causal TCN (``seqlab.nn.TemporalConvNet``, Bai et al., 2018, H channels; the summary is the last step's output,
 which reads the last ``receptive_field`` steps of the window) or a stack of S4D state-space blocks (ssm: input
@@ -33,8 +33,8 @@ from seqlab.nn.temporal_convolution import TemporalConvNet, check_tcn_sizes
 from seqlab.nn.transformer import TransformerEncoder, TransformerEncoderLayer
 from seqlab.validation import check_bool, check_choice, check_int, check_probability
 
-EncoderName = Literal["rnn", "gru", "lstm", "transformer", "tcn", "ssm"]
-ENCODERS = ("rnn", "gru", "lstm", "transformer", "tcn", "ssm")
+EncoderName = Literal["rnn", "gru", "gru_textbook", "lstm", "transformer", "tcn", "ssm"]
+ENCODERS = ("rnn", "gru", "gru_textbook", "lstm", "transformer", "tcn", "ssm")
 HeadName = Literal["direct", "autoregressive"]
 HEADS = ("direct", "autoregressive")
 
@@ -45,7 +45,7 @@ class ForecasterConfig:
 
     channels: int  # C, values per time step
     horizon: int  # H, steps forecast at once
-    encoder: EncoderName = "gru"  # rnn | gru | lstm | transformer | tcn | ssm
+    encoder: EncoderName = "gru"  # rnn | gru | gru_textbook | lstm | transformer | tcn | ssm
     head: HeadName = "direct"  # direct (all H steps at once) | autoregressive (one step, fed back)
     residual: bool = False  # forecast the change from the window's last value
     hidden_size: int = 64  # H of the recurrent encoder, channels of the TCN

@@ -42,7 +42,7 @@ class ConditionedRNNGeneratorConfig:
     embedding_size: int = 32  # E, token embedding
     hidden_size: int = 128  # H
     num_layers: int = 1  # L stacked recurrent layers
-    cell: CellName = "gru"  # rnn | gru | lstm
+    cell: CellName = "gru"  # rnn | gru | gru_textbook | lstm
     condition: ConditionName = "both"  # init: c sets h_0; input: c joins every input; both
     dropout: float = 0.1  # on the inputs, between layers and before the output layer
 

@@ -330,6 +330,10 @@ class GRUCell(CellParameters):
         H = self.hidden_size
         weight_hh_rz, weight_hh_n = self.weight_hh.split([2 * H, H])  # (2H, H), (H, H)
         bias_hh_rz, bias_hh_n = self.bias_hh.split([2 * H, H]) if self.bias else (None, None)
+        if torch.compiler.is_exporting():  # torch.export's scan refuses two views of one tensor among its inputs
+            weight_hh_rz, weight_hh_n = weight_hh_rz.clone(), weight_hh_n.clone()
+            if self.bias:
+                bias_hh_rz, bias_hh_n = bias_hh_rz.clone(), bias_hh_n.clone()
         return partial(
             gru_textbook_step,
             weight_hh_rz=weight_hh_rz,

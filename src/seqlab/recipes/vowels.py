@@ -87,7 +87,7 @@ class VowelsModelConfig:
     """Encoder and pooling of the classifier (see seqlab.models.classifier)."""
 
     hidden_size: int = 64  # H per direction
-    cell: CellName = "gru"  # rnn | gru | lstm
+    cell: CellName = "gru"  # rnn | gru | gru_textbook | lstm
     num_layers: int = 1  # stacked recurrent layers
     bidirectional: bool = True  # read the utterance both ways
     pooling: PoolingName = "last"  # how the steps' outputs become one vector

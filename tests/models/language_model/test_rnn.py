@@ -209,7 +209,7 @@ def test_registry_and_output_type():
         ({"vocab_size": 1}, "vocab_size (1) must be an integer >= 2"),
         ({"hidden_size": 0}, "hidden_size (0) must be an integer >= 1"),
         ({"num_layers": 0}, "num_layers (0) must be an integer >= 1"),
-        ({"cell": "tanh"}, "cell ('tanh') must be one of 'rnn', 'gru', 'lstm'"),
+        ({"cell": "tanh"}, "cell ('tanh') must be one of 'rnn', 'gru', 'gru_textbook', 'lstm'"),
         ({"dropout": 1.0}, "dropout (1.0) must be in [0, 1)"),
         ({"init_range": 0.0}, "init_range (0.0) must be None or a finite number > 0.0"),
         (

@@ -345,7 +345,7 @@ def test_forward_keeps_no_hidden_state_between_calls():
         ({"dropout": 1.0}, "dropout (1.0) must be in [0, 1)"),
         ({"dropout": -0.1}, "dropout (-0.1) must be in [0, 1)"),
         ({"attention": "foo"}, "attention ('foo') must be one of 'additive', 'dot', 'scaled_dot', 'bilinear', 'none'"),
-        ({"cell": "foo"}, "cell ('foo') must be one of 'rnn', 'gru', 'lstm'"),
+        ({"cell": "foo"}, "cell ('foo') must be one of 'rnn', 'gru', 'gru_textbook', 'lstm'"),
     ],
 )
 def test_config_validation_messages(overrides, message):

@@ -34,7 +34,7 @@ class RNNLanguageModelConfig:
     embedding_size: int = 200  # E
     hidden_size: int = 200  # H
     num_layers: int = 2  # L stacked recurrent layers
-    cell: CellName = "lstm"  # recurrent unit: rnn | gru | lstm
+    cell: CellName = "lstm"  # recurrent unit: rnn | gru | gru_textbook | lstm
     layer_norm: bool = False  # layer-normalised cells (Ba et al., 2016); gru and lstm only, reference path
     dropout: float = 0.0  # on the embeddings, between layers and before the softmax (Zaremba et al., 2014)
     tie_embeddings: bool = False  # W = E; needs embedding_size == hidden_size

@@ -10,13 +10,13 @@ monthly El Nino sea-surface temperatures (m = 12), all shipped by statsmodels, o
 standard deviation only. Windows: L inputs, the next H targets; validation and test windows have their targets in
 their part (their inputs may reach back), and test origins are ``data.test_stride`` steps apart.
 
-Model: ``seqlab.models.forecaster`` (rnn | gru | lstm | transformer | tcn | ssm encoder, direct or autoregressive head;
-residual, i.e. forecasting changes from the last value, by default for Lorenz and the trending CO2 series, whose
-test values lie above every training value that the scaler saw), trained by mean squared error
-on the standardised values. Test scores (``forecast.evaluation``): RMSE, MAE (the series'
-units) and MASE for the model and, on the same windows, persistence, seasonal naive and a SARIMA fitted on the
-training part; for Lorenz also the valid prediction time (Lyapunov times) of free-running forecasts of
-``eval.vpt_steps`` steps. ``forecast.png`` in the run directory plots test windows against the truth.
+Model: ``seqlab.models.forecaster`` (rnn | gru | gru_textbook | lstm | transformer | tcn | ssm encoder, direct or
+autoregressive head; residual, i.e. forecasting changes from the last value, by default for Lorenz and the trending
+CO2 series, whose test values lie above every training value that the scaler saw), trained by mean squared error on
+the standardised values. Test scores (``forecast.evaluation``): RMSE, MAE (the series' units) and MASE for the model
+and, on the same windows, persistence, seasonal naive and a SARIMA fitted on the training part; for Lorenz also the
+valid prediction time (Lyapunov times) of free-running forecasts of ``eval.vpt_steps`` steps. ``forecast.png`` in the
+run directory plots test windows against the truth.
 
 ``seqlab predict RUN FILE`` forecasts the H steps after the end of a series file (one line a step, C values
 separated by spaces); ``seqlab predict RUN test`` forecasts from the end of the test split's input (the last

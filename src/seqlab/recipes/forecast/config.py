@@ -87,7 +87,7 @@ class DataConfig:
 class ModelConfig:
     """The forecaster (``seqlab.models.ForecasterConfig``; C and H come from the data)."""
 
-    encoder: EncoderName = "gru"  # rnn | gru | lstm | transformer | tcn | ssm
+    encoder: EncoderName = "gru"  # rnn | gru | gru_textbook | lstm | transformer | tcn | ssm
     head: HeadName = "direct"  # direct | autoregressive
     residual: bool | None = None  # forecast changes from the last value; None = True for lorenz and co2
     hidden_size: int = 32  # recurrent encoders, channels of the TCN

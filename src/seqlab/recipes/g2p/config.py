@@ -98,7 +98,7 @@ class RNNConfig(SharedModelConfig):
     arch: Literal["rnn"] = "rnn"  # attention RNN seq2seq
     embedding_size: int = 64  # E, letter and phoneme embeddings
     hidden_size: int = 128  # H, per encoder direction and in the decoder
-    cell: CellName = "lstm"  # rnn | gru | lstm
+    cell: CellName = "lstm"  # rnn | gru | gru_textbook | lstm
     bidirectional: bool = True  # bidirectional encoder
     attention: AttentionName = "additive"  # additive | dot | scaled_dot | bilinear | none (fixed context)
     attention_placement: PlacementName = "luong"  # luong | luong_input_feeding | bahdanau

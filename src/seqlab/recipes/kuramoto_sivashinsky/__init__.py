@@ -11,12 +11,12 @@ lambda_1 given as ``eval.lyapunov_exponent``), split in time (train, valid, test
 ``test_fraction``) and standardised per grid point with the training part's statistics. The largest Lyapunov
 exponent lambda_1 of the simulation is estimated by two trajectories (``seqlab.analysis.chaos``).
 
-Model: ``seqlab.models.forecaster`` with the encoder ``model.arch`` (gru | lstm | rnn | transformer | tcn | ssm),
-residual by default, trained by mean squared error on windows of L_w fields and the next H. Test: free-running
-forecasts of ``eval.vpt_steps`` steps (the model fed its own output) from origins ``eval.vpt_stride`` apart in the
-test part; valid prediction time in Lyapunov times (the normalised error ||u_hat - u|| / sqrt(<||u||^2>) first above
-``eval.vpt_threshold``; Pathak et al., 2018) against persistence and climatology; ``forecast.png``: truth, forecast
-and error of the first test window, space against time.
+Model: ``seqlab.models.forecaster`` with the encoder ``model.arch`` (gru | gru_textbook | lstm | rnn | transformer |
+tcn | ssm), residual by default, trained by mean squared error on windows of L_w fields and the next H. Test:
+free-running forecasts of ``eval.vpt_steps`` steps (the model fed its own output) from origins ``eval.vpt_stride``
+apart in the test part; valid prediction time in Lyapunov times (the normalised error ||u_hat - u|| / sqrt(<||u||^2>)
+first above ``eval.vpt_threshold``; Pathak et al., 2018) against persistence and climatology; ``forecast.png``: truth,
+forecast and error of the first test window, space against time.
 
 ``seqlab predict RUN FILE`` forecasts the H fields after the end of a field file (one step a line, N values);
 ``seqlab predict RUN test`` from the end of the run's own simulation. ``seqlab evaluate RUN --data FILE`` scores
@@ -28,6 +28,7 @@ from seqlab.recipes.kuramoto_sivashinsky.config import (
     DataConfig,
     EvalConfig,
     GRUArmConfig,
+    GRUTextbookArmConfig,
     LSTMArmConfig,
     ModelConfig,
     RNNArmConfig,
@@ -53,6 +54,7 @@ __all__ = [
     "EvalConfig",
     "FieldForecast",
     "GRUArmConfig",
+    "GRUTextbookArmConfig",
     "KSSystem",
     "KSTraining",
     "LSTMArmConfig",

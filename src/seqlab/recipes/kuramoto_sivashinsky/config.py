@@ -104,6 +104,13 @@ class GRUArmConfig(RecurrentArmConfig):
 
 
 @dataclass(frozen=True)
+class GRUTextbookArmConfig(RecurrentArmConfig):
+    """``gru_textbook``: the notes' GRU (the reset gate applied before W_hn; ``seqlab.models.recurrent_layers``)."""
+
+    arch: Literal["gru_textbook"] = "gru_textbook"
+
+
+@dataclass(frozen=True)
 class LSTMArmConfig(RecurrentArmConfig):
     """``lstm``: long short-term memory cells."""
 
@@ -165,7 +172,15 @@ class SSMArmConfig(ForecasterArmConfig):
         self.model_config(channels=1, horizon=1)  # the state size
 
 
-ModelConfig = GRUArmConfig | LSTMArmConfig | RNNArmConfig | TransformerArmConfig | TCNArmConfig | SSMArmConfig
+ModelConfig = (
+    GRUArmConfig
+    | GRUTextbookArmConfig
+    | LSTMArmConfig
+    | RNNArmConfig
+    | TransformerArmConfig
+    | TCNArmConfig
+    | SSMArmConfig
+)
 
 
 @dataclass(frozen=True)
@@ -188,8 +203,8 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class Config:
-    """The whole recipe: sections data, model (``model.arch``: gru | lstm | rnn | transformer | tcn | ssm), train,
-    eval."""
+    """The whole recipe: sections data, model (``model.arch``: gru | gru_textbook | lstm | rnn | transformer | tcn |
+    ssm), train, eval."""
 
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=GRUArmConfig)

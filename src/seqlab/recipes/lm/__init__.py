@@ -8,22 +8,22 @@ perplexity exp(loss), and bits per character (total nats / (characters of the sp
 Training, one "epoch" being ``data.batches_per_epoch`` optimizer micro-batches for either architecture:
 - ``gpt``: random blocks of ``model.context_length`` tokens of the train split (nanoGPT's ``get_batch``).
 - ``ssm``: the same random blocks, read by S4D state-space blocks in their parallel (convolution) form.
-- ``lstm`` | ``gru`` | ``rnn`` | ``tcn``: truncated BPTT over ``train.batch_size`` parallel streams of the train
-  split's paragraphs (``seqlab.data.streams``), ``data.bptt_len`` steps per window, the state carried (detached)
-  from window to window and across epochs, zeroed at each paragraph; an epoch continues where the previous one
-  stopped. A TCN's state is its convolutions' last inputs, so each prediction reads its receptive field
+- ``lstm`` | ``gru`` | ``gru_textbook`` | ``rnn`` | ``tcn``: truncated BPTT over ``train.batch_size`` parallel streams
+  of the train split's paragraphs (``seqlab.data.streams``), ``data.bptt_len`` steps per window, the state carried
+  (detached) from window to window and across epochs, zeroed at each paragraph; an epoch continues where the previous
+  one stopped. A TCN's state is its convolutions' last inputs, so each prediction reads its receptive field
   (``model.kernel_size``, ``model.num_levels``; printed on the log line) across window boundaries.
 Validation: mean loss over the first ``data.valid_tokens`` tokens of the valid split. Test: the whole test split,
 by a sliding window of stride context_length // 2 (GPT) or one stream with its state carried (recurrent, TCN,
 SSM).
 
-The model section is a choice (``model.arch``): ``gpt`` (``GPTModelConfig``), a recurrent ``lstm`` | ``gru`` | ``rnn``
-(``RecurrentModelConfig``), a convolutional ``tcn`` (``TCNModelConfig``) or a state-space ``ssm``
-(``SSMModelConfig``); another arch's key is refused.
-``model.preset`` of an LSTM (zaremba_small | zaremba_medium | zaremba_large, Zaremba et al., 2014) fills, when
-``prepare`` runs, every field still at its default: the RNN sizes, dropout and init range, data.bptt_len, and train
-optimizer sgd, lr 1, clip_norm and batch_size 20 (the paper's per-epoch lr decay is not applied: the lr stays
-constant); ``recipe.json`` holds the filled config.
+The model section is a choice (``model.arch``): ``gpt`` (``GPTModelConfig``), a recurrent ``lstm`` | ``gru`` |
+``gru_textbook`` (the notes' GRU) | ``rnn`` (``RecurrentModelConfig``), a convolutional ``tcn`` (``TCNModelConfig``)
+or a state-space ``ssm`` (``SSMModelConfig``); another arch's key is refused. ``model.preset`` of an LSTM
+(zaremba_small | zaremba_medium | zaremba_large, Zaremba et al., 2014) fills, when ``prepare`` runs, every field still
+at its default: the RNN sizes, dropout and init range, data.bptt_len, and train optimizer sgd, lr 1, clip_norm and
+batch_size 20 (the paper's per-epoch lr decay is not applied: the lr stays constant); ``recipe.json`` holds the filled
+config.
 
 Modules: ``config`` (the sections and presets), ``system`` (a trained run: evaluate, predict, generate, attention
 maps), ``training`` (``prepare`` and its parts).

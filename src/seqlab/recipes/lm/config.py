@@ -93,8 +93,8 @@ class GPTModelConfig(InitFromConfig):
 
 @dataclass(frozen=True)
 class RecurrentModelConfig(InitFromConfig):
-    """The fields of the recurrent archs "lstm" | "gru" | "rnn" (``seqlab.models.RNNLanguageModel`` with that
-    cell); each arch is a subclass that names itself in ``arch``.
+    """The fields of the recurrent archs "lstm" | "gru" | "gru_textbook" | "rnn" (``seqlab.models.RNNLanguageModel``
+    with that cell); each arch is a subclass that names itself in ``arch``.
 
     Raises: ConfigError (a ValueError) for a size out of range, or tied embeddings with E != H.
     """
@@ -150,6 +150,14 @@ class GRUModelConfig(RecurrentModelConfig):
     """Arch "gru": gated recurrent unit cells."""
 
     arch: Literal["gru"] = "gru"  # gated recurrent units
+
+
+@dataclass(frozen=True)
+class GRUTextbookModelConfig(RecurrentModelConfig):
+    """Arch "gru_textbook": the notes' GRU cells, r_t applied to h_{t-1} before W_hn (reference loop, no fused
+    kernel; ``seqlab.nn.GRUCell(variant="textbook")``)."""
+
+    arch: Literal["gru_textbook"] = "gru_textbook"  # textbook gated recurrent units
 
 
 @dataclass(frozen=True)
@@ -245,9 +253,15 @@ class Config:
     """The whole recipe: sections data, model, train, decode."""
 
     data: LMDataConfig = field(default_factory=LMDataConfig)
-    model: GPTModelConfig | LSTMModelConfig | GRUModelConfig | RNNModelConfig | TCNModelConfig | SSMModelConfig = field(
-        default_factory=GPTModelConfig
-    )
+    model: (
+        GPTModelConfig
+        | LSTMModelConfig
+        | GRUModelConfig
+        | GRUTextbookModelConfig
+        | RNNModelConfig
+        | TCNModelConfig
+        | SSMModelConfig
+    ) = field(default_factory=GPTModelConfig)
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(lr=1e-3, batch_size=12, max_epochs=10_000, time_budget=480.0)
     )

@@ -31,6 +31,7 @@ MODELS = {  # the model class of each model.arch
     "gpt": GPT,
     "lstm": RNNLanguageModel,
     "gru": RNNLanguageModel,
+    "gru_textbook": RNNLanguageModel,
     "rnn": RNNLanguageModel,
     "tcn": TCNLanguageModel,
     "ssm": SSMLanguageModel,

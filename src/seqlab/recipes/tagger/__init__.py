@@ -8,8 +8,8 @@ fractions and seed, so no test word of either recipe was seen in training), or t
 Labels: the input is the stress-stripped phoneme sequence; a vowel (a phoneme the training data marks with a
 digit) is labelled with its digit, and a consonant carries no label: its position is masked out of the loss and
 of every metric (ignore index -100), since whether a position is a vowel is read off the input and a "none"
-class would only pad the accuracy. Model (``model.arch``): ``rnn``, ``seqlab.models.RNNSequenceTagger`` (Graves
-2012, Sec. 3.2), a bidirectional LSTM by default (``model.cell``: rnn | gru | lstm) with y_t = W_y h_t + b_y at
+class would only pad the accuracy. Model (``model.arch``): ``rnn``, ``seqlab.models.RNNSequenceTagger`` (Graves 2012,
+Sec. 3.2), a bidirectional LSTM by default (``model.cell``: rnn | gru | gru_textbook | lstm) with y_t = W_y h_t + b_y at
 every step; or ``transformer``, a BERT-style encoder with learned positions and the same per-step head
 (``seqlab.models.BertForTokenClassification``, Devlin et al. 2019, Sec. 4.3), trained from scratch.
 

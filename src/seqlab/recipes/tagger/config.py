@@ -58,7 +58,7 @@ class RNNTaggerConfig(_TaggerModel):
     arch: Literal["rnn"] = "rnn"
     num_layers: int = 2  # stacked recurrent layers
     dropout: float = 0.2  # between layers and before the output layer
-    cell: CellName = "lstm"  # rnn | gru | lstm
+    cell: CellName = "lstm"  # rnn | gru | gru_textbook | lstm
     embedding_size: int = 64  # E, phoneme embedding
     hidden_size: int = 128  # H per direction
     bidirectional: bool = True  # a backward direction (a vowel's stress depends on what follows it)

@@ -8,6 +8,7 @@ from typing import ClassVar, Literal
 
 from seqlab.data.files import TextFormat, data_file
 from seqlab.errors import ConfigError
+from seqlab.models.recurrent_layers import CellName
 from seqlab.models.seq2seq.rnn import RNNSeq2Seq, RNNSeq2SeqConfig
 from seqlab.models.seq2seq.transformer import TransformerSeq2Seq, TransformerSeq2SeqConfig
 from seqlab.recipes.common.search import SearchDecodeConfig
@@ -79,7 +80,7 @@ class RNNModelConfig(Seq2SeqModelConfig):
     arch: Literal["rnn"] = "rnn"
     embedding_size: int = 128  # E
     hidden_size: int = 256  # H
-    cell: Literal["rnn", "gru", "lstm"] = "lstm"
+    cell: CellName = "lstm"  # rnn | gru | gru_textbook | lstm
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -6,7 +6,7 @@ of origin (``seqlab.data.names``, nameCreator: 9 languages, 14,100 names) split 
 section the classify recipe reads too (``seqlab.recipes.common.labelled_text``), or the user's own
 ``TEXT<TAB>LABEL`` files. Model: ``seqlab.models.ConditionedRNNGenerator``,
 a learned class embedding that sets the initial state and is fed at every step (``model.condition``), GRU by
-default (``model.cell``: rnn | gru | lstm), trained by teacher forcing. Samples come from
+default (``model.cell``: rnn | gru | gru_textbook | lstm), trained by teacher forcing. Samples come from
 ``seqlab.decoding.generate`` (ancestral sampling with temperature / top-k, section ``sample``).
 
 Sections in ``config.py``, the trained run (``Vec2SeqSystem``: predict, evaluate, generate) in ``system.py``, the

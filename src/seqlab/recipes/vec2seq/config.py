@@ -18,7 +18,7 @@ from seqlab.validation import check_choice, check_int, check_probability, check_
 class Vec2SeqModelConfig:
     """The conditioned generator (``seqlab.models.vec2seq``)."""
 
-    cell: CellName = "gru"  # rnn | gru | lstm
+    cell: CellName = "gru"  # rnn | gru | gru_textbook | lstm
     condition: ConditionName = "both"  # init: the class sets h_0; input: it joins every input; both
     class_embedding_size: int = 32  # size of the learned class vector
     embedding_size: int = 32  # E, character embedding
