@@ -421,3 +421,20 @@ class Decoding:
 def test_an_old_key_name_sets_the_new_one_with_a_warning():
     with pytest.warns(FutureWarning, match=r"^--set decode.beam_size is renamed num_beams; the old name goes"):
         assert apply_overrides(Decoding(), {"decode.beam_size": "2"}).decode == Decode(num_beams=2)
+
+
+def test_a_tuple_key_takes_comma_separated_values_or_a_toml_list():
+    config = apply_overrides(g2p.Config(), {"train.betas": "0.8, 0.95"})
+    assert config.train.betas == (0.8, 0.95)
+    assert apply_overrides(g2p.Config(), {"train.betas": [0.7, 0.9]}, source="my.toml").train.betas == (0.7, 0.9)
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides(g2p.Config(), {"train.betas": "0.9"})
+    assert str(caught.value) == "--set train.betas: expected 2 comma-separated values, got '0.9'"
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides(g2p.Config(), {"train.betas": "0.9,x"})
+    assert str(caught.value) == "--set train.betas: expected float, got 'x'"
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides(g2p.Config(), {"train.betas": "0.9,1"})
+    assert str(caught.value) == (
+        "--set: [train] betas ((0.9, 1.0)) must be two numbers in [0, 1) (beta_1, beta_2), e.g. 0.9,0.999"
+    )

@@ -13,7 +13,7 @@ from seqlab.errors import ConfigError
 from seqlab.nn.lora import check_lora_settings
 from seqlab.training.scheduled_sampling import TeacherForcingSchedule, TeacherForcingScheduleName
 from seqlab.training.schedules import SCHEDULES, ScheduleName
-from seqlab.validation import MAX_BATCH_SIZE, MAX_STEPS, check_bool, check_choice, check_int, check_real
+from seqlab.validation import MAX_BATCH_SIZE, MAX_STEPS, check_bool, check_choice, check_int, check_real, is_real
 
 OptimizerName = Literal["adam", "adamw", "sgd"]
 OPTIMIZERS: tuple[OptimizerName, ...] = ("adam", "adamw", "sgd")
@@ -51,6 +51,9 @@ class TrainConfig:
     whichever comes first: its progress is max((step - w) / (max_steps - w), elapsed / time_budget) (budgeted
     training, Li et al. 2020), so a slow machine's run still ends at the bottom of the schedule. A cosine with a
     time budget therefore depends on the clock; without one, a run is repeatable bit for bit.
+
+    ``betas`` are Adam's and AdamW's (beta_1, beta_2), the decay rates of the gradient's running mean and mean
+    square (Kingma & Ba 2015); ``--set train.betas=0.9,0.95``.
 
     A recipe that trains with scheduled sampling takes ``ScheduledSamplingTrainConfig`` instead, which adds the
     ``teacher_forcing*`` fields; the others have none, so ``train.teacher_forcing`` is refused there.
@@ -97,6 +100,7 @@ class TrainConfig:
     decay_factor: float = 1.0  # epoch_decay only: lr divided by this after each epoch past decay_after
     decay_after: int = 0  # epoch_decay only: epochs at the peak lr before the decay starts
     optimizer: OptimizerName = "adam"  # adam, adamw (decoupled weight decay) or sgd
+    betas: tuple[float, float] = (0.9, 0.999)  # adam and adamw: decay rates of the gradient's mean and mean square
     momentum: float = 0.0  # sgd only: heavy-ball momentum in [0, 1)
     nesterov: bool = False  # sgd only: Nesterov momentum (needs momentum > 0)
     device: DeviceName = "auto"  # auto = cuda if available, else mps if available, else cpu
@@ -175,6 +179,16 @@ class TrainConfig:
 
     def _check_optimizer(self) -> None:
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        if isinstance(self.betas, list):  # as recipe.json saves it
+            object.__setattr__(self, "betas", tuple(self.betas))
+        if not (
+            isinstance(self.betas, tuple)
+            and len(self.betas) == 2
+            and all(is_real(b) and 0 <= b < 1 for b in self.betas)
+        ):
+            raise ConfigError(f"betas ({self.betas!r}) must be two numbers in [0, 1) (beta_1, beta_2), e.g. 0.9,0.999")
+        if self.optimizer == "sgd" and self.betas != TrainConfig.betas:
+            raise ConfigError(f"betas ({self.betas!r}) are used by optimizers 'adam' and 'adamw' only, not 'sgd'")
         check_real("momentum", self.momentum, at_least=0, below=1)
         check_bool("nesterov", self.nesterov)
         if self.optimizer != "sgd" and (self.momentum != 0 or self.nesterov):
