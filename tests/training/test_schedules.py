@@ -14,6 +14,7 @@ from seqlab.training.callbacks import Callback
 from seqlab.training.checkpoint import restore_training_state
 from seqlab.training.run_state import RunState
 from seqlab.training.schedules import (
+    LRScheduler,
     Progress,
     budgeted_cosine,
     epoch_decay,
@@ -401,3 +402,17 @@ def test_the_trainer_gives_every_step_of_an_epoch_the_presets_lr_at_that_epoch()
 def test_epoch_decay_settings_are_checked(kwargs, message):
     with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
         TrainConfig(**kwargs)
+
+
+def test_the_scheduler_loads_the_lambda_lr_state_of_checkpoints_written_before_it():
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.5)
+    old = lambda_lr(optimizer, warmup_cosine(0, 10))
+    for _ in range(4):
+        optimizer.step()
+        old.step()
+    scheduler = LRScheduler(optimizer, lr_schedule("cosine", total_steps=10))
+    scheduler.load_state_dict(old.state_dict())
+    assert (scheduler.steps_taken, scheduler.base_lrs) == (4, [0.5])
+    assert scheduler.set_lr(epoch=1, elapsed=0.0) == warmup_cosine(0, 10)(5)  # the fifth step's, as LambdaLR's
+    with pytest.raises(ValueError, match=r"^the scheduler state has 2 parameter groups, the optimizer 1$"):
+        scheduler.load_state_dict({"last_epoch": 1, "base_lrs": [0.1, 0.2]})

@@ -136,7 +136,8 @@ class Trainer:
 
     Note:
         ``fit()`` re-seeds Python, NumPy and torch with ``config.seed`` (see ``seed_everything``), so two fits
-        of the same initial model with the same config and data give bit-identical parameters on the CPU.
+        of the same initial model with the same config and data give bit-identical parameters on the CPU
+        (unless a cosine schedule ends at ``config.time_budget``: its learning rates follow the clock).
     """
 
     def __init__(
