@@ -3,7 +3,15 @@
 import pytest
 import torch
 
-from seqlab.analysis.compare import ARCHITECTURES, SequenceModel, matched_model, matched_width, parameter_count
+from seqlab.analysis.compare import (
+    ARCHITECTURES,
+    TCN_KERNEL_SIZE,
+    SequenceModel,
+    matched_model,
+    matched_width,
+    parameter_count,
+    tcn_levels,
+)
 from seqlab.data.synthetic import AddingTask, CopyTask
 from seqlab.errors import ConfigError
 
@@ -56,3 +64,22 @@ def test_seed_fixes_the_initial_weights():
 def test_unreachable_target_is_refused():
     with pytest.raises(ConfigError, match="no transformer width has about 50 parameters"):
         matched_width("transformer", CopyTask(lag=4), 50)
+
+
+@pytest.mark.parametrize("task", [CopyTask(lag=10), AddingTask(lag=50), CopyTask(lag=50)], ids=str)
+def test_tcn_reads_the_whole_sequence_with_the_fewest_levels(task):
+    model = SequenceModel("tcn", task, 8)
+    levels = tcn_levels(task.length)
+    assert len(model.core.levels) == levels
+    assert model.receptive_field == 1 + 2 * (TCN_KERNEL_SIZE - 1) * (2**levels - 1) >= task.length
+    assert 1 + 2 * (TCN_KERNEL_SIZE - 1) * (2 ** (levels - 1) - 1) < task.length or levels == 1
+    assert SequenceModel("gru", task, 8).receptive_field is None
+
+
+def test_copy_tcn_is_causal():
+    task = CopyTask(lag=4, num_symbols=3)
+    model = SequenceModel("tcn", task, 8).eval()
+    x = task.batch(1, generator=torch.Generator().manual_seed(0)).inputs
+    changed = x.clone()
+    changed[0, -1] = 3
+    torch.testing.assert_close(model(x)[:, :-1], model(changed)[:, :-1])

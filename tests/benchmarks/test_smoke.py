@@ -68,6 +68,10 @@ SMOKE = {
         ),
         ["g2p   model.safetensors (MB)", "g2p   PER (%, 10 test words)", "lm    perplexity (300 chars)"],
     ),
+    "tcn_generation.py": (
+        flags({"--levels": 2, "--hidden": 8, "--vocab": 16, "--new-tokens": 4, "--repeats": 1}),
+        ["receptive field R = 13", "cached", "recompute", "same greedy tokens: yes"],
+    ),
 }
 
 

@@ -39,6 +39,22 @@ def test_tiny_comparison_writes_report_pages_numbers_and_pictures(tmp_path):
         assert abs(run["parameters"] - 3000) <= 300 and run["peak_bytes"] > 0 and run["tokens_per_s"] > 0
 
 
+def test_tcn_runs_beside_gru_and_reports_its_receptive_field(tmp_path):
+    out = tmp_path / "report"
+    result = run_cli(
+        "compare", "--task", "copy", "--lags", "3", "--symbols", 2, "--archs", "gru,tcn", *TINY, "--out", out
+    )
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert "receptive field" in lines[0]
+    # copy at lag 3 with 2 symbols: T = 7 steps, read whole by 2 levels of kernel 3 (R = 1 + 2 * 2 * 3 = 13).
+    assert lines[2].split()[:2] == ["gru", "3"] and "all" in lines[2].split()
+    assert lines[3].split()[:2] == ["tcn", "3"] and "13" in lines[3].split()
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert [(r["arch"], r["receptive_field"]) for r in runs] == [("gru", None), ("tcn", 13)]
+    assert abs(runs[1]["parameters"] - 3000) <= 300 and runs[1]["steps"] == 6
+
+
 def test_lstm_solves_the_copy_task_at_lag_5(tmp_path):
     result = run_cli(
         "compare",
@@ -70,7 +86,7 @@ def test_lstm_solves_the_copy_task_at_lag_5(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (("--archs", "lstm,cnn"), "--archs 'lstm,cnn': choose from rnn, gru, lstm, transformer"),
+        (("--archs", "lstm,cnn"), "--archs 'lstm,cnn': choose from rnn, gru, lstm, transformer, tcn"),
         (("--lags", "10,x"), "--lags '10,x': expected comma-separated integers"),
         (("--lags", "1"), "--lags: lag (1) must be >= 2 for the adding task"),
         (("--max-steps", 0), "--max-steps (0) must be >= 1"),
@@ -134,7 +150,7 @@ def test_recipe_is_trained_once_per_arch(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (("--recipe", "lm", "--archs", "gpt,cnn"), "--archs 'gpt,cnn': choose from gpt, lstm, gru, rnn"),
+        (("--recipe", "lm", "--archs", "gpt,cnn"), "--archs 'gpt,cnn': choose from gpt, lstm, gru, rnn, tcn"),
         (("--recipe", "lm", "--lags", "10"), "--lags applies to --task runs; give a recipe's sizes with --set"),
         (("--recipe", "lm", "--params", 9), "--params applies to --task runs; give a recipe's sizes with --set"),
         (("--recipe", "vowels"), "--recipe vowels: its config has no model.arch choice to compare"),

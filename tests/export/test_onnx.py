@@ -340,6 +340,7 @@ FORECASTERS = {
     "lstm_autoregressive_residual": {"encoder": "lstm", "head": "autoregressive", "residual": True},
     "transformer_direct": {"encoder": "transformer"},
     "transformer_autoregressive": {"encoder": "transformer", "head": "autoregressive"},
+    "tcn_direct": {"encoder": "tcn", "num_levels": 2},
 }
 
 

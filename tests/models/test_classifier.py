@@ -8,7 +8,13 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence
 from torch.testing import assert_close
 
-from seqlab.models.classifier import ClassifierOutput, Seq2VecClassifier, Seq2VecClassifierConfig
+from seqlab.models.classifier import (
+    ClassifierOutput,
+    Seq2VecClassifier,
+    Seq2VecClassifierConfig,
+    TCNClassifier,
+    TCNClassifierConfig,
+)
 
 CELLS = ["rnn", "gru", "lstm"]
 POOLINGS = ["last", "mean", "max", "attention"]
@@ -190,3 +196,25 @@ def test_a_tiny_classifier_learns_which_channel_is_largest_on_average():
     with torch.no_grad():
         accuracy = (model(x, lengths).logits.argmax(dim=1) == y).float().mean().item()
     assert accuracy >= 0.95
+
+
+def make_tcn(pooling, seed=0):
+    torch.manual_seed(seed)
+    config = TCNClassifierConfig(V, K, embedding_size=E, hidden_size=5, num_levels=2, kernel_size=2, pooling=pooling)
+    return TCNClassifier(config).double().eval()
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_tcn_classifier_right_padding_changes_nothing_and_pools_the_tcn_outputs(pooling):
+    model = make_tcn(pooling)
+    x = torch.randint(0, V, (3, 5), generator=torch.Generator().manual_seed(1))
+    lengths = torch.tensor(LENGTHS)
+    padded = model(x, lengths).logits
+    for row, length in enumerate(LENGTHS):
+        alone = model(x[row : row + 1, :length]).logits
+        assert_close(padded[row : row + 1], alone)
+    h = model.tcn(model.embedding(x[:1])).outputs  # (1, 5, H), all real
+    expected = {"last": h[:, -1], "mean": h.mean(1), "max": h.amax(1)}.get(pooling)
+    if expected is not None:
+        assert_close(model(x[:1]).logits, model.output(expected))
+    assert model.receptive_field == model.config.receptive_field == 7  # 1 + 2 (k - 1)(2^L - 1)

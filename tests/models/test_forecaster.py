@@ -7,7 +7,7 @@ from seqlab.errors import ConfigError
 from seqlab.models.forecaster import Forecaster, ForecasterConfig, rollout
 
 
-@pytest.mark.parametrize("encoder", ["rnn", "gru", "lstm", "transformer"])
+@pytest.mark.parametrize("encoder", ["rnn", "gru", "lstm", "transformer", "tcn"])
 @pytest.mark.parametrize("head", ["direct", "autoregressive"])
 def test_every_encoder_and_head_forecasts_h_steps_of_c_channels(encoder, head):
     torch.manual_seed(0)
@@ -62,3 +62,24 @@ def test_a_residual_forecaster_with_a_zero_head_forecasts_persistence(head):
     torch.nn.init.zeros_(model.head.bias)
     x = torch.randn(2, 5, 2)
     torch.testing.assert_close(model(x), x[:, -1:].expand(2, 3, 2))
+
+
+def test_a_tcn_encoder_forecasts_from_its_receptive_field_only():
+    torch.manual_seed(0)
+    config = ForecasterConfig(channels=2, horizon=3, encoder="tcn", hidden_size=8, num_levels=1, kernel_size=2)
+    model = Forecaster(config).double().eval()
+    assert model.encoder.receptive_field == 3  # 1 + 2 (k - 1)(2^L - 1)
+    x = torch.randn(4, 7, 2, dtype=torch.float64)
+    changed = x.clone()
+    changed[:, :4] = torch.randn(4, 4, 2, dtype=torch.float64)  # all but the last R = 3 steps
+    torch.testing.assert_close(model(changed), model(x))
+    changed[:, 4] += 1.0  # the oldest step it reads
+    assert not torch.allclose(model(changed), model(x))
+    torch.testing.assert_close(model(x), model.head(model.encoder(x).outputs[:, -1]).view(4, 3, 2))
+
+
+def test_bad_tcn_sizes_are_refused_in_one_line():
+    with pytest.raises(ConfigError, match=r"^kernel_size \(0\) must be an integer >= 1$"):
+        ForecasterConfig(channels=1, horizon=1, encoder="tcn", kernel_size=0)
+    with pytest.raises(ConfigError, match=r"^num_levels \(-2\) must be an integer >= 1$"):
+        ForecasterConfig(channels=1, horizon=1, encoder="tcn", num_levels=-2)

@@ -39,6 +39,10 @@ from seqlab.models import (
     Seq2VecClassifier,
     Seq2VecClassifierConfig,
     T5Config,
+    TCNClassifier,
+    TCNClassifierConfig,
+    TCNLanguageModel,
+    TCNLanguageModelConfig,
     TransformerSeq2Seq,
     TransformerSeq2SeqConfig,
     load_pretrained,
@@ -69,6 +73,8 @@ TINY = {
     "rnn_sequence_tagger": RNNSequenceTaggerConfig(7, 3, embedding_size=4, hidden_size=4),
     "conditioned_rnn_generator": ConditionedRNNGeneratorConfig(7, 3, class_embedding_size=2, hidden_size=4),
     "forecaster": ForecasterConfig(channels=2, horizon=3, hidden_size=4, num_layers=1),
+    "tcn_language_model": TCNLanguageModelConfig(7, embedding_size=4, hidden_size=4, num_levels=2),
+    "tcn_classifier": TCNClassifierConfig(7, 3, embedding_size=4, hidden_size=4, num_levels=2),
 }
 CLASSES = {
     "elmo": ELMo,
@@ -88,6 +94,8 @@ CLASSES = {
     "conditioned_rnn_generator": ConditionedRNNGenerator,
     "bert_mean_pooled_classification": BertForMeanPooledClassification,
     "forecaster": Forecaster,
+    "tcn_language_model": TCNLanguageModel,
+    "tcn_classifier": TCNClassifier,
 }
 
 

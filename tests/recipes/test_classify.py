@@ -129,4 +129,4 @@ def test_bad_input_is_one_line(data, tmp_path):
     result = run_cli("train", "classify", "--set", "model.arch=static", "model.elmo_concat=true")
     assert_error(result, "--set model.elmo_concat: does not apply to model.arch=static (a key of model.arch=elmo)")
     result = run_cli("train", "classify", "--set", "model.arch=gpt")
-    assert result.code == 2 and "'gpt' is not one of bilstm, static, elmo, minilm, bert" in result.err
+    assert result.code == 2 and "'gpt' is not one of bilstm, static, elmo, minilm, bert, tcn" in result.err

@@ -273,7 +273,7 @@ def test_the_model_section_is_a_choice_of_arch():
             "--set model.preset: does not apply to model.arch=gru (a key of model.arch=lstm)"
         ),
         ("model.hidden_size=8",): (
-            "--set model.hidden_size: does not apply to model.arch=gpt (a key of model.arch=lstm | gru | rnn)"
+            "--set model.hidden_size: does not apply to model.arch=gpt (a key of model.arch=lstm | gru | rnn | tcn)"
         ),
     }
     for assignments, message in refused.items():
@@ -363,7 +363,7 @@ def test_train_refuses_bad_input_and_writes_nothing(corpus, tmp_path):
         assert str(error.value) == message
     for setting, message in {
         "data.tokenizer=sentencepiece": "--set data.tokenizer: 'sentencepiece' is not one of char, word, bpe",
-        "model.arch=mamba": "--set model.arch: 'mamba' is not one of gpt, lstm, gru, rnn",
+        "model.arch=mamba": "--set model.arch: 'mamba' is not one of gpt, lstm, gru, rnn, tcn",
     }.items():
         with pytest.raises(ConfigError) as error:
             apply_overrides(lm.Config(), parse_assignments([setting]))

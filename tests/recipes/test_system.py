@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from seqlab.errors import ConfigError
+from seqlab.recipes import load_system
 from seqlab.recipes.system import (
     MAX_BEAMS,
     GenerationRequest,
@@ -81,3 +82,8 @@ def test_requests_and_options_are_frozen_values():
     with pytest.raises(dataclasses.FrozenInstanceError):
         GenerationRequest(prompt="a").prompt = "b"  # type: ignore[misc]
     assert GenerationRequest(prompt="a", seed=1) == GenerationRequest(prompt="a", seed=1)
+
+
+def test_load_system_takes_a_string_as_a_path():
+    run = Path(__file__).parents[1] / "fixtures" / "checkpoints" / "g2p_v0_1"
+    assert load_system(str(run)).predict(["cat"]) == load_system(run).predict(["cat"])

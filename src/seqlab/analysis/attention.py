@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -133,7 +134,8 @@ def plot_attention(
     modules = list(dict.fromkeys(m.module for m in maps))
     heads = max(m.head for m in maps) + 1
     cell = max(2.5, 0.28 * max(len(rows), len(columns)))
-    fig = Figure(figsize=(cell * heads + 1.2, cell * len(modules) + 0.8), layout="constrained")
+    width = cell * heads + 1.2  # inches
+    fig = Figure(figsize=(width, cell * len(modules) + 0.8), layout="constrained")
     axes = fig.subplots(len(modules), heads, squeeze=False)
     image = None
     for m in maps:
@@ -146,7 +148,7 @@ def plot_attention(
         ax.set_xlabel("key: attended symbol", fontsize=8)
         ax.set_ylabel("query: output symbol" if m.kind == "cross" else "query: symbol", fontsize=8)
     fig.colorbar(image, ax=axes, label="attention weight (probability)", shrink=0.8)
-    fig.suptitle(title)
+    fig.suptitle(textwrap.fill(title, width=int(width * 11)), fontsize=10)  # ~11 characters per inch at 10 pt
     save_figure(fig, path, dpi=110)
 
 

@@ -1,4 +1,4 @@
-"""Models for ``seqlab compare``: RNN, GRU, LSTM and a Transformer encoder sized to the same parameter count.
+"""Models for ``seqlab compare``: RNN, GRU, LSTM, a Transformer encoder and a TCN sized to the same parameter count.
 
 Every model reads a long-range task (``seqlab.data.synthetic``) the same way: an input layer (an embedding of the
 copy task's tokens, a linear map of the adding problem's two channels) to W features, the sequence core, and a
@@ -6,7 +6,9 @@ linear head from W features: logits at every step for the copy task, one number 
 problem. The core is seqlab's one-layer ``RNN`` / ``GRU`` / ``LSTM`` (fused torch kernels), with W = H, or a
 pre-LN ``TransformerEncoder`` of ``TRANSFORMER_LAYERS`` layers with W = D, ``TRANSFORMER_HEADS`` heads,
 d_ff = 4 D and sinusoidal positions (Vaswani et al., 2017), causal for the copy task (each output may only use
-the inputs so far, as for the RNNs) and bidirectional for the adding problem (one answer after the whole input).
+the inputs so far, as for the RNNs) and bidirectional for the adding problem (one answer after the whole input),
+or a causal ``TemporalConvNet`` (Bai et al., 2018) of width W, kernel size ``TCN_KERNEL_SIZE`` and the fewest
+levels whose receptive field covers the task's whole sequence (``tcn_levels``).
 
 ``matched_model`` picks the width whose parameter count is closest to a target, so the comparison is between
 architectures, not sizes.
@@ -23,22 +25,41 @@ from torch import Tensor, nn
 from seqlab.analysis.memory import PeakTensorMemory
 from seqlab.data.synthetic import LongRangeTask
 from seqlab.errors import ConfigError
-from seqlab.nn import GRU, LSTM, RNN, SinusoidalPositionalEncoding, TransformerEncoder, TransformerEncoderLayer
+from seqlab.nn import (
+    GRU,
+    LSTM,
+    RNN,
+    SinusoidalPositionalEncoding,
+    TemporalConvNet,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
+from seqlab.nn.temporal_convolution import receptive_field, tcn_dilations
 from seqlab.validation import check_choice, check_int, check_real
 
-ARCHITECTURES = ("rnn", "gru", "lstm", "transformer")
+ARCHITECTURES = ("rnn", "gru", "lstm", "transformer", "tcn")
 TRANSFORMER_LAYERS = 2
 TRANSFORMER_HEADS = 2
+TCN_KERNEL_SIZE = 3
+
+
+def tcn_levels(length: int) -> int:
+    """The fewest TCN levels whose receptive field 1 + 2 (k - 1)(2^L - 1), k = ``TCN_KERNEL_SIZE``, reaches
+    ``length`` steps: the last output then reads the whole sequence."""
+    levels = 1
+    while receptive_field(TCN_KERNEL_SIZE, tcn_dilations(levels)) < length:
+        levels += 1
+    return levels
 
 
 class SequenceModel(nn.Module):
     """Input layer, sequence core and output head for one long-range task (module docstring).
 
     Args:
-        arch: "rnn", "gru", "lstm" or "transformer".
+        arch: "rnn", "gru", "lstm", "transformer" or "tcn".
         task: the task whose inputs and outputs the model reads and writes (its lag sets the positions cached).
-        width: W, the hidden size H of a recurrent core or d_model D of the Transformer (even, and divisible by
-            ``TRANSFORMER_HEADS``, for the Transformer).
+        width: W, the hidden size H of a recurrent core or the TCN, or d_model D of the Transformer (even, and
+            divisible by ``TRANSFORMER_HEADS``, for the Transformer).
     Inputs: x (B, T) token ids (copy) or (B, T, 2) (adding).
     Outputs: logits (B, T, 9) (copy) or predictions (B,) (adding).
     Raises:
@@ -65,14 +86,24 @@ class SequenceModel(nn.Module):
                 for _ in range(TRANSFORMER_LAYERS)
             ]
             self.core: nn.Module = TransformerEncoder(layers, final_norm=nn.LayerNorm(width))
+        elif arch == "tcn":
+            self.positions = None
+            levels = tcn_levels(task.length)
+            self.core = TemporalConvNet(width, width, num_levels=levels, kernel_size=TCN_KERNEL_SIZE)
         else:
             self.positions = None
             self.core = {"rnn": RNN, "gru": GRU, "lstm": LSTM}[arch](width, width, batch_first=True)
         self.head = nn.Linear(width, task.num_outputs)
 
+    @property
+    def receptive_field(self) -> int | None:
+        """The input steps that one output reads (the TCN's R), or None when it may read all of them (recurrent
+        state, attention)."""
+        return self.core.receptive_field if self.arch == "tcn" else None
+
     def forward(self, x: Tensor) -> Tensor:
         h = self.input(x)  # (B, T, W), then the core's (B, T, W)
-        # A recurrent core returns (outputs, final state); the Transformer its outputs alone.
+        # A recurrent core or the TCN returns (outputs, final state); the Transformer its outputs alone.
         h = self.core(h).outputs if self.positions is None else self.core(self.positions(h), causal=self.causal)
         if self.per_step:
             return self.head(h)  # (B, T, 9)
@@ -162,7 +193,8 @@ class RunSummary(NamedTuple):
     excluded; peak_bytes: of one training step (``training_step_peak``); final_metric: the task's metric on the
     held-out set at the last validation; solved_at: the step of the first validation where the task counts as
     solved, or None; steps: optimizer steps taken; seconds: wall-clock time of the run, validation included;
-    losses: [(step, training loss)] per step; validations: [(step, held-out loss, held-out metric)].
+    losses: [(step, training loss)] per step; validations: [(step, held-out loss, held-out metric)];
+    receptive_field: input steps one output reads (TCN), None for all of them (recurrent, Transformer).
     """
 
     arch: str
@@ -177,3 +209,4 @@ class RunSummary(NamedTuple):
     seconds: float
     losses: list[tuple[int, float]]
     validations: list[tuple[int, float, float]]
+    receptive_field: int | None = None

@@ -27,6 +27,7 @@ def headers(task_name: str) -> list[str]:
         "lag",
         "parameters",
         "width",
+        "receptive field",
         "training tokens/s",
         "peak memory (MiB)",
         final,
@@ -46,7 +47,8 @@ def metric_label(task_name: str) -> str:
 
 
 def table_rows(runs: Sequence[RunSummary], task_name: str) -> list[list[str]]:
-    """One row of strings per run, in the order of ``headers``: accuracy (%) to 0.1, MSE to 4 decimals."""
+    """One row of strings per run, in the order of ``headers``: accuracy (%) to 0.1, MSE to 4 decimals; the
+    receptive field in input steps, "all" for a model whose last output may read the whole sequence."""
     metric_format = "{:.1f}" if task_name == "copy" else "{:.4f}"
     return [
         [
@@ -54,6 +56,7 @@ def table_rows(runs: Sequence[RunSummary], task_name: str) -> list[list[str]]:
             str(run.lag),
             str(run.parameters),
             str(run.width),
+            "all" if run.receptive_field is None else str(run.receptive_field),
             f"{run.tokens_per_s:,.0f}",
             f"{run.peak_bytes / 2**20:.2f}",
             metric_format.format(run.final_metric),

@@ -12,7 +12,13 @@ from seqlab.models.bert import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
-from seqlab.models.classifier import ClassifierOutput, Seq2VecClassifier, Seq2VecClassifierConfig
+from seqlab.models.classifier import (
+    ClassifierOutput,
+    Seq2VecClassifier,
+    Seq2VecClassifierConfig,
+    TCNClassifier,
+    TCNClassifierConfig,
+)
 from seqlab.models.elmo import ELMo, ELMoClassifier, ELMoClassifierConfig, ELMoConfig, ELMoRepresentations
 from seqlab.models.interfaces import (
     LanguageModelOutput,
@@ -28,6 +34,8 @@ from seqlab.models.language_model import (
     GPTState,
     RNNLanguageModel,
     RNNLanguageModelConfig,
+    TCNLanguageModel,
+    TCNLanguageModelConfig,
     ZarembaPreset,
     ZarembaTraining,
     zaremba_large,
@@ -76,6 +84,10 @@ __all__ = [
     "StepModel",
     "StepOutput",
     "T5Config",
+    "TCNClassifier",
+    "TCNClassifierConfig",
+    "TCNLanguageModel",
+    "TCNLanguageModelConfig",
     "TaggerOutput",
     "TransformerSeq2Seq",
     "TransformerSeq2SeqConfig",

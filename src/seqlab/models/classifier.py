@@ -6,6 +6,10 @@ Forward pass, for a sequence of n real steps:
     h_1..h_n = RNN(e_1..e_n)                    (stacked, optionally bidirectional; padded steps are skipped)
     s = pool(h_1..h_n)                          (last | mean | max | attention, see ``seqlab.nn.pooling``)
     p(y | x) = softmax(W_y dropout(s) + b_y)
+
+``TCNClassifier`` reads the same way with a causal temporal convolutional network (Bai et al., 2018) in place of
+the RNN: h_t = TCN(e_{t-R+1}..e_t), so h_t reads the last R steps (the receptive field), and right padding, which
+comes after every real step, never reaches a real step's h_t.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from seqlab.errors import ConfigError
 from seqlab.models.pretrained import PretrainedMixin
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
 from seqlab.nn.pooling import POOLING_NAMES, PoolingName, make_pooling
+from seqlab.nn.temporal_convolution import TemporalConvNet, check_tcn_sizes
 from seqlab.validation import check_bool, check_choice, check_int, check_probability
 
 
@@ -142,3 +147,82 @@ class Seq2VecClassifier(PretrainedMixin, nn.Module):
             raise ValueError(
                 f"continuous input x must be (B, T, E) floating features, got shape {tuple(x.shape)} {x.dtype}"
             )
+
+
+@dataclass(frozen=True)
+class TCNClassifierConfig:
+    """Hyperparameters of :class:`TCNClassifier` (token input); saved as ``config.json`` with every checkpoint."""
+
+    vocab_size: int  # V
+    num_classes: int  # number of classes, >= 2
+    embedding_size: int = 64  # E
+    hidden_size: int = 128  # H, channels of every level
+    num_levels: int = 4  # L residual blocks, dilations 1, 2, ..., 2^(L-1)
+    kernel_size: int = 3  # k of every causal convolution
+    pooling: PoolingName = "max"  # last | mean | max | attention over the real steps
+    dropout: float = 0.0  # inside the TCN's blocks and on the pooled vector
+    weight_norm: bool = False  # weight-normalised convolutions (Salimans & Kingma, 2016)
+
+    def __post_init__(self) -> None:
+        check_int("vocab_size", self.vocab_size, minimum=2)
+        check_int("num_classes", self.num_classes, minimum=2)
+        check_int("embedding_size", self.embedding_size)
+        check_int("hidden_size", self.hidden_size)
+        check_tcn_sizes(self.kernel_size, self.num_levels)
+        check_choice("pooling", self.pooling, POOLING_NAMES)
+        check_probability("dropout", self.dropout)
+        check_bool("weight_norm", self.weight_norm)
+
+    @property
+    def receptive_field(self) -> int:
+        """R = 1 + 2 (k - 1)(2^L - 1), the steps each h_t reads."""
+        return check_tcn_sizes(self.kernel_size, self.num_levels)
+
+
+class TCNClassifier(PretrainedMixin, nn.Module):
+    """Sequence classifier: embedding -> causal TCN -> pooling over the real steps -> dropout -> W_y s + b_y
+    (module docstring).
+
+    Args:
+        config: TCNClassifierConfig.
+    Inputs:
+        x: (B, T) integer token ids, right-padded.
+        lengths: (B,) integers in [1, T], the real steps of each row; None means all T are real.
+    Outputs: ClassifierOutput(logits (B, num_classes), attention (B, T) or None).
+    Raises: ValueError for x that is not (B, T) integer ids.
+    """
+
+    config_class: ClassVar[type] = TCNClassifierConfig
+    model_type: ClassVar[str] = "tcn_classifier"
+
+    def __init__(self, config: TCNClassifierConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embedding = nn.Embedding(config.vocab_size, config.embedding_size)
+        self.tcn = TemporalConvNet(
+            config.embedding_size,
+            config.hidden_size,
+            num_levels=config.num_levels,
+            kernel_size=config.kernel_size,
+            dropout=config.dropout,
+            weight_norm=config.weight_norm,
+        )
+        self.pooling = make_pooling(config.pooling, config.hidden_size, bidirectional=False)
+        self.dropout = nn.Dropout(config.dropout)
+        self.output = nn.Linear(config.hidden_size, config.num_classes)  # W_y, b_y
+
+    @property
+    def receptive_field(self) -> int:
+        """R, the steps each h_t reads (``TemporalConvNet.receptive_field``)."""
+        return self.tcn.receptive_field
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None) -> ClassifierOutput:
+        if x.dim() != 2 or x.dtype.is_floating_point or x.dtype == torch.bool:
+            raise ValueError(f"token input x must be (B, T) integer ids, got shape {tuple(x.shape)} {x.dtype}")
+        B, T = x.shape
+        if lengths is None:
+            lengths = torch.full((B,), T, dtype=torch.long, device=x.device)
+        h, _ = self.tcn(self.embedding(x))  # (B, T, H); causal, so padding after a row's end never reaches it
+        keep_mask = torch.arange(T, device=x.device) < lengths.to(x.device).unsqueeze(1)  # (B, T)
+        pooled, weights = self.pooling(h, keep_mask)  # (B, H), (B, T) or None
+        return ClassifierOutput(self.output(self.dropout(pooled)), weights)

@@ -1,7 +1,9 @@
 """Multi-step forecaster: an encoder over the last L steps of a (multivariate) series and a head for the next H.
 
-Encoders: a recurrent layer (rnn | gru | lstm; the summary is h_L, the last step's output) or a Transformer
-encoder (input projection to D, sinusoidal positions, causal self-attention; the summary is the last position).
+Encoders: a recurrent layer (rnn | gru | lstm; the summary is h_L, the last step's output), a Transformer
+encoder (input projection to D, sinusoidal positions, causal self-attention; the summary is the last position) or a
+causal TCN (``seqlab.nn.TemporalConvNet``, Bai et al., 2018, H channels; the summary is the last step's output,
+which reads the last ``receptive_field`` steps of the window).
 Heads:
 
 - direct (the "MIMO" strategy, Ben Taieb et al., 2012): y_hat_{L+1..L+H} = W s + b, one linear map of the summary
@@ -25,11 +27,12 @@ from seqlab.errors import ConfigError
 from seqlab.models.pretrained import PretrainedMixin
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS
 from seqlab.nn.positional import SinusoidalPositionalEncoding
+from seqlab.nn.temporal_convolution import TemporalConvNet, check_tcn_sizes
 from seqlab.nn.transformer import TransformerEncoder, TransformerEncoderLayer
 from seqlab.validation import check_bool, check_choice, check_int, check_probability
 
-EncoderName = Literal["rnn", "gru", "lstm", "transformer"]
-ENCODERS = ("rnn", "gru", "lstm", "transformer")
+EncoderName = Literal["rnn", "gru", "lstm", "transformer", "tcn"]
+ENCODERS = ("rnn", "gru", "lstm", "transformer", "tcn")
 HeadName = Literal["direct", "autoregressive"]
 HEADS = ("direct", "autoregressive")
 
@@ -40,16 +43,18 @@ class ForecasterConfig:
 
     channels: int  # C, values per time step
     horizon: int  # H, steps forecast at once
-    encoder: EncoderName = "gru"  # rnn | gru | lstm | transformer
+    encoder: EncoderName = "gru"  # rnn | gru | lstm | transformer | tcn
     head: HeadName = "direct"  # direct (all H steps at once) | autoregressive (one step, fed back)
     residual: bool = False  # forecast the change from the window's last value
-    hidden_size: int = 64  # H of the recurrent encoder
+    hidden_size: int = 64  # H of the recurrent encoder, channels of the TCN
     num_layers: int = 2  # stacked recurrent or Transformer layers
     d_model: int = 64  # D of the Transformer encoder
     num_heads: int = 4  # N of the Transformer encoder
     d_ff: int = 128  # feed-forward inner size of the Transformer encoder
     max_length: int = 1024  # longest window the Transformer's positions cover
-    dropout: float = 0.1  # between layers (recurrent), inside the layers (Transformer)
+    dropout: float = 0.1  # between layers (recurrent), inside the layers (Transformer, TCN)
+    num_levels: int = 4  # residual blocks of the TCN encoder, dilations 1, 2, ..., 2^(L-1)
+    kernel_size: int = 3  # k of the TCN encoder's causal convolutions
 
     def __post_init__(self) -> None:
         for name in ("channels", "horizon", "hidden_size", "num_layers", "d_model", "num_heads", "d_ff", "max_length"):
@@ -58,6 +63,7 @@ class ForecasterConfig:
         check_choice("head", self.head, HEADS)
         check_probability("dropout", self.dropout)
         check_bool("residual", self.residual)
+        check_tcn_sizes(self.kernel_size, self.num_levels)
         if self.encoder == "transformer" and self.d_model % self.num_heads:
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
 
@@ -91,6 +97,17 @@ class Forecaster(PretrainedMixin, nn.Module):
             ]
             self.encoder: nn.Module = TransformerEncoder(layers, final_norm=nn.LayerNorm(config.d_model))
             features = config.d_model
+        elif config.encoder == "tcn":
+            self.input_projection = nn.Identity()
+            self.positions = nn.Identity()
+            self.encoder = TemporalConvNet(
+                C,
+                config.hidden_size,
+                num_levels=config.num_levels,
+                kernel_size=config.kernel_size,
+                dropout=config.dropout,
+            )
+            features = config.hidden_size
         else:
             self.input_projection = nn.Identity()
             self.positions = nn.Identity()
@@ -106,7 +123,7 @@ class Forecaster(PretrainedMixin, nn.Module):
         if self.config.encoder == "transformer":
             h = self.encoder(self.positions(self.input_projection(x)), causal=True)  # (B, T, D)
         else:
-            h, _ = self.encoder(x)  # (B, T, H)
+            h, _ = self.encoder(x)  # (B, T, H), recurrent or TCN
         return h[:, -1]
 
     def forward(self, x: Tensor) -> Tensor:

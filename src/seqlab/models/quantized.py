@@ -24,11 +24,9 @@ that says what to install.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import logging
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -40,6 +38,7 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from seqlab.errors import CheckpointError
+from seqlab.logs import quiet_loggers
 
 QUANTIZATION_KEY = "quantization"  # config.json's entry for a quantized model
 METHODS = ("dynamic-int8",)
@@ -198,21 +197,7 @@ def _torchao() -> ModuleType:
     Raises: ModuleNotFoundError (saying what to install) if torchao is not installed.
     """
     try:
-        with _quiet(_IMPORT_LOGGERS):
+        with quiet_loggers(_IMPORT_LOGGERS):
             return importlib.import_module(TORCHAO)
     except ImportError:
         raise ModuleNotFoundError(f"quantization needs torchao: {INSTALL_HINT}") from None
-
-
-@contextlib.contextmanager
-def _quiet(names: Sequence[str]) -> Iterator[None]:
-    """Only errors from the loggers ``names`` inside the block; their levels are restored after it."""
-    loggers = [logging.getLogger(name) for name in names]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)

@@ -1,4 +1,5 @@
-"""Building blocks: recurrent cells and layers, attention, pooling, Transformer layers. No I/O, no training, no CLI."""
+"""Building blocks: recurrent cells and layers, attention, pooling, Transformer layers, causal convolutions.
+No I/O, no training, no CLI."""
 
 from seqlab.nn.attention import AdditiveAttention, Attention, BilinearAttention, DotProductAttention
 from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState, RNNCell, flip_update_gate
@@ -22,6 +23,7 @@ from seqlab.nn.pooling import AttentionPooling, LastPooling, MaxPooling, MeanPoo
 from seqlab.nn.positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding
 from seqlab.nn.recurrent import GRU, LSTM, RNN, RecurrentOutput
 from seqlab.nn.scalar_mix import ScalarMix
+from seqlab.nn.temporal_convolution import CausalConv1d, TemporalBlock, TemporalConvNet, TemporalConvOutput
 from seqlab.nn.transformer import (
     DecoderLayerOutput,
     DecoderOutput,
@@ -47,6 +49,7 @@ __all__ = [
     "AttentionOutput",
     "AttentionPooling",
     "BilinearAttention",
+    "CausalConv1d",
     "DecoderLayerOutput",
     "DecoderOnlyOutput",
     "DecoderOutput",
@@ -71,6 +74,9 @@ __all__ = [
     "RotaryEmbedding",
     "ScalarMix",
     "SinusoidalPositionalEncoding",
+    "TemporalBlock",
+    "TemporalConvNet",
+    "TemporalConvOutput",
     "TransformerDecoder",
     "TransformerDecoderLayer",
     "TransformerDecoderOnly",

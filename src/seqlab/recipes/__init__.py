@@ -16,6 +16,7 @@ registered holds the name: that one stays in use. ``register_recipe`` adds a rec
 
 from __future__ import annotations
 
+import os
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -72,12 +73,13 @@ def get_recipe(name: str) -> Recipe:
         raise ConfigError(f"unknown recipe {name!r}; available: {', '.join(sorted(RECIPES))}") from None
 
 
-def load_system(directory: Path, options: SystemOptions | None = None) -> System:
-    """The trained run in ``directory``, loaded by its recipe's ``System`` with ``options``.
+def load_system(directory: str | os.PathLike[str], options: SystemOptions | None = None) -> System:
+    """The trained run in ``directory`` (a path or a string), loaded by its recipe's ``System`` with ``options``.
 
     Raises:
         CheckpointError: the directory is not a readable run of a known recipe (one line naming it).
     """
+    directory = Path(directory)
     return recipe_of_checkpoint(directory).System.load(directory, options or SystemOptions())
 
 

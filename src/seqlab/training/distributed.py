@@ -56,6 +56,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from torch.nn.parallel import DistributedDataParallel
 
 from seqlab.errors import ConfigError
+from seqlab.logs import quiet_loggers
 from seqlab.training.objectives import LossOutput
 from seqlab.training.strategies import Strategy
 from seqlab.training.tbptt import TruncatedBPTT
@@ -147,7 +148,8 @@ def launch(nproc: int, argv: Sequence[str]) -> int:
         monitor_interval=0.1,
     )
     try:
-        with _quiet_agent():
+        # The failed worker has said what went wrong in one line: no agent lines (exit codes, signals) after it.
+        with quiet_loggers(("torch.distributed",), logging.CRITICAL):
             elastic_launch(config, sys.executable)("-m", "seqlab", *argv)
     except ChildFailedError as e:
         failures = [failure for _, failure in sorted(e.failures.items())]
@@ -156,25 +158,6 @@ def launch(nproc: int, argv: Sequence[str]) -> int:
             print(next(iter(lines.values())), file=sys.stderr)
         return next((failure.exitcode for failure in failures if failure.exitcode > 0), 1)
     return 0
-
-
-@contextlib.contextmanager
-def _quiet_agent() -> Iterator[None]:
-    """Silence the elastic agent's log lines (a worker's exit code, the signals it sends the others) for the
-    ``with`` block: the failed worker has said what went wrong in one line."""
-    loggers = [
-        logger
-        for name, logger in logging.root.manager.loggerDict.items()
-        if name.startswith("torch.distributed") and isinstance(logger, logging.Logger)
-    ]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
 
 
 def record_error(line: str) -> None:

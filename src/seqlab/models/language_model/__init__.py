@@ -1,5 +1,5 @@
 """Language models: p(x_{t+1} | x_<=t) over a token stream, trained by maximum likelihood and decoded one token at
-a time: recurrent (``rnn``) and Transformer decoder-only (``gpt``)."""
+a time: recurrent (``rnn``), Transformer decoder-only (``gpt``) and convolutional (``tcn``)."""
 
 from seqlab.models.language_model.gpt import GPT, GPTConfig, GPTState, gpt, gpt2_small, gpt_char_small
 from seqlab.models.language_model.rnn import (
@@ -11,6 +11,7 @@ from seqlab.models.language_model.rnn import (
     zaremba_medium,
     zaremba_small,
 )
+from seqlab.models.language_model.tcn import TCNLanguageModel, TCNLanguageModelConfig
 
 __all__ = [
     "GPT",
@@ -18,6 +19,8 @@ __all__ = [
     "GPTState",
     "RNNLanguageModel",
     "RNNLanguageModelConfig",
+    "TCNLanguageModel",
+    "TCNLanguageModelConfig",
     "ZarembaPreset",
     "ZarembaTraining",
     "gpt",

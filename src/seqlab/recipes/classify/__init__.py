@@ -6,8 +6,10 @@ languages from the ``nameCreator`` package (``seqlab.data.names``: 14,100 first 
 class with a fixed seed; or the user's own ``TEXT<TAB>LABEL`` files. Models (``model.arch``, one config class each
 in ``config.py``, built in ``models.py``): on characters, ``bilstm`` (BiLSTM baseline), ``static`` (static
 embeddings as wide as ELMo's features) and ``elmo`` (a biLM pre-trained on unlabelled names, ``model.elmo_corpus``,
-or loaded from ``model.elmo_path``, frozen, ScalarMix features), each ending in the same BiLSTM + pooling + softmax;
-on MiniLM's WordPiece pieces, ``minilm`` (the pretrained MiniLM-L6 fine-tuned with a mean-pooled softmax head) and
+or loaded from ``model.elmo_path``, frozen, ScalarMix features), each ending in the same BiLSTM + pooling + softmax,
+and ``tcn`` (a causal temporal convolutional network over a character embedding, pooled; its receptive field is on
+the log line); on MiniLM's WordPiece pieces, ``minilm`` (the pretrained MiniLM-L6 fine-tuned with a mean-pooled
+softmax head) and
 ``bert`` (the same architecture, small and from scratch). The run directory keeps the arm's vocabulary:
 ``vocab.json`` (characters) or ``tokenizer.json`` (WordPiece). Metric: test accuracy (%). ``model.init_from`` starts
 from another run or a Hugging Face folder.
@@ -29,7 +31,7 @@ from seqlab.recipes.classify.training import prepare
 
 NAME = "classify"
 DESCRIPTION = (
-    "text classification (names -> language, nameCreator): bilstm | static | elmo | minilm | bert, accuracy (%)"
+    "text classification (names -> language, nameCreator): bilstm | static | elmo | minilm | bert | tcn, accuracy (%)"
 )
 System = ClassifySystem
 

@@ -2,9 +2,9 @@
 the biLM's pre-training and the classifier's training.
 
 Every arch takes ``model.init_from`` (``seqlab.recipes.init_from``). The character arms (``bilstm``, ``static``,
-``elmo``) share the task encoder's sizes (``CharacterArmConfig``); the BERT arms (``minilm``, ``bert``) share the
-folder of their tokenizer (``BertArmConfig``). Runs saved before the arch choice hold every arch's keys: they load,
-the other archs' keys dropped (``seqlab.recipes.base.load_recipe_config``).
+``elmo``) share the task encoder's sizes (``CharacterArmConfig``); ``tcn`` reads characters with a causal TCN; the
+BERT arms (``minilm``, ``bert``) share the folder of their tokenizer (``BertArmConfig``). Runs saved before the arch
+choice hold every arch's keys: they load, the other archs' keys dropped (``seqlab.recipes.base.load_recipe_config``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from seqlab.models.classifier import TCNClassifierConfig
 from seqlab.nn.pooling import POOLING_NAMES, PoolingName
 from seqlab.recipes.common.labelled_text import LabelledTextDataConfig
 from seqlab.recipes.init_from import InitFromConfig
@@ -142,7 +143,36 @@ class ScratchBertArmConfig(BertArmConfig):
             )
 
 
-ClassifyModelConfig = BiLSTMArmConfig | StaticArmConfig | ELMoArmConfig | MiniLMArmConfig | ScratchBertArmConfig
+@dataclass(frozen=True)
+class TCNArmConfig(InitFromConfig, ArchField):
+    """``tcn``: a causal temporal convolutional network over a learned character embedding, pooled
+    (``seqlab.models.TCNClassifier``); each h_t reads 1 + 2 (kernel_size - 1)(2^num_levels - 1) characters, 61 by
+    default."""
+
+    arch: Literal["tcn"] = "tcn"
+    embedding_size: int = 64  # E of the character embedding
+    hidden_size: int = 128  # H, channels of every level
+    num_levels: int = 4  # L residual blocks, dilations 1, 2, ..., 2^(L-1)
+    kernel_size: int = 3  # k of every causal convolution
+    pooling: PoolingName = "max"  # last | mean | max | attention over the TCN's outputs
+    dropout: float = 0.3  # inside the TCN's blocks and on the pooled vector
+    weight_norm: bool = False  # weight-normalised convolutions (Salimans & Kingma, 2016)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.model_config(vocab_size=2, num_labels=2)  # the model's own checks
+
+    def model_config(self, *, vocab_size: int, num_labels: int) -> TCNClassifierConfig:
+        """The ``TCNClassifierConfig`` of these hyperparameters for V = ``vocab_size`` and C = ``num_labels``."""
+        fields = ("embedding_size", "hidden_size", "num_levels", "kernel_size", "pooling", "dropout", "weight_norm")
+        return TCNClassifierConfig(
+            vocab_size=vocab_size, num_classes=num_labels, **{k: getattr(self, k) for k in fields}
+        )
+
+
+ClassifyModelConfig = (
+    BiLSTMArmConfig | StaticArmConfig | ELMoArmConfig | MiniLMArmConfig | ScratchBertArmConfig | TCNArmConfig
+)
 
 
 @dataclass(frozen=True)

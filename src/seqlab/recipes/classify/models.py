@@ -13,6 +13,9 @@ pooling and a softmax (``seqlab.models.classifier``); they differ in what the en
   ``model.elmo_concat`` the head reads the ``static`` arm's embedding beside ELMo, [x_t; ELMo_t], as the paper
   enhances its baselines (its control is ``static`` twice as wide: ``model.elmo_hidden_size`` doubled).
 
+The ``tcn`` arm reads the same character ids through a learned embedding and a causal temporal convolutional
+network (``seqlab.models.TCNClassifier``, Bai et al., 2018), pooled like the others: the convolutional control.
+
 The BERT arms read WordPiece ids, ``[CLS]`` + the pieces of the text + ``[SEP]``, with MiniLM's uncased tokenizer
 (``arch_tokenizer``), and end in a linear softmax over the mean of the last hidden states at the real tokens
 (``BertForMeanPooledClassification``): mean pooling rather than the pooled [CLS], because all-MiniLM-L6-v2 was
@@ -45,7 +48,7 @@ from seqlab.data.tokenizers import load_tokenizer
 from seqlab.data.wordpiece import WordPieceTokenizer
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.models.bert import Bert, BertConfig, BertForMeanPooledClassification
-from seqlab.models.classifier import Seq2VecClassifier, Seq2VecClassifierConfig
+from seqlab.models.classifier import Seq2VecClassifier, Seq2VecClassifierConfig, TCNClassifier
 from seqlab.models.elmo import ELMo, ELMoClassifier, ELMoClassifierConfig, ELMoConfig
 from seqlab.recipes.base import model_device
 from seqlab.recipes.classify.config import (
@@ -180,12 +183,18 @@ def build_bert(context: BuildContext) -> nn.Module:
     return BertForMeanPooledClassification(config)
 
 
+def build_tcn(context: BuildContext) -> nn.Module:
+    """A causal TCN over a learned character embedding, pooled, with a softmax head (``TCNClassifier``)."""
+    return TCNClassifier(context.model.model_config(vocab_size=context.vocab_size, num_labels=context.num_labels))
+
+
 BUILDERS: dict[str, Callable[[BuildContext], nn.Module]] = {
     "bilstm": build_bilstm,
     "static": build_static,
     "elmo": build_elmo,
     "minilm": build_minilm,
     "bert": build_bert,
+    "tcn": build_tcn,
 }
 
 

@@ -14,6 +14,7 @@ from seqlab.data.labelled_text import LabelledText
 from seqlab.data.names import unlabelled_names
 from seqlab.data.vocab import Vocabulary
 from seqlab.data.wordpiece import WordPieceTokenizer
+from seqlab.models.classifier import TCNClassifier
 from seqlab.models.elmo import ELMo
 from seqlab.models.elmo.sentences import load_elmo_encoder
 from seqlab.recipes.base import Report, TrainingRun
@@ -129,10 +130,15 @@ def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
             f"data: {data.source}, {len(data.train)} train / {len(data.valid)} valid / {len(data.test)} test "
             f"texts, {len(labels)} classes, {system.vocab_size} symbols"
         ),
-        summary_model=f"arch {config.model.arch}",
+        summary_model=f"arch {config.model.arch}{_receptive_field_note(system.model)}",
         valid_metric="valid_error",
         pretrained=pretrained_names(config.model.arch, system.model),
     )
+
+
+def _receptive_field_note(model: nn.Module) -> str:
+    """ ", receptive field R characters" for the tcn arm (the log line's model note), else nothing."""
+    return f", receptive field {model.receptive_field} characters" if isinstance(model, TCNClassifier) else ""
 
 
 def build_model(

@@ -10,7 +10,7 @@ monthly El Nino sea-surface temperatures (m = 12), all shipped by statsmodels, o
 standard deviation only. Windows: L inputs, the next H targets; validation and test windows have their targets in
 their part (their inputs may reach back), and test origins are ``data.test_stride`` steps apart.
 
-Model: ``seqlab.models.forecaster`` (rnn | gru | lstm | transformer encoder, direct or autoregressive head;
+Model: ``seqlab.models.forecaster`` (rnn | gru | lstm | transformer | tcn encoder, direct or autoregressive head;
 residual, i.e. forecasting changes from the last value, by default for Lorenz and the trending CO2 series, whose
 test values lie above every training value that the scaler saw), trained by mean squared error
 on the standardised values. Test scores (``forecast.evaluation``): RMSE, MAE (the series'
@@ -38,7 +38,9 @@ from seqlab.recipes.forecast.system import SCALING_FILE, Forecast, ForecastSyste
 from seqlab.recipes.forecast.training import PLOT_FILE, ForecastTraining, prepare
 
 NAME = "forecast"
-DESCRIPTION = "forecast sunspots, CO2, El Nino (statsmodels) or Lorenz-63: RNN/Transformer vs naive and SARIMA, MASE"
+DESCRIPTION = (
+    "forecast sunspots, CO2, El Nino (statsmodels) or Lorenz-63: RNN/Transformer/TCN vs naive and SARIMA, MASE"
+)
 System = ForecastSystem
 
 __all__ = [

@@ -87,20 +87,22 @@ class DataConfig:
 class ModelConfig:
     """The forecaster (``seqlab.models.ForecasterConfig``; C and H come from the data)."""
 
-    encoder: EncoderName = "gru"  # rnn | gru | lstm | transformer
+    encoder: EncoderName = "gru"  # rnn | gru | lstm | transformer | tcn
     head: HeadName = "direct"  # direct | autoregressive
     residual: bool | None = None  # forecast changes from the last value; None = True for lorenz and co2
-    hidden_size: int = 32  # recurrent encoders
+    hidden_size: int = 32  # recurrent encoders, channels of the TCN
     num_layers: int = 1  # recurrent or Transformer layers
     d_model: int = 64  # Transformer encoder
     num_heads: int = 4  # Transformer encoder: N
     d_ff: int = 128  # Transformer encoder: feed-forward inner size
     dropout: float = 0.2  # between layers and before the head
+    num_levels: int = 4  # TCN encoder: residual blocks, receptive field 1 + 2 (kernel_size - 1)(2^num_levels - 1)
+    kernel_size: int = 3  # TCN encoder: k of every causal convolution
 
     def __post_init__(self) -> None:
         check_choice("encoder", self.encoder, ENCODERS)
         check_choice("head", self.head, HEADS)
-        for name in ("hidden_size", "num_layers", "d_model", "num_heads", "d_ff"):
+        for name in ("hidden_size", "num_layers", "d_model", "num_heads", "d_ff", "num_levels", "kernel_size"):
             check_int(name, getattr(self, name))
         check_probability("dropout", self.dropout)
         if self.residual is not None:
@@ -111,7 +113,7 @@ class ModelConfig:
         """The model's config; ``residual`` is used where the section leaves it None."""
         residual = residual if self.residual is None else self.residual
         fields = {k: getattr(self, k) for k in ("encoder", "head", "hidden_size", "num_layers", "d_model")}
-        extra = {k: getattr(self, k) for k in ("num_heads", "d_ff", "dropout")}
+        extra = {k: getattr(self, k) for k in ("num_heads", "d_ff", "dropout", "num_levels", "kernel_size")}
         return ForecasterConfig(channels=channels, horizon=horizon, residual=residual, **fields, **extra)
 
 

@@ -122,6 +122,13 @@ class ForecastTraining:
         )
 
 
+def _receptive_field_note(model: Forecaster) -> str:
+    """ " (receptive field R steps)" for a TCN encoder (the log line's model note), else nothing."""
+    if model.config.encoder != "tcn":
+        return ""
+    return f" (receptive field {model.encoder.receptive_field} steps)"
+
+
 def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     """Read and window the series and build the forecaster: the parts ``run_training`` trains, saves and tests
     (trained on the train part, the best validation MSE's model kept).
@@ -139,7 +146,8 @@ def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
         save=training.save,
         test=training.test,
         summary=training.summary(),
-        summary_model=f"{config.model.encoder} encoder, {config.model.head} head",
+        summary_model=f"{config.model.encoder} encoder{_receptive_field_note(training.system.model)}, "
+        f"{config.model.head} head",
     )
 
 

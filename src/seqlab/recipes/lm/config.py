@@ -15,6 +15,7 @@ from seqlab.errors import ConfigError
 from seqlab.models.language_model import (
     GPTConfig,
     RNNLanguageModelConfig,
+    TCNLanguageModelConfig,
     zaremba_large,
     zaremba_medium,
     zaremba_small,
@@ -158,6 +159,35 @@ class RNNModelConfig(RecurrentModelConfig):
 
 
 @dataclass(frozen=True)
+class TCNModelConfig(InitFromConfig):
+    """Arch "tcn": a causal temporal convolutional network (``seqlab.models.TCNLanguageModel``, Bai et al., 2018)
+    trained, like the recurrent archs, by truncated BPTT: its state is its convolutions' last inputs, so every
+    prediction reads ``receptive_field`` = 1 + 2 (kernel_size - 1)(2^num_levels - 1) tokens, 125 by default.
+
+    Raises: ConfigError (a ValueError) for a size out of range.
+    """
+
+    arch: Literal["tcn"] = "tcn"  # causal dilated convolutions
+    dropout: float = 0.0  # embeddings, inside the residual blocks, output
+    embedding_size: int = 128  # E
+    hidden_size: int = 128  # H, channels of every level
+    num_levels: int = 5  # L residual blocks, dilations 1, 2, ..., 2^(L-1)
+    kernel_size: int = 3  # k of every causal convolution
+    weight_norm: bool = False  # weight-normalised convolutions (Salimans & Kingma, 2016)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("embedding_size", "hidden_size"):
+            check_int(name, getattr(self, name), maximum=MAX_WIDTH)
+        self.model_config(vocab_size=2)  # the model's own checks (kernel_size, num_levels, receptive field)
+
+    def model_config(self, *, vocab_size: int) -> TCNLanguageModelConfig:
+        """The ``TCNLanguageModelConfig`` of these hyperparameters for a vocabulary of ``vocab_size``."""
+        fields = ("embedding_size", "hidden_size", "num_levels", "kernel_size", "dropout", "weight_norm")
+        return TCNLanguageModelConfig(vocab_size=vocab_size, **{k: getattr(self, k) for k in fields})
+
+
+@dataclass(frozen=True)
 class LMDecodeConfig:
     """Generation defaults of ``seqlab generate`` and of the report's examples (its flags override them)."""
 
@@ -184,7 +214,9 @@ class Config:
     """The whole recipe: sections data, model, train, decode."""
 
     data: LMDataConfig = field(default_factory=LMDataConfig)
-    model: GPTModelConfig | LSTMModelConfig | GRUModelConfig | RNNModelConfig = field(default_factory=GPTModelConfig)
+    model: GPTModelConfig | LSTMModelConfig | GRUModelConfig | RNNModelConfig | TCNModelConfig = field(
+        default_factory=GPTModelConfig
+    )
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(
             lr=1e-3, batch_size=12, max_epochs=10_000, time_budget=480.0, schedule="cosine"

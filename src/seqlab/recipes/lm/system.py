@@ -16,7 +16,7 @@ from seqlab.data.text import read_text
 from seqlab.data.tokenizers import TOKENIZER_FILE, Tokenizer, load_tokenizer
 from seqlab.errors import CheckpointError, ConfigError, DataError
 from seqlab.export import OnnxGPT, load_step_model
-from seqlab.models import GPT, RNNLanguageModel, load_pretrained
+from seqlab.models import GPT, RNNLanguageModel, TCNLanguageModel, load_pretrained
 from seqlab.recipes.base import check_model_config, check_vocabulary_size, load_recipe_config
 from seqlab.recipes.common.text_generation import continuation_pieces, prompt_tokens
 from seqlab.recipes.lm.config import Config, LMDecodeConfig
@@ -41,7 +41,7 @@ class LanguageModelSystem:
     """A trained language model with its tokenizer and recipe config: what a run directory holds.
 
     Attributes:
-        model: a GPT or a recurrent language model.
+        model: a GPT, a recurrent or a convolutional (TCN) language model.
         tokenizer: the run's char, word or BPE tokenizer.
         config: the run's whole recipe config (its decode section sets generation's defaults).
         step_model: what generation decodes with when it is not ``model``: the run's exported graphs under
@@ -50,7 +50,7 @@ class LanguageModelSystem:
 
     OPTIONS: ClassVar[frozenset[str]] = frozenset({"backend"})
 
-    model: GPT | RNNLanguageModel
+    model: GPT | RNNLanguageModel | TCNLanguageModel
     tokenizer: Tokenizer
     config: Config
     step_model: OnnxGPT | None = None
@@ -70,7 +70,7 @@ class LanguageModelSystem:
         """
         config = load_recipe_config(directory, Config)
         model = load_pretrained(directory)
-        if not isinstance(model, (GPT, RNNLanguageModel)):
+        if not isinstance(model, (GPT, RNNLanguageModel, TCNLanguageModel)):
             raise CheckpointError(f"{directory}: holds a {model.model_type} model, not a language model")
         tokenizer = load_tokenizer(directory)
         check_vocabulary_size(directory / TOKENIZER_FILE, tokenizer.vocab_size, model.config.vocab_size)
@@ -93,7 +93,7 @@ class LanguageModelSystem:
 
     def perplexity(self, text: str, *, source: str) -> Perplexity:
         """Whole-text loss (nats/token), perplexity and bits per character of ``text``: a GPT by a sliding window
-        of stride context_length // 2, a recurrent model as one stream with its state carried.
+        of stride context_length // 2, a recurrent model or a TCN as one stream with its state carried.
 
         Raises: DataError as ``encode``.
         """
@@ -186,11 +186,13 @@ class LanguageModelSystem:
         (spaces as U+2423, newlines as U+23CE).
 
         Raises:
-            ConfigError: the model is recurrent, or ``text`` has more tokens than the GPT's context.
+            ConfigError: the model is recurrent or convolutional, or ``text`` has more tokens than the GPT's
+                context.
             DataError: ``text`` has characters a char model never saw, or fewer than 2 tokens.
         """
         if not isinstance(self.model, GPT):
-            raise ConfigError("an RNN language model has no attention to draw")
+            kind = "an RNN" if isinstance(self.model, RNNLanguageModel) else "a TCN"
+            raise ConfigError(f"{kind} language model has no attention to draw")
         ids = self.encode(text, source="--input").tolist()
         context = self.model.config.context_length
         if len(ids) > context:

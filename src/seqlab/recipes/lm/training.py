@@ -1,6 +1,6 @@
 """Training recipe ``lm``: the data read, the model built and the parts ``run_training`` trains with (module
 docstring of ``seqlab.recipes.lm``): random blocks for a GPT (``CausalBlockTraining``), truncated BPTT over
-parallel streams for a recurrent model (``RecurrentTraining``), the whole test split scored (``LMTest``)."""
+parallel streams for a recurrent model or a TCN (``RecurrentTraining``), the whole test split scored (``LMTest``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from seqlab.data.streams import StreamWindow, batchify_stream, stream_windows
 from seqlab.data.text import TextSplits, load_corpus, split_documents
 from seqlab.data.tokenizers import BPETokenizer, CharTokenizer, Tokenizer, WordTokenizer
 from seqlab.errors import DataError
-from seqlab.models import GPT, RNNLanguageModel
+from seqlab.models import GPT, RNNLanguageModel, TCNLanguageModel
 from seqlab.recipes.base import Report, TrainingRun, model_device
 from seqlab.recipes.common.causal_blocks import CausalBlockTraining, valid_metrics
 from seqlab.recipes.common.text_generation import continuation, stream_continuation
@@ -27,6 +27,13 @@ from seqlab.training.language_modeling import perplexity_of_stream
 from seqlab.training.objectives import LossOutput
 from seqlab.training.tbptt import TruncatedBPTT
 
+MODELS = {  # the model class of each model.arch
+    "gpt": GPT,
+    "lstm": RNNLanguageModel,
+    "gru": RNNLanguageModel,
+    "rnn": RNNLanguageModel,
+    "tcn": TCNLanguageModel,
+}
 VALID_STREAMS = 8  # parallel streams when validating a recurrent model
 EXAMPLE_PROMPT_TOKENS = 16  # report examples: a prompt of this many test tokens ...
 EXAMPLE_NEW_TOKENS = 32  # ... continued by this many (fewer when a GPT's context is shorter)
@@ -192,6 +199,11 @@ def training_parts(config: Config, system: LanguageModelSystem, splits: TextSpli
     return _Parts(streams.loss, streams.train_batches, streams.validate, streams.strategy())
 
 
+def _receptive_field_note(model: GPT | RNNLanguageModel | TCNLanguageModel) -> str:
+    """ ", receptive field R tokens" for a TCN (the log line's model note), else nothing."""
+    return f", receptive field {model.receptive_field} tokens" if isinstance(model, TCNLanguageModel) else ""
+
+
 def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     """Resolve ``model.preset``, read the text, build the tokenizer and the model, and check the splits.
 
@@ -204,7 +216,7 @@ def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     splits = read_splits(data)
     tokenizer = build_tokenizer(data, *splits)
     model_config = config.model.model_config(vocab_size=tokenizer.vocab_size)
-    model = GPT(model_config) if isinstance(config.model, GPTModelConfig) else RNNLanguageModel(model_config)
+    model = MODELS[config.model.arch](model_config)
     system = LanguageModelSystem(model, tokenizer, config)
     parts = training_parts(config, system, splits)
     test_source = data.test_path or "the test split"
@@ -222,6 +234,6 @@ def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
             f"{len(splits.test):,} train / valid / test characters; {data.tokenizer} tokenizer, "
             f"{tokenizer.vocab_size} tokens"
         ),
-        summary_model=config.model.arch,
+        summary_model=config.model.arch + _receptive_field_note(model),
         strategy=parts.strategy,
     )
