@@ -443,3 +443,20 @@ def test_the_g2p_fixed_context_model_is_reachable_from_the_command_line():
     from seqlab.recipes.g2p import Config
 
     assert apply_overrides(Config(), {"model.attention": "none"}).model.attention == "none"
+
+
+def test_a_tuple_key_takes_comma_separated_values_or_a_toml_list():
+    config = apply_overrides(g2p.Config(), {"train.betas": "0.8, 0.95"})
+    assert config.train.betas == (0.8, 0.95)
+    assert apply_overrides(g2p.Config(), {"train.betas": [0.7, 0.9]}, source="my.toml").train.betas == (0.7, 0.9)
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides(g2p.Config(), {"train.betas": "0.9"})
+    assert str(caught.value) == "--set train.betas: expected 2 comma-separated values, got '0.9'"
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides(g2p.Config(), {"train.betas": "0.9,x"})
+    assert str(caught.value) == "--set train.betas: expected float, got 'x'"
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides(g2p.Config(), {"train.betas": "0.9,1"})
+    assert str(caught.value) == (
+        "--set: [train] betas ((0.9, 1.0)) must be two numbers in [0, 1) (beta_1, beta_2), e.g. 0.9,0.999"
+    )

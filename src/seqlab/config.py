@@ -104,7 +104,8 @@ def apply_overrides(config: ConfigT, overrides: Mapping[str, Any], *, source: st
     Args:
         config: a frozen dataclass whose fields are frozen dataclasses (the sections).
         overrides: ``{"section.key": value}``; string values are converted to the field's type
-            (``int``, ``float``, ``bool``, ``str`` and ``X | None``, where ``none`` means None).
+            (``int``, ``float``, ``bool``, ``str``, ``X | None``, where ``none`` means None, and tuples, given as
+            comma-separated values: ``train.betas=0.9,0.95``).
         source: where the overrides came from, for messages (``--set`` or a file name).
 
     Raises:
@@ -262,6 +263,15 @@ def _convert(raw: Any, annotation: Any, where: str) -> Any:
             return None
         raise ConfigError(f"{where}: a value is required (this key cannot be none)")
     kind = kinds[0]
+    if typing.get_origin(kind) is tuple:  # "0.9,0.95" from the command line, a list from TOML
+        items = raw.split(",") if isinstance(raw, str) else raw
+        parts = typing.get_args(kind)
+        if not isinstance(items, (list, tuple)) or len(items) != len(parts):
+            raise ConfigError(f"{where}: expected {len(parts)} comma-separated values, got {raw!r}")
+        return tuple(
+            _convert(item.strip() if isinstance(item, str) else item, part, where)
+            for item, part in zip(items, parts, strict=True)
+        )
     if typing.get_origin(kind) is typing.Literal:
         allowed = typing.get_args(kind)
         if raw not in allowed:

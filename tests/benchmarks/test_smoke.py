@@ -122,3 +122,27 @@ def test_recurrent_benchmark_refuses_a_bad_shape():
     )
     assert result.returncode == 2
     assert "expected B,T,E,H,L (five integers), got '2,3,2'" in result.stderr
+
+
+def test_nanogpt_side_by_side_runs_and_prints_its_table(tmp_path):
+    nanogpt_dir = os.environ.get("SEQLAB_NANOGPT_DIR")
+    if not nanogpt_dir:
+        pytest.skip("set SEQLAB_NANOGPT_DIR to a nanoGPT checkout to run benchmarks/nanogpt.py (never vendored)")
+    words = ["in", "the", "beginning", "god", "created", "the", "heaven", "and", "the", "earth"]
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(" ".join(words[(i * 7 + j) % len(words)] for j in range(9)) for i in range(120)) + "\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    arguments = ["--nanogpt-dir", nanogpt_dir, "--text", str(text), "--iters", "2", "--keep", str(tmp_path / "runs")]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "nanogpt.py"), *arguments],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    for expected in ["iters side     valid loss  wall (s)", "     2 nanoGPT", "     2 seqlab", "wall seqlab / nanoGPT"]:
+        assert expected in result.stdout, f"{expected!r} missing from:\n{result.stdout}"
+    # The dataset is nanoGPT's format: uint16 ids of the train and valid text, and its meta.pkl.
+    assert {p.name for p in (tmp_path / "runs" / "data").iterdir()} == {"train.bin", "val.bin", "meta.pkl"}

@@ -11,8 +11,9 @@ from seqlab.errors import ConfigError
 from seqlab.recipes import RECIPES
 
 
-def float_fields():
-    """(recipe, {"section.arch": arch} or {}, "section.key") for every float field of every section class."""
+def float_fields(*, tuples: bool = False):
+    """(recipe, {"section.arch": arch} or {}, "section.key") for every float field of every section class (with
+    ``tuples``, every field holding a tuple of floats instead)."""
     for name, recipe in sorted(RECIPES.items()):
         config = recipe.Config()
         section_hints = typing.get_type_hints(type(config))
@@ -21,12 +22,14 @@ def float_fields():
             for arch, cls in choices.items():
                 hints = typing.get_type_hints(cls)
                 for f in dataclasses.fields(cls):
-                    if float in (typing.get_args(hints[f.name]) or (hints[f.name],)):
+                    is_tuple = typing.get_origin(hints[f.name]) is tuple
+                    if is_tuple == tuples and float in (typing.get_args(hints[f.name]) or (hints[f.name],)):
                         chosen = {f"{section.name}.arch": arch} if arch else {}
                         yield name, chosen, f"{section.name}.{f.name}"
 
 
 FLOAT_FIELDS = list(float_fields())
+FLOAT_TUPLE_FIELDS = list(float_fields(tuples=True))
 
 
 def test_the_recipes_have_float_fields():
@@ -39,4 +42,15 @@ def test_the_recipes_have_float_fields():
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", float("nan"), float("inf")])
 def test_non_finite_values_are_refused(recipe, arch, key, value):
     with pytest.raises(ConfigError, match=r"\((nan|inf|-inf)\)"):
+        apply_overrides(RECIPES[recipe].Config(), {**arch, key: value})
+
+
+def test_the_recipes_have_float_tuple_fields():
+    assert ("lm", {}, "train.betas") in FLOAT_TUPLE_FIELDS
+
+
+@pytest.mark.parametrize(("recipe", "arch", "key"), FLOAT_TUPLE_FIELDS)
+@pytest.mark.parametrize("value", ["nan,0.5", "0.5,inf", [0.5, float("-inf")], (float("nan"), 0.5)])
+def test_non_finite_values_in_a_tuple_are_refused(recipe, arch, key, value):
+    with pytest.raises(ConfigError, match=r"\(\((nan|inf|-inf), |, (nan|inf|-inf)\)\)"):
         apply_overrides(RECIPES[recipe].Config(), {**arch, key: value})

@@ -24,6 +24,7 @@ from seqlab.data.tokenizers import load_tokenizer
 from seqlab.decoding import generate
 from seqlab.errors import ConfigError
 from seqlab.models import GPT, RNNLanguageModel, SSMLanguageModel, load_pretrained
+from seqlab.models.language_model import zaremba_small
 from seqlab.recipes import lm
 from seqlab.recipes.base import load_recipe_config, run_training
 from seqlab.recipes.common.causal_blocks import CausalBlockTraining
@@ -249,6 +250,27 @@ def test_an_ssm_run_loads_and_predicts_and_scores_what_the_trained_model_did(cor
     test_text = read_splits(config.data).test
     assert examples(loaded, loaded.encode(test_text, source="test").tolist()) == report.examples
     assert loaded.perplexity(test_text, source="test").loss == pytest.approx(report.results["test_loss"], rel=1e-6)
+
+
+def test_a_preset_run_trains_each_epoch_at_the_presets_lr_at_that_epoch(corpus, tmp_path):
+    settings = [
+        f"data.train_path={corpus}", "model.arch=lstm", "model.preset=zaremba_small", "model.hidden_size=8",
+        "model.embedding_size=8", "model.rnn_layers=1", "data.bptt_len=4", "data.batches_per_epoch=1",
+        "data.valid_tokens=64", "train.batch_size=2", "train.max_epochs=7", "train.patience=none",
+    ]  # fmt: skip
+    config = apply_overrides(lm.Config(), parse_assignments(settings))
+    run_training(lm, config, tmp_path / "run", progress=False, log=lambda line: None)
+    saved = load_recipe_config(tmp_path / "run", lm.Config)
+    assert (saved.train.schedule, saved.train.decay_factor, saved.train.decay_after) == ("epoch_decay", 2.0, 4)
+    training = zaremba_small(vocab_size=2).training
+    history = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [(record["epoch"], record["lr"]) for record in history if record["event"] == "step"]
+    assert steps == [(epoch, training.lr_at(epoch)) for epoch in range(1, 8)]  # 1, 1, 1, 1, 1/2, 1/4, 1/8
+
+
+def test_the_default_training_anneals_a_cosine_that_ends_with_the_budget():
+    train = lm.Config().train
+    assert (train.schedule, train.max_steps, train.time_budget) == ("cosine", None, 480.0)
 
 
 def test_the_model_section_is_a_choice_of_arch():

@@ -1,9 +1,11 @@
 import copy
+import re
 
 import pytest
 import torch
 from torch import nn
 
+from seqlab.errors import ConfigError
 from seqlab.nn.positional import LearnedPositionalEncoding
 from seqlab.nn.recurrent import LSTM
 from seqlab.training.objectives import LossOutput
@@ -137,3 +139,37 @@ def test_freeze_fixes_the_named_modules_and_leaves_them_out_of_the_optimizer():
         id(model[2].weight),
         id(model[1].bias),
     ]
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw"])
+def test_betas_reach_adam_and_adamw(optimizer):
+    config = TrainConfig(optimizer=optimizer, betas=(0.8, 0.95))
+    assert {g["betas"] for g in build_optimizer(Mixed(), config).param_groups} == {(0.8, 0.95)}
+    assert {g["betas"] for g in build_optimizer(Mixed(), TrainConfig(optimizer=optimizer)).param_groups} == {
+        (0.9, 0.999)  # torch's default, kept
+    }
+
+
+def test_betas_saved_as_a_json_list_load_as_the_tuple():
+    assert TrainConfig(betas=[0.8, 0.95]) == TrainConfig(betas=(0.8, 0.95))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"betas": (0.9, 1.0)}, "betas ((0.9, 1.0)) must be two numbers in [0, 1) (beta_1, beta_2), e.g. 0.9,0.999"),
+        ({"betas": (-0.1, 0.9)}, "betas ((-0.1, 0.9)) must be two numbers in [0, 1) (beta_1, beta_2), e.g. 0.9,0.999"),
+        ({"betas": (0.9,)}, "betas ((0.9,)) must be two numbers in [0, 1) (beta_1, beta_2), e.g. 0.9,0.999"),
+        (
+            {"betas": (0.9, float("nan"))},
+            "betas ((0.9, nan)) must be two numbers in [0, 1) (beta_1, beta_2), e.g. 0.9,0.999",
+        ),
+        (
+            {"optimizer": "sgd", "betas": (0.8, 0.9)},
+            "betas ((0.8, 0.9)) are used by optimizers 'adam' and 'adamw' only, not 'sgd'",
+        ),
+    ],
+)
+def test_bad_betas_are_refused_in_one_line(kwargs, message):
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        TrainConfig(**kwargs)

@@ -1,3 +1,4 @@
+import copy
 import dataclasses
 import math
 import re
@@ -8,10 +9,19 @@ from torch import nn
 
 from seqlab.config import apply_overrides
 from seqlab.errors import ConfigError
+from seqlab.models.language_model import zaremba_large, zaremba_medium, zaremba_small
+from seqlab.training.callbacks import Callback
+from seqlab.training.checkpoint import restore_training_state
+from seqlab.training.run_state import RunState
 from seqlab.training.schedules import (
+    LRScheduler,
+    Progress,
+    budgeted_cosine,
+    epoch_decay,
     inverse_sqrt,
     lambda_lr,
     lr_multiplier,
+    lr_schedule,
     warmup_constant,
     warmup_cosine,
 )
@@ -129,7 +139,18 @@ def test_lambda_lr_gives_step_s_the_rate_lr_times_m_s():
 # ---------------------------------------------------------------- trainer integration
 
 
-def linear_regression_trainer(config, *, num_batches=4):
+def lambda_lr_rates(lr, multiplier, steps):
+    """The learning rates a ``LambdaLR`` (the trainer's scheduler before budgeted schedules) gives steps 1..steps."""
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=lr)
+    scheduler, rates = lambda_lr(optimizer, multiplier), []
+    for _ in range(steps):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return rates
+
+
+def linear_regression_trainer(config, *, num_batches=4, clock=None):
     torch.manual_seed(0)
     model = nn.Linear(3, 1)
     x = torch.randn(8 * num_batches, 3, generator=torch.Generator().manual_seed(1))
@@ -146,7 +167,14 @@ def linear_regression_trainer(config, *, num_batches=4):
         return {"valid_loss": nn.functional.mse_loss(model(x), y).item()}
 
     return Trainer(
-        model, config, loss_fn=loss_fn, train_batches=train_batches, validate=validate, progress=False, log=None
+        model,
+        config,
+        loss_fn=loss_fn,
+        train_batches=train_batches,
+        validate=validate,
+        progress=False,
+        log=None,
+        clock=clock,
     )
 
 
@@ -167,11 +195,10 @@ def test_trainer_follows_the_schedule_and_logs_each_steps_lr(schedule, warmup_st
     used = []
     trainer.optimizer.register_step_pre_hook(lambda opt, args, kwargs: used.append(opt.param_groups[0]["lr"]))
     result = trainer.fit()
-    expected = [lr * multiplier(s) for s in range(1, max_steps + 1)]
     assert result.steps == max_steps
-    assert used == pytest.approx(expected, abs=1e-15)
+    assert used == lambda_lr_rates(lr, multiplier, max_steps)  # today's LambdaLR, value for value
     assert [r["lr"] for r in result.history] == used  # validate_every=1: one record per step
-    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(lr * multiplier(max_steps + 1), abs=1e-15)
+    assert trainer.optimizer.param_groups[0]["lr"] == used[-1]  # set just before each step
 
 
 def test_default_config_keeps_lr_constant_and_records_it():
@@ -191,10 +218,13 @@ def test_validate_may_not_return_the_lr_key():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"schedule": "linear"}, "schedule ('linear') must be one of 'constant', 'inverse_sqrt', 'cosine'"),
+        (
+            {"schedule": "linear"},
+            "schedule ('linear') must be one of 'constant', 'inverse_sqrt', 'cosine', 'epoch_decay'",
+        ),
         ({"warmup_steps": -1}, "warmup_steps (-1) must be an integer >= 0 and <= 1000000000"),
         ({"warmup_steps": 1.5}, "warmup_steps (1.5) must be an integer >= 0 and <= 1000000000"),
-        ({"schedule": "cosine"}, "schedule 'cosine' needs max_steps, the step where its decay ends"),
+        ({"schedule": "cosine"}, "schedule 'cosine' needs max_steps or time_budget, where its decay ends"),
         (
             {"schedule": "cosine", "max_steps": 100, "warmup_steps": 100},
             "warmup_steps (100) must be < max_steps (100) for schedule 'cosine'",
@@ -216,6 +246,173 @@ def test_schedule_fields_convert_from_the_command_line():
     )
     assert (config.train.schedule, config.train.warmup_steps, config.train.max_steps) == ("cosine", 10, 200)
     with pytest.raises(
-        ConfigError, match=r"^--set train\.schedule: 'noam' is not one of constant, inverse_sqrt, cosine$"
+        ConfigError, match=r"^--set train\.schedule: 'noam' is not one of constant, inverse_sqrt, cosine, epoch_decay$"
     ):
         apply_overrides(RecipeConfig(), {"train.schedule": "noam"})
+
+
+# ---------------------------------------------------------------- budgeted training (Li, Yumer & Ramanan 2020)
+
+
+def cosine_at(fraction):
+    return 0.5 * (1.0 + math.cos(math.pi * fraction))
+
+
+def test_budgeted_cosine_reaches_its_end_exactly_when_the_budget_runs_out():
+    m = budgeted_cosine(0, total_steps=20_000, time_budget=540.0)
+    assert m(Progress(step=6_000, elapsed=540.0)) == 0.0  # a slow machine: 6,000 steps when the budget is spent
+    assert m(Progress(step=6_000, elapsed=600.0)) == 0.0  # and it stays there
+    assert m(Progress(step=20_000, elapsed=100.0)) == 0.0  # a fast one: the step limit comes first
+
+
+@pytest.mark.parametrize(("step", "elapsed"), [(10, 1.0), (10, 7.5), (30, 2.0), (30, 9.0), (40, 0.0), (1, 19.9)])
+def test_budgeted_cosine_progress_is_the_larger_of_steps_and_time(step, elapsed):
+    warmup, total, budget = 4, 44, 20.0
+    m = budgeted_cosine(warmup, total_steps=total, time_budget=budget)
+    decay = cosine_at(max((step - warmup) / (total - warmup), elapsed / budget))
+    expected = step / warmup if step < warmup else decay
+    assert m(Progress(step, elapsed=elapsed)) == expected
+
+
+def test_a_cosine_without_max_steps_anneals_by_time_alone():
+    m = lr_schedule("cosine", time_budget=8.0)
+    assert [m(Progress(1000, elapsed=t)) for t in (0.0, 2.0, 4.0, 8.0)] == [1.0, cosine_at(0.25), cosine_at(0.5), 0.0]
+
+
+@pytest.mark.parametrize("elapsed", [0.0, 3.0, 1e9])
+def test_without_a_budget_every_schedule_is_todays_value_for_value(elapsed):
+    for name, today in [
+        ("constant", warmup_constant(3)),
+        ("inverse_sqrt", inverse_sqrt(3)),
+        ("cosine", warmup_cosine(3, 10)),
+    ]:
+        m = lr_schedule(name, warmup_steps=3, total_steps=10)
+        assert [m(Progress(s, epoch=7, elapsed=elapsed)) for s in range(1, 13)] == values(today, range(1, 13))
+
+
+class FakeClock:
+    """Seconds that pass only when a training step reads its batch: one second per micro-batch."""
+
+    def __init__(self, now=0.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def clocked_trainer(config, clock):
+    trainer = linear_regression_trainer(config, clock=clock)
+    loss_fn = trainer.loss_fn
+
+    def slow_loss(model, batch):
+        clock.now += 1.0
+        return loss_fn(model, batch)
+
+    trainer.loss_fn = slow_loss
+    rates = []
+    trainer.optimizer.register_step_pre_hook(lambda opt, args, kwargs: rates.append(opt.param_groups[0]["lr"]))
+    return trainer, rates
+
+
+def test_a_budgeted_run_ends_at_the_bottom_of_its_cosine_whatever_the_clock_says():
+    lr, budget = 0.02, 10.0
+    config = TrainConfig(lr=lr, schedule="cosine", max_steps=20_000, time_budget=budget, max_epochs=100, patience=None)
+    trainer, rates = clocked_trainer(config, FakeClock())
+    result = trainer.fit()
+    # Step s is set at s seconds (its micro-batch read): its rate follows t / T, 10 seconds end the run at step 10.
+    assert (result.steps, result.stopped_by) == (10, "time_budget")
+    assert rates == [lr * cosine_at(max(s / 20_000, s / budget)) for s in range(1, 11)]
+    assert rates[-1] == 0.0
+
+
+def test_a_resumed_budgeted_run_continues_its_progress_from_the_saved_elapsed_time():
+    config = TrainConfig(
+        lr=0.02, schedule="cosine", max_steps=20_000, time_budget=11.0, max_epochs=100, patience=None,
+        checkpoint_every=3,
+    )  # fmt: skip
+    whole, whole_rates = clocked_trainer(config, FakeClock())
+    whole.fit()
+    states = []
+    first, _ = clocked_trainer(config, FakeClock())
+    first.checkpoint = lambda state: states.append(copy.deepcopy(state))
+    first.fit()
+    state = next(s for s in states if s["run"]["step"] == 6)
+    assert state["elapsed"] == 6.0
+    # A later process: its clock reads another time altogether; the run goes on at 6 s of its budget.
+    resumed, resumed_rates = clocked_trainer(config, FakeClock(now=5_000.0))
+    result = resumed.fit(resume_from=state)
+    assert (result.steps, result.stopped_by) == (11, "time_budget")
+    assert resumed_rates == whole_rates[6:]
+    for a, b in zip(resumed.model.parameters(), whole.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_restoring_a_state_counts_its_elapsed_time_from_now():
+    trainer, _ = clocked_trainer(TrainConfig(max_steps=2, checkpoint_every=1), FakeClock())
+    states = []
+    trainer.checkpoint = states.append
+    trainer.fit()
+    run = RunState(start=0.0)
+    restore_training_state(trainer, states[-1], run, torch.Generator(), now=100.0)
+    assert (run.start, states[-1]["elapsed"]) == (98.0, 2.0)
+
+
+# ---------------------------------------------------------------- per-epoch decay (Zaremba et al. 2014)
+
+
+@pytest.mark.parametrize("preset", [zaremba_small, zaremba_medium, zaremba_large])
+def test_epoch_decay_is_the_zaremba_presets_lr_at(preset):
+    training = preset(vocab_size=10).training
+    m = epoch_decay(training.decay_factor, decay_after=training.decay_after)
+    for epoch in range(1, training.epochs + 1):
+        assert training.lr * m(Progress(step=1_000, epoch=epoch)) == pytest.approx(training.lr_at(epoch), rel=1e-15)
+
+
+def test_the_trainer_gives_every_step_of_an_epoch_the_presets_lr_at_that_epoch():
+    training = zaremba_small(vocab_size=10).training  # lr 1, halved after every epoch past the fourth
+    config = TrainConfig(
+        lr=training.lr, optimizer="sgd", schedule="epoch_decay", decay_factor=training.decay_factor,
+        decay_after=training.decay_after, max_epochs=7, patience=None,
+    )  # fmt: skip
+    trainer = linear_regression_trainer(config, num_batches=3)
+    steps = []
+
+    class StepLog(Callback):
+        def on_step_end(self, model, record):
+            steps.append(record)
+
+    trainer.callbacks.append(StepLog())
+    result = trainer.fit()
+    assert [(r.epoch, r.lr) for r in steps] == [(e, training.lr_at(e)) for e in range(1, 8) for _ in range(3)]
+    assert [r["lr"] for r in result.history] == [training.lr_at(e) for e in range(1, 8)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"schedule": "epoch_decay", "decay_factor": 0.5}, "decay_factor (0.5) must be a finite number >= 1"),
+        ({"schedule": "epoch_decay", "decay_after": -1}, "decay_after (-1) must be an integer >= 0 and <= 1000000000"),
+        ({"decay_factor": 2.0}, "decay_factor (2.0) is used by schedule 'epoch_decay' only, not 'constant'"),
+        (
+            {"schedule": "cosine", "max_steps": 9, "decay_after": 3},
+            "decay_after (3) is used by schedule 'epoch_decay' only, not 'cosine'",
+        ),
+    ],
+)
+def test_epoch_decay_settings_are_checked(kwargs, message):
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        TrainConfig(**kwargs)
+
+
+def test_the_scheduler_loads_the_lambda_lr_state_of_checkpoints_written_before_it():
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.5)
+    old = lambda_lr(optimizer, warmup_cosine(0, 10))
+    for _ in range(4):
+        optimizer.step()
+        old.step()
+    scheduler = LRScheduler(optimizer, lr_schedule("cosine", total_steps=10))
+    scheduler.load_state_dict(old.state_dict())
+    assert (scheduler.steps_taken, scheduler.base_lrs) == (4, [0.5])
+    assert scheduler.set_lr(epoch=1, elapsed=0.0) == warmup_cosine(0, 10)(5)  # the fifth step's, as LambdaLR's
+    with pytest.raises(ValueError, match=r"^the scheduler state has 2 parameter groups, the optimizer 1$"):
+        scheduler.load_state_dict({"last_epoch": 1, "base_lrs": [0.1, 0.2]})

@@ -442,8 +442,11 @@ def test_trainer_rejects_frozen_model_and_empty_monitor():
         ({"weight_decay": -0.1}, "weight_decay (-0.1) must be a finite number >= 0"),
         ({"seed": -1}, "seed (-1) must be an integer >= 0 and <= 4294967295"),
         ({"seed": 2**32}, "seed (4294967296) must be an integer >= 0 and <= 4294967295"),
-        ({"schedule": "linear"}, "schedule ('linear') must be one of 'constant', 'inverse_sqrt', 'cosine'"),
-        ({"schedule": "cosine"}, "schedule 'cosine' needs max_steps, the step where its decay ends"),
+        (
+            {"schedule": "linear"},
+            "schedule ('linear') must be one of 'constant', 'inverse_sqrt', 'cosine', 'epoch_decay'",
+        ),
+        ({"schedule": "cosine"}, "schedule 'cosine' needs max_steps or time_budget, where its decay ends"),
         ({"optimizer": "lamb"}, "optimizer ('lamb') must be one of 'adam', 'adamw', 'sgd'"),
         ({"optimizer": "sgd", "momentum": 1.0}, "momentum (1.0) must be a finite number >= 0 and < 1"),
         ({"optimizer": "sgd", "nesterov": 1}, "nesterov (1) must be true or false"),

@@ -89,19 +89,21 @@ class TrainingParts(Protocol):
     def device(self) -> torch.device: ...
 
 
-def training_state(trainer: TrainingParts, run: RunState, *, epoch: int, stopped_by: str | None) -> dict[str, Any]:
+def training_state(
+    trainer: TrainingParts, run: RunState, *, epoch: int, stopped_by: str | None, now: float | None = None
+) -> dict[str, Any]:
     """The state of ``trainer`` after a step of ``epoch``: what ``Trainer(checkpoint=...)`` receives.
 
-    Keys: epoch, stopped_by (the stop reason decided at this step, or None), elapsed (seconds of training so
-    far), run (the fit's bookkeeping: step, history, best record, patience count, sums since the latest
-    validation, micro-batches of the epoch read so far, the data generator's state when the epoch began),
-    best_model (the best validated parameters), model, optimizer, scheduler, scaler and strategy (their
-    ``state_dict()``), rng (``rng_state()``).
+    Keys: epoch, stopped_by (the stop reason decided at this step, or None), elapsed (seconds of training so far,
+    ``now - run.start``; ``now`` is the trainer's clock, ``time.perf_counter()`` if None), run (the fit's
+    bookkeeping: step, history, best record, patience count, sums since the latest validation, micro-batches of the
+    epoch read so far, the data generator's state when the epoch began), best_model (the best validated parameters),
+    model, optimizer, scheduler, scaler and strategy (their ``state_dict()``), rng (``rng_state()``).
     """
     return {
         "epoch": epoch,
         "stopped_by": stopped_by,
-        "elapsed": time.perf_counter() - run.start,
+        "elapsed": (time.perf_counter() if now is None else now) - run.start,
         "run": {f.name: getattr(run, f.name) for f in dataclasses.fields(run) if f.name not in _UNSAVED_RUN_FIELDS},
         "best_model": run.best_state,
         "model": trainer.model.state_dict(),
@@ -114,11 +116,19 @@ def training_state(trainer: TrainingParts, run: RunState, *, epoch: int, stopped
 
 
 def restore_training_state(
-    trainer: TrainingParts, state: dict[str, Any], run: RunState, generator: torch.Generator
+    trainer: TrainingParts,
+    state: dict[str, Any],
+    run: RunState,
+    generator: torch.Generator,
+    *,
+    now: float | None = None,
 ) -> tuple[int, Any]:
     """Load ``training_state``'s value into ``trainer``, the fit's bookkeeping ``run`` and the data ``generator``
     (set to its state when the checkpoint's epoch began); the global RNG states wait in ``run.resume_rng``
-    until the epoch's batches before the checkpoint have been skipped.
+    until the epoch's batches before the checkpoint have been skipped. ``run.start`` is set ``elapsed`` seconds
+    before ``now`` (the trainer's clock, ``time.perf_counter()`` if None), so the time budget and a budgeted
+    schedule go on from the saved elapsed time: the time between the checkpoint and the interruption, whose
+    steps are trained again, is not counted twice.
 
     Returns: the checkpoint's epoch and stop reason.
     Raises:
@@ -136,7 +146,8 @@ def restore_training_state(
                 setattr(run, f.name, state["run"][f.name])
         run.best_state, run.resume_rng = state["best_model"], state["rng"]
         generator.set_state(run.epoch_generator)
-        run.start = run.segment_start = run.step_start = time.perf_counter() - state["elapsed"]
+        now = time.perf_counter() if now is None else now
+        run.start = run.segment_start = run.step_start = now - state["elapsed"]
         return int(state["epoch"]), state["stopped_by"]
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         reason = " ".join(str(e).split()).split(". ")[0]  # load_state_dict lists every mismatch over many lines

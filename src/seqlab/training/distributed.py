@@ -19,7 +19,7 @@ How a run is split over W processes (ranks 0 .. W-1, one per CPU process or GPU)
 - **Validation** runs on rank 0 only; the others wait for its metrics (``broadcast_object_list``, which
   pickles in memory between the run's own processes; nothing read from a file is unpickled), so every rank
   takes the same best-model and early-stopping decisions. A ``time_budget`` stop is rank 0's clock's decision,
-  broadcast the same way.
+  broadcast the same way, and so is the elapsed time a budgeted schedule sets each step's learning rate from.
 - **Files**: only rank 0 logs, shows a progress bar, calls callbacks and writes checkpoints, the run
   directory and results; the other ranks write nothing.
 - **Resume**: every rank loads the same training state. All ranks seed their generators alike and the
@@ -300,9 +300,13 @@ class DataParallel:
 
     def rank0_decides(self, flag: bool) -> bool:
         """Rank 0's ``flag``, on every rank (for decisions taken on a clock, which differs by rank)."""
-        value = torch.tensor([float(flag)], device=self._reduce_device())
+        return bool(self.rank0_number(float(flag)))
+
+    def rank0_number(self, number: float) -> float:
+        """Rank 0's ``number``, on every rank (the elapsed time a budgeted schedule reads, which differs by rank)."""
+        value = torch.tensor([number], dtype=torch.float64, device=self._reduce_device())
         dist.broadcast(value, src=0)
-        return bool(value.item())
+        return value.item()
 
     def _reduce_device(self) -> torch.device:
         return self.device if self.device.type == "cuda" else torch.device("cpu")

@@ -86,13 +86,13 @@ def build_optimizer(
     ``pretrained`` (a pretrained body) go into groups of their own, after the others, with learning rate
     ``config.lr * config.body_lr_scale``; schedules scale every group's rate alike.
 
-    "adam": ``torch.optim.Adam`` (Kingma & Ba, 2015), weight decay as L2 added to the gradient; "adamw":
+    "adam": ``torch.optim.Adam`` (Kingma & Ba, 2015) with ``betas``, weight decay as L2 added to the gradient; "adamw":
     ``torch.optim.AdamW`` (Loshchilov & Hutter, 2019), decay decoupled from the adaptive step; "sgd":
     ``torch.optim.SGD`` with ``momentum`` and ``nesterov`` (Sutskever et al., 2013), decay as L2.
 
     Args:
         model: the module whose trainable parameters to optimize.
-        config: supplies optimizer, lr, weight_decay, momentum, nesterov, freeze and body_lr_scale.
+        config: supplies optimizer, lr, weight_decay, betas, momentum, nesterov, freeze and body_lr_scale.
         pretrained: names (as in ``model.named_parameters()``) of the pretrained body's parameters.
     Returns:
         The optimizer, with learning rate ``config.lr`` in every group but the pretrained ones.
@@ -119,7 +119,7 @@ def build_optimizer(
         ]
         groups = [g for g in new + old if g["params"]]
     if config.optimizer == "adam":
-        return torch.optim.Adam(groups, lr=config.lr)
+        return torch.optim.Adam(groups, lr=config.lr, betas=config.betas)
     if config.optimizer == "adamw":
-        return torch.optim.AdamW(groups, lr=config.lr)
+        return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas)
     return torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum, nesterov=config.nesterov)

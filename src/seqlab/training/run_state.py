@@ -4,7 +4,6 @@ importing the trainer."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,8 +36,9 @@ class RunState:
     epoch_generator: torch.Tensor | None = None  # the data generator's state when the current epoch began
     resume_rng: dict[str, Any] | None = None  # global RNG states to restore once a resumed epoch is replayed
 
-    def tokens_per_s(self) -> float:
-        return self.tokens / max(time.perf_counter() - self.segment_start, 1e-9)
+    def tokens_per_s(self, now: float) -> float:
+        """Training tokens per second since the latest validation, at time ``now`` (the trainer's clock)."""
+        return self.tokens / max(now - self.segment_start, 1e-9)
 
 
 @dataclass

@@ -14,6 +14,18 @@ cosine decay is Loshchilov & Hutter (2017, SGDR), eq. (5), for one cycle from ``
 
 ``torch.optim.lr_scheduler.LambdaLR`` calls its function with the number of steps already taken (0 before the
 first step); ``lambda_lr`` shifts that count by one so that the multiplier functions here see step numbers.
+
+The trainer sees every schedule through one interface, a ``Schedule``: a multiplier of the ``Progress`` of the
+step about to be taken (its number, its epoch and the seconds of training so far), applied by ``LRScheduler``.
+Two schedules read more than the step:
+
+    cosine with a time budget T (budgeted training, Li, Yumer & Ramanan 2020, ICLR): the decay's progress is
+        p = min(1, max((s - w) / (s_end - w), t / T)) for s >= w, t the seconds of training so far, so the
+        learning rate reaches r lr when the budget runs out, however fast the machine; without T it is the
+        step schedule above, value for value.
+    epoch_decay:   m(s) = 1 / f^max(0, e - a)                                  for s >= w, e the step's epoch
+        (Zaremba et al. 2014, sec. 4.1: lr divided by f = ``decay_factor`` after every epoch past a =
+        ``decay_after``).
 """
 
 from __future__ import annotations
@@ -21,15 +33,27 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
-ScheduleName = Literal["constant", "inverse_sqrt", "cosine"]
-SCHEDULES: tuple[ScheduleName, ...] = ("constant", "inverse_sqrt", "cosine")
+ScheduleName = Literal["constant", "inverse_sqrt", "cosine", "epoch_decay"]
+SCHEDULES: tuple[ScheduleName, ...] = ("constant", "inverse_sqrt", "cosine", "epoch_decay")
+STEP_SCHEDULES: tuple[ScheduleName, ...] = ("constant", "inverse_sqrt", "cosine")  # those of the step alone
 
 Multiplier = Callable[[int], float]
+
+
+class Progress(NamedTuple):
+    """Where training stands when an optimizer step is about to be taken: what a ``Schedule`` reads."""
+
+    step: int  # the step's number, from 1 (steps whose update was skipped are not counted)
+    epoch: int = 1  # its epoch, from 1
+    elapsed: float = 0.0  # seconds of training so far, validation included (a resumed run counts its past)
+
+
+Schedule = Callable[[Progress], float]
 
 
 def _check_warmup(warmup_steps: int) -> None:
@@ -107,28 +131,136 @@ def warmup_cosine(warmup_steps: int, total_steps: int, *, min_ratio: float = 0.0
         ValueError: if warmup_steps is not an integer >= 0, total_steps is not an integer > warmup_steps, or
             min_ratio is outside [0, 1] (the message shows the value); from ``m``, if step < 1.
     """
+    if total_steps is None:
+        raise ValueError(f"total_steps ({total_steps!r}) must be an integer > warmup_steps ({warmup_steps})")
+    schedule = budgeted_cosine(warmup_steps, total_steps=total_steps, min_ratio=min_ratio)
+    return lambda step: schedule(Progress(step))
+
+
+def budgeted_cosine(
+    warmup_steps: int, *, total_steps: int | None = None, time_budget: float | None = None, min_ratio: float = 0.0
+) -> Schedule:
+    """``warmup_cosine`` whose decay ends at ``total_steps`` or when ``time_budget`` seconds are spent, whichever
+    comes first (budgeted training, Li, Yumer & Ramanan 2020).
+
+    m = s / w for s < w, then r + (1 - r) (1 + cos(pi p)) / 2 with
+    p = min(1, max((s - w) / (total_steps - w), t / time_budget)), t = ``progress.elapsed``; a missing limit
+    drops its term. Without ``time_budget`` this is ``warmup_cosine``, value for value.
+
+    Args:
+        warmup_steps: w >= 0 (warmup counts steps, budget or not).
+        total_steps: the step where the multiplier reaches r, > w; or None.
+        time_budget: the seconds of training after which the multiplier is r, > 0; or None.
+        min_ratio: r in [0, 1], the final learning rate as a fraction of the peak.
+    Returns:
+        ``m(progress) -> float``.
+    Raises:
+        ValueError: if warmup_steps is not an integer >= 0, both limits are None, total_steps is not an integer
+            > warmup_steps, time_budget is not a finite number > 0, or min_ratio is outside [0, 1] (the message
+            shows the value); from ``m``, if the step is < 1.
+    """
     _check_warmup(warmup_steps)
-    if (
+    if total_steps is None and time_budget is None:
+        raise ValueError("a cosine schedule needs total_steps or time_budget, where its decay ends")
+    if total_steps is not None and (
         not (isinstance(total_steps, numbers.Integral) and not isinstance(total_steps, bool))
         or total_steps <= warmup_steps
     ):
         raise ValueError(f"total_steps ({total_steps!r}) must be an integer > warmup_steps ({warmup_steps})")
+    if time_budget is not None and not (
+        isinstance(time_budget, numbers.Real) and math.isfinite(time_budget) and time_budget > 0
+    ):
+        raise ValueError(f"time_budget ({time_budget!r}) must be a finite number of seconds > 0")
     if not (isinstance(min_ratio, numbers.Real) and 0.0 <= min_ratio <= 1.0):
         raise ValueError(f"min_ratio ({min_ratio!r}) must be in [0, 1]")
 
-    def multiplier(step: int) -> float:
+    def multiplier(progress: Progress) -> float:
+        step = progress.step
         _check_step(step)
         warm = _warmup(step, warmup_steps)
         if warm is not None:
             return warm
-        progress = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
-        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+        fraction = 0.0 if total_steps is None else (step - warmup_steps) / (total_steps - warmup_steps)
+        if time_budget is not None:
+            fraction = max(fraction, progress.elapsed / time_budget)
+        fraction = min(1.0, fraction)
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * fraction))
 
     return multiplier
 
 
+def epoch_decay(decay_factor: float, *, decay_after: int = 0, warmup_steps: int = 0) -> Schedule:
+    """Linear warmup, then the learning rate divided by ``decay_factor`` after every epoch past ``decay_after``
+    (Zaremba et al. 2014, sec. 4.1; ``ZarembaTraining.lr_at``).
+
+    m = s / w for s < w, then 1 / f^max(0, e - a) with e = ``progress.epoch``: epochs 1..a at the peak,
+    epoch a + 1 at 1 / f, epoch a + 2 at 1 / f^2, ...
+
+    Args:
+        decay_factor: f >= 1.
+        decay_after: a >= 0, the epochs at the peak.
+        warmup_steps: w >= 0.
+    Returns:
+        ``m(progress) -> float``.
+    Raises:
+        ValueError: if decay_factor is not a finite number >= 1 or decay_after or warmup_steps is not an integer
+            >= 0 (the message shows the value); from ``m``, if the step or the epoch is < 1.
+    """
+    _check_warmup(warmup_steps)
+    if not (isinstance(decay_factor, numbers.Real) and math.isfinite(decay_factor) and decay_factor >= 1):
+        raise ValueError(f"decay_factor ({decay_factor!r}) must be a finite number >= 1")
+    if not (isinstance(decay_after, numbers.Integral) and not isinstance(decay_after, bool) and decay_after >= 0):
+        raise ValueError(f"decay_after ({decay_after!r}) must be an integer >= 0")
+
+    def multiplier(progress: Progress) -> float:
+        _check_step(progress.step)
+        if progress.epoch < 1:
+            raise ValueError(f"epoch ({progress.epoch}) must be >= 1: epochs count from 1")
+        warm = _warmup(progress.step, warmup_steps)
+        return 1.0 / decay_factor ** max(0, progress.epoch - decay_after) if warm is None else warm
+
+    return multiplier
+
+
+def lr_schedule(
+    schedule: ScheduleName,
+    *,
+    warmup_steps: int = 0,
+    total_steps: int | None = None,
+    time_budget: float | None = None,
+    decay_factor: float = 1.0,
+    decay_after: int = 0,
+) -> Schedule:
+    """The ``Schedule`` named as in ``TrainConfig.schedule``, the one interface the trainer uses.
+
+    "constant" and "inverse_sqrt" read the step only (``warmup_constant``, ``inverse_sqrt``); "cosine" decays to
+    0 at ``total_steps`` or when ``time_budget`` seconds are spent, whichever comes first (``budgeted_cosine``);
+    "epoch_decay" divides by ``decay_factor`` after each epoch past ``decay_after`` (``epoch_decay``).
+
+    Args:
+        schedule: one of ``SCHEDULES``.
+        warmup_steps: w >= 0, linear warmup steps (every schedule).
+        total_steps: the step where the cosine decay ends (``TrainConfig.max_steps``).
+        time_budget: the seconds of training where the cosine decay ends (``TrainConfig.time_budget``).
+        decay_factor, decay_after: of "epoch_decay".
+    Returns:
+        ``m(progress) -> float``.
+    Raises:
+        ValueError: for an unknown schedule, or the errors of the schedule.
+    """
+    if schedule == "cosine":
+        return budgeted_cosine(warmup_steps, total_steps=total_steps, time_budget=time_budget)
+    if schedule == "epoch_decay":
+        return epoch_decay(decay_factor, decay_after=decay_after, warmup_steps=warmup_steps)
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule ({schedule!r}) must be one of {', '.join(map(repr, SCHEDULES))}")
+    step_multiplier = lr_multiplier(schedule, warmup_steps=warmup_steps)
+    return lambda progress: step_multiplier(progress.step)
+
+
 def lr_multiplier(schedule: ScheduleName, *, warmup_steps: int = 0, total_steps: int | None = None) -> Multiplier:
-    """The multiplier of a schedule named as in ``TrainConfig.schedule``.
+    """The multiplier of a schedule named as in ``TrainConfig.schedule`` that reads the step only
+    (``STEP_SCHEDULES``; ``lr_schedule`` gives every schedule, budgets and epochs included).
 
     Args:
         schedule: "constant" (``warmup_constant``), "inverse_sqrt" (``inverse_sqrt``) or "cosine"
@@ -148,7 +280,9 @@ def lr_multiplier(schedule: ScheduleName, *, warmup_steps: int = 0, total_steps:
         if total_steps is None:
             raise ValueError("schedule 'cosine' needs total_steps, the step where its decay ends")
         return warmup_cosine(warmup_steps, total_steps)
-    raise ValueError(f"schedule ({schedule!r}) must be one of {', '.join(map(repr, SCHEDULES))}")
+    if schedule == "epoch_decay":
+        raise ValueError("schedule 'epoch_decay' reads the epoch, not only the step: use lr_schedule")
+    raise ValueError(f"schedule ({schedule!r}) must be one of {', '.join(map(repr, STEP_SCHEDULES))}")
 
 
 def lambda_lr(optimizer: torch.optim.Optimizer, multiplier: Multiplier) -> LambdaLR:
@@ -165,3 +299,55 @@ def lambda_lr(optimizer: torch.optim.Optimizer, multiplier: Multiplier) -> Lambd
         The ``torch.optim.lr_scheduler.LambdaLR``.
     """
     return LambdaLR(optimizer, lambda steps_taken: multiplier(steps_taken + 1))
+
+
+class LRScheduler:
+    """Sets the learning rate of every optimizer step to ``lr_g * schedule(progress)`` for each parameter group g,
+    ``lr_g`` being the group's learning rate when the scheduler is made.
+
+    The trainer calls ``set_lr(epoch=, elapsed=)`` just before each optimizer step and ``step()`` after each one
+    whose update was applied, so a skipped step does not consume its learning rate (as with ``LambdaLR``, whose
+    values these are, bit for bit, for a schedule that reads the step only).
+
+    Args:
+        optimizer: any ``torch.optim.Optimizer``.
+        schedule: ``m(progress) -> float``, e.g. ``lr_schedule("cosine", total_steps=100)``.
+    Attributes:
+        steps_taken: the applied steps so far; the next step is ``steps_taken + 1``.
+        base_lrs: each group's ``lr_g``.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, schedule: Schedule) -> None:
+        self.optimizer = optimizer
+        self.schedule = schedule
+        self.base_lrs = [group["lr"] for group in optimizer.param_groups]
+        self.steps_taken = 0
+
+    def set_lr(self, *, epoch: int, elapsed: float) -> float:
+        """Give each group the learning rate of step ``steps_taken + 1`` of ``epoch``, ``elapsed`` seconds into
+        training; return the multiplier."""
+        multiplier = self.schedule(Progress(self.steps_taken + 1, epoch, elapsed))
+        for group, base_lr in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
+            group["lr"] = base_lr * multiplier
+        return multiplier
+
+    def step(self) -> None:
+        """Count an applied optimizer step."""
+        self.steps_taken += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"last_epoch": steps_taken, "base_lrs": [...]}``, the keys ``LambdaLR`` saves them under."""
+        return {"last_epoch": self.steps_taken, "base_lrs": list(self.base_lrs)}
+
+    def load_state_dict(self, state_dict: dict[str, Any], /) -> None:
+        """Restore ``state_dict()``'s value (or a ``LambdaLR``'s, from checkpoints written before this class).
+
+        Raises: ValueError if it holds another number of parameter groups.
+        """
+        if len(state_dict["base_lrs"]) != len(self.base_lrs):
+            raise ValueError(
+                f"the scheduler state has {len(state_dict['base_lrs'])} parameter groups, the optimizer "
+                f"{len(self.base_lrs)}"
+            )
+        self.steps_taken = int(state_dict["last_epoch"])
+        self.base_lrs = list(state_dict["base_lrs"])

@@ -13,7 +13,7 @@ from seqlab.errors import ConfigError
 from seqlab.nn.lora import check_lora_settings
 from seqlab.training.scheduled_sampling import TeacherForcingSchedule, TeacherForcingScheduleName
 from seqlab.training.schedules import SCHEDULES, ScheduleName
-from seqlab.validation import MAX_BATCH_SIZE, MAX_STEPS, check_bool, check_choice, check_int, check_real
+from seqlab.validation import MAX_BATCH_SIZE, MAX_STEPS, check_bool, check_choice, check_int, check_real, is_real
 
 OptimizerName = Literal["adam", "adamw", "sgd"]
 OPTIMIZERS: tuple[OptimizerName, ...] = ("adam", "adamw", "sgd")
@@ -46,7 +46,14 @@ class TrainConfig:
 
     ``lr`` is the peak learning rate; ``schedule`` and ``warmup_steps`` choose its multiplier per step (see
     ``seqlab.training.schedules``): a linear warmup over ``warmup_steps`` steps, then constant, inverse-sqrt
-    ("Noam") or cosine decay to 0 at ``max_steps``.
+    ("Noam"), cosine decay to 0, or "epoch_decay": lr divided by ``decay_factor`` after every epoch past
+    ``decay_after`` (Zaremba et al. 2014). The cosine ends at ``max_steps`` or when ``time_budget`` runs out,
+    whichever comes first: its progress is max((step - w) / (max_steps - w), elapsed / time_budget) (budgeted
+    training, Li et al. 2020), so a slow machine's run still ends at the bottom of the schedule. A cosine with a
+    time budget therefore depends on the clock; without one, a run is repeatable bit for bit.
+
+    ``betas`` are Adam's and AdamW's (beta_1, beta_2), the decay rates of the gradient's running mean and mean
+    square (Kingma & Ba 2015); ``--set train.betas=0.9,0.95``.
 
     A recipe that trains with scheduled sampling takes ``ScheduledSamplingTrainConfig`` instead, which adds the
     ``teacher_forcing*`` fields; the others have none, so ``train.teacher_forcing`` is refused there.
@@ -88,9 +95,12 @@ class TrainConfig:
     weight_decay: float = 0.0  # on weight matrices only: L2 for adam and sgd, decoupled for adamw
     seed: int = 0  # seeds Python, NumPy and torch when fit() starts, and the data-shuffling generator
     validate_every: int | None = None  # also validate every this many steps; None = at epoch ends only
-    schedule: ScheduleName = "constant"  # after warmup: constant, inverse_sqrt (Noam) or cosine to 0
+    schedule: ScheduleName = "constant"  # after warmup: constant, inverse_sqrt (Noam), cosine to 0, epoch_decay
     warmup_steps: int = 0  # linear warmup: step s < warmup_steps uses lr * s / warmup_steps
+    decay_factor: float = 1.0  # epoch_decay only: lr divided by this after each epoch past decay_after
+    decay_after: int = 0  # epoch_decay only: epochs at the peak lr before the decay starts
     optimizer: OptimizerName = "adam"  # adam, adamw (decoupled weight decay) or sgd
+    betas: tuple[float, float] = (0.9, 0.999)  # adam and adamw: decay rates of the gradient's mean and mean square
     momentum: float = 0.0  # sgd only: heavy-ball momentum in [0, 1)
     nesterov: bool = False  # sgd only: Nesterov momentum (needs momentum > 0)
     device: DeviceName = "auto"  # auto = cuda if available, else mps if available, else cpu
@@ -119,12 +129,13 @@ class TrainConfig:
         check_choice("schedule", self.schedule, SCHEDULES)
         check_int("warmup_steps", self.warmup_steps, minimum=0, maximum=MAX_STEPS)
         if self.schedule == "cosine":
-            if self.max_steps is None:
-                raise ConfigError("schedule 'cosine' needs max_steps, the step where its decay ends")
-            if self.warmup_steps >= self.max_steps:
+            if self.max_steps is None and self.time_budget is None:
+                raise ConfigError("schedule 'cosine' needs max_steps or time_budget, where its decay ends")
+            if self.max_steps is not None and self.warmup_steps >= self.max_steps:
                 raise ConfigError(
                     f"warmup_steps ({self.warmup_steps}) must be < max_steps ({self.max_steps}) for schedule 'cosine'"
                 )
+        self._check_epoch_decay()
         self._check_optimizer()
         check_choice("device", self.device, DEVICES)
         check_choice("precision", self.precision, PRECISIONS)
@@ -155,8 +166,29 @@ class TrainConfig:
                 f"body_lr_scale ({self.body_lr_scale!r}) has nothing to scale: lora_rank freezes the pretrained body"
             )
 
+    def _check_epoch_decay(self) -> None:
+        check_real("decay_factor", self.decay_factor, at_least=1)
+        check_int("decay_after", self.decay_after, minimum=0, maximum=MAX_STEPS)
+        if self.schedule != "epoch_decay":
+            for name in ("decay_factor", "decay_after"):
+                value = getattr(self, name)
+                if value != getattr(TrainConfig, name):
+                    raise ConfigError(
+                        f"{name} ({value!r}) is used by schedule 'epoch_decay' only, not {self.schedule!r}"
+                    )
+
     def _check_optimizer(self) -> None:
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        if isinstance(self.betas, list):  # as recipe.json saves it
+            object.__setattr__(self, "betas", tuple(self.betas))
+        if not (
+            isinstance(self.betas, tuple)
+            and len(self.betas) == 2
+            and all(is_real(b) and 0 <= b < 1 for b in self.betas)
+        ):
+            raise ConfigError(f"betas ({self.betas!r}) must be two numbers in [0, 1) (beta_1, beta_2), e.g. 0.9,0.999")
+        if self.optimizer == "sgd" and self.betas != TrainConfig.betas:
+            raise ConfigError(f"betas ({self.betas!r}) are used by optimizers 'adam' and 'adamw' only, not 'sgd'")
         check_real("momentum", self.momentum, at_least=0, below=1)
         check_bool("nesterov", self.nesterov)
         if self.optimizer != "sgd" and (self.momentum != 0 or self.nesterov):

@@ -35,7 +35,7 @@ from seqlab.training.objectives import LossOutput
 from seqlab.training.optim import build_optimizer
 from seqlab.training.records import RECORD_KEYS, StepRecord, StopReason, TrainResult, summary_line
 from seqlab.training.run_state import RunState, StepTotals
-from seqlab.training.schedules import lambda_lr, lr_multiplier
+from seqlab.training.schedules import LRScheduler, lr_schedule
 from seqlab.training.seeding import seed_everything
 from seqlab.training.strategies import FullSequence, Strategy
 from seqlab.training.train_config import TrainConfig
@@ -56,17 +56,18 @@ def _all_finite(model: nn.Module) -> bool:
 class Trainer:
     """Mini-batch training with a choice of optimizer, device, precision, gradient accumulation and strategy.
 
-    Each optimizer step reads k = ``grad_accumulation_steps`` micro-batches. For micro-batch i, the strategy
-    returns its mean loss l_i over n_i tokens (under autocast when ``precision`` is bf16 or fp16) and the
-    trainer backpropagates (n_i / c) l_i with c = k n_1; after the k-th it multiplies the summed gradient by
-    c / N, N = sum_i n_i, so the step's gradient is exactly that of the token mean sum_i n_i l_i / N (the
-    weights n_i / c keep the backward pass at the usual scale, which matters for fp16). An epoch's last step
-    may have fewer micro-batches. Then: clip the gradient g of all trainable parameters to
-    ``g <- g * min(1, clip_norm / ||g||_2)`` (Pascanu et al., 2013, Algorithm 1), then, if ``clip_value`` is
-    set, clamp each entry to [-clip_value, clip_value] (see ``seqlab.training.clipping``); take a step of
-    ``config.optimizer`` (see ``seqlab.training.optim``) with the step's learning rate from
-    ``config.schedule``. Under fp16 the loss is scaled by a ``torch.amp.GradScaler`` and the gradient unscaled
-    before clipping; a step whose gradient overflowed is skipped (its learning rate is not consumed).
+    Each optimizer step reads k = ``grad_accumulation_steps`` micro-batches. For micro-batch i, the strategy returns
+    its mean loss l_i over n_i tokens (under autocast when ``precision`` is bf16 or fp16) and the trainer
+    backpropagates (n_i / c) l_i with c = k n_1; after the k-th it multiplies the summed gradient by c / N, N =
+    sum_i n_i, so the step's gradient is exactly that of the token mean sum_i n_i l_i / N (the weights n_i / c keep
+    the backward pass at the usual scale, which matters for fp16). An epoch's last step may have fewer
+    micro-batches. Then: clip the gradient g of all trainable parameters to ``g <- g * min(1, clip_norm / ||g||_2)``
+    (Pascanu et al., 2013, Algorithm 1), then, if ``clip_value`` is set, clamp each entry to [-clip_value,
+    clip_value] (see ``seqlab.training.clipping``); take a step of ``config.optimizer`` (see
+    ``seqlab.training.optim``) with the step's learning rate from ``config.schedule``, set just before the step from
+    its number, its epoch and the seconds of training so far (``seqlab.training.schedules.lr_schedule``). Under fp16
+    the loss is scaled by a ``torch.amp.GradScaler`` and the gradient unscaled before clipping; a step whose
+    gradient overflowed is skipped (its learning rate is not consumed).
 
     Validation runs at every epoch end, every ``validate_every`` steps if set, and once more when a step or
     time budget ends training between validations; never twice at the same step. Training stops early after
@@ -103,6 +104,8 @@ class Trainer:
             None = no checkpoints.
         pretrained: names of the pretrained body's parameters, trained at ``lr * config.body_lr_scale``;
             ``config.freeze`` is applied first (see ``seqlab.training.optim.build_optimizer``).
+        clock: ``() -> seconds``, the time that ``config.time_budget``, a budgeted schedule, the records and the
+            checkpoints' elapsed time read; default ``time.perf_counter`` (tests pass a fake one).
 
     In an active ``torch.distributed`` process group the model is wrapped in ``DistributedDataParallel``,
     each rank trains on its share of every global micro-batch, validation runs on rank 0, and only rank 0
@@ -113,7 +116,7 @@ class Trainer:
         device: the ``torch.device`` that training runs on.
         micro_batch_size: the ``batch_size`` passed to ``train_batches``.
         optimizer: the ``torch.optim`` optimizer (e.g. to save its state).
-        scheduler: the ``LambdaLR`` of ``config.schedule``, stepped after each applied optimizer step.
+        scheduler: the ``LRScheduler`` of ``config.schedule``; it counts the applied optimizer steps.
         scaler: the ``torch.amp.GradScaler``, enabled for fp16 only.
         callbacks: the callbacks in calling order: the run directory's logs, ``on_best``, then ``callbacks``.
         parallel: this rank's ``DataParallel`` in a process group, else None.
@@ -133,7 +136,8 @@ class Trainer:
 
     Note:
         ``fit()`` re-seeds Python, NumPy and torch with ``config.seed`` (see ``seed_everything``), so two fits
-        of the same initial model with the same config and data give bit-identical parameters on the CPU.
+        of the same initial model with the same config and data give bit-identical parameters on the CPU
+        (unless a cosine schedule ends at ``config.time_budget``: its learning rates follow the clock).
     """
 
     def __init__(
@@ -153,9 +157,11 @@ class Trainer:
         run_dir: str | Path | None = None,
         checkpoint: Callable[[dict[str, Any]], None] | None = None,
         pretrained: Collection[str] = (),
+        clock: Callable[[], float] | None = None,
     ) -> None:
         if not monitor:
             raise ValueError("monitor must name a metric returned by validate, got an empty string")
+        self.clock = time.perf_counter if clock is None else clock
         self.device = training_device(config.device, config.precision)
         self.model = model.to(self.device)
         self.config = config
@@ -173,8 +179,15 @@ class Trainer:
         self.micro_batch_size = config.batch_size // config.grad_accumulation_steps
         self.optimizer = build_optimizer(model, config, pretrained=pretrained)
         self._params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        multiplier = lr_multiplier(config.schedule, warmup_steps=config.warmup_steps, total_steps=config.max_steps)
-        self.scheduler = lambda_lr(self.optimizer, multiplier)
+        schedule = lr_schedule(
+            config.schedule,
+            warmup_steps=config.warmup_steps,
+            total_steps=config.max_steps,
+            time_budget=config.time_budget,
+            decay_factor=config.decay_factor,
+            decay_after=config.decay_after,
+        )
+        self.scheduler = LRScheduler(self.optimizer, schedule)
         self.scaler = grad_scaler(config.precision, self.device)
         self.checkpoint = checkpoint
         self.callbacks: list[Callback] = [
@@ -198,13 +211,13 @@ class Trainer:
             CheckpointError: ``resume_from`` does not fit this model, optimizer or data (one line).
         """
         generator = seed_everything(self.config.seed)
-        run = RunState(start=time.perf_counter())
+        run = RunState(start=self.clock())
         run.segment_start = run.step_start = run.start
         self.model.train()
         stopped_by: StopReason | None = None
         epoch = 0
         if resume_from is not None:
-            epoch, stopped_by = restore_training_state(self, resume_from, run, generator)
+            epoch, stopped_by = restore_training_state(self, resume_from, run, generator, now=self.clock())
             if stopped_by is None:
                 epoch -= 1  # the checkpoint's epoch runs again, its batches before the checkpoint skipped
         while stopped_by is None and epoch < self.config.max_epochs:
@@ -219,7 +232,7 @@ class Trainer:
         result = TrainResult(
             steps=run.step,
             epochs=epoch,
-            seconds=time.perf_counter() - run.start,
+            seconds=self.clock() - run.start,
             best=run.best,
             stopped_by=stopped_by or "max_epochs",
             history=run.history,
@@ -313,6 +326,10 @@ class Trainer:
         if self.config.clip_value is not None:
             clip_grad_value(self._params, self.config.clip_value)
         loss = step.loss_sum / step.tokens
+        elapsed = self.clock() - run.start
+        if self.parallel is not None:  # every rank steps at rank 0's learning rate
+            elapsed = self.parallel.rank0_number(elapsed)
+        self.scheduler.set_lr(epoch=epoch, elapsed=elapsed)
         lr = self.optimizer.param_groups[0]["lr"]
         # Checked before the optimizer step so that a NaN never reaches the parameters.
         if math.isfinite(loss) and (math.isfinite(grad_norm) or self.scaler.is_enabled()):
@@ -328,7 +345,7 @@ class Trainer:
         else:
             self._skip_step(loss, grad_norm, epoch, run)
         run.lr = lr
-        now = time.perf_counter()
+        now = self.clock()
         record = StepRecord(
             step=run.step,
             epoch=epoch,
@@ -346,7 +363,7 @@ class Trainer:
             postfix = {
                 "loss": f"{run.loss_sum / max(run.tokens, 1):.4f}",
                 "grad_norm": f"{grad_norm:.3g}",
-                "tok/s": f"{run.tokens_per_s():.0f}",
+                "tok/s": f"{run.tokens_per_s(now):.0f}",
             }
             bar.set_postfix(postfix, refresh=False)  # a dict keeps this order; kwargs get sorted
         limit = self._limit_reached(run)
@@ -362,7 +379,7 @@ class Trainer:
 
     def _checkpoint(self, run: RunState, epoch: int, stop: StopReason | None) -> None:
         if self.checkpoint is not None:
-            self.checkpoint(training_state(self, run, epoch=epoch, stopped_by=stop))
+            self.checkpoint(training_state(self, run, epoch=epoch, stopped_by=stop, now=self.clock()))
 
     def _skip_step(self, loss: float, grad_norm: float, epoch: int, run: RunState) -> None:
         """Drop the gradient of a step with a non-finite loss or gradient norm; stop once too many in a row."""
@@ -388,7 +405,7 @@ class Trainer:
         budget = self.config.time_budget
         if budget is None:
             return False
-        out = time.perf_counter() - run.start >= budget
+        out = self.clock() - run.start >= budget
         return out if self.parallel is None else self.parallel.rank0_decides(out)
 
     def _validate(self, epoch: int, run: RunState) -> StopReason | None:
@@ -399,7 +416,7 @@ class Trainer:
             "train_loss": run.loss_sum / run.tokens if run.tokens else math.nan,
             "grad_norm": run.grad_norm_sum / run.applied_steps if run.applied_steps else math.nan,
             "lr": run.lr,
-            "tokens_per_s": run.tokens_per_s(),
+            "tokens_per_s": run.tokens_per_s(self.clock()),
             "skipped_steps": run.skipped_steps,
         }
         self.model.eval()
@@ -417,7 +434,7 @@ class Trainer:
         if self.monitor not in metrics:
             raise ValueError(f"validate returned no {self.monitor!r} metric (got keys {sorted(metrics)})")
         record.update({name: float(value) for name, value in metrics.items()})
-        record["seconds"] = time.perf_counter() - run.start
+        record["seconds"] = self.clock() - run.start
         run.history.append(record)
         run.validated_at = run.step
         run.loss_sum, run.tokens, run.grad_norm_sum, run.applied_steps, run.skipped_steps = 0.0, 0, 0.0, 0, 0
@@ -438,7 +455,7 @@ class Trainer:
                 callback.on_best(self.model, dict(record))
         if self.log is not None:
             self.log(summary_line(record, improved=improved))
-        run.segment_start = run.step_start = time.perf_counter()  # tokens/s counts training time only
+        run.segment_start = run.step_start = self.clock()  # tokens/s counts training time only
 
         if self.config.patience is not None and run.stale >= self.config.patience:
             return "early_stopping"

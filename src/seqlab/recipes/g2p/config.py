@@ -197,9 +197,10 @@ class Config:
 
     The default training fits ten minutes of a 2-core CPU: Adam at 2e-3 and a cosine decay to 0 at step
     ``DEFAULT_STEPS`` (Loshchilov & Hutter 2017), without warmup so that ``--set train.max_steps=N`` works for
-    any N. A quiet machine ran 20,000 steps in 474-528 s (38-42 steps/s); ``time_budget`` (540 s) stops a slower
-    machine earlier, where the cosine is low already (past 83% of the steps the valid loss is within 0.001 nats of
-    its end). Test decoding and set-up add under a minute. At a constant rate the valid loss stalls at the noise
+    any N. A quiet machine ran 20,000 steps in 474-528 s (38-42 steps/s); on a slower one ``time_budget`` (540 s)
+    ends the cosine instead: its progress is max(step / 20,000, elapsed / 540 s) (budgeted training, Li et al.
+    2020), so every run ends at the bottom of its schedule (past 83% of the steps the valid loss is within 0.001
+    nats of its end). Test decoding and set-up add under a minute. At a constant rate the valid loss stalls at the noise
     floor of the step size: the decay took the test WER from 30.7% to 28.4%, and ending it at 16,000 steps rather
     than 13,000 to 27.4%, at 20,000 to 26.9% (issue 12's levers table). Training checkpoints every 500 steps
     (each writes 13 MB).

@@ -21,9 +21,12 @@ The model section is a choice (``model.arch``): ``gpt`` (``GPTModelConfig``), a 
 ``gru_textbook`` (the notes' GRU) | ``rnn`` (``RecurrentModelConfig``), a convolutional ``tcn`` (``TCNModelConfig``)
 or a state-space ``ssm`` (``SSMModelConfig``); another arch's key is refused. ``model.preset`` of an LSTM
 (zaremba_small | zaremba_medium | zaremba_large, Zaremba et al., 2014) fills, when ``prepare`` runs, every field still
-at its default: the RNN sizes, dropout and init range, data.bptt_len, and train optimizer sgd, lr 1, clip_norm and
-batch_size 20 (the paper's per-epoch lr decay is not applied: the lr stays constant); ``recipe.json`` holds the filled
-config.
+at its default: the RNN sizes, dropout and init range, data.bptt_len, and train optimizer sgd, lr 1, clip_norm,
+batch_size 20, the paper's epochs and its per-epoch decay (``train.schedule=epoch_decay``: epoch e trains at
+``ZarembaTraining.lr_at(e)``); an epoch here is ``data.batches_per_epoch`` windows, not a pass over the corpus as in
+the paper (set it to the windows of one pass for the paper's schedule); ``recipe.json`` holds the filled config. The
+default training anneals a cosine that ends when ``train.time_budget`` runs out (or at ``train.max_steps``, whichever
+comes first; ``seqlab.training.schedules``).
 
 Modules: ``config`` (the sections and presets), ``system`` (a trained run: evaluate, predict, generate, attention
 maps), ``training`` (``prepare`` and its parts).

@@ -263,7 +263,9 @@ class Config:
         | SSMModelConfig
     ) = field(default_factory=GPTModelConfig)
     train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(lr=1e-3, batch_size=12, max_epochs=10_000, time_budget=480.0)
+        default_factory=lambda: TrainConfig(
+            lr=1e-3, batch_size=12, max_epochs=10_000, time_budget=480.0, schedule="cosine"
+        )  # the cosine ends at the budget, or at train.max_steps if that comes first (issue 25)
     )
     decode: LMDecodeConfig = field(default_factory=LMDecodeConfig)
 
@@ -271,7 +273,9 @@ class Config:
 def apply_preset(config: Config) -> Config:
     """``config`` with the LSTM's ``model.preset`` filling every field still at its default (the LSTM section's,
     the recipe's data and train sections'): the sizes, dropout and init range, data.bptt_len, and train
-    optimizer sgd, lr 1, clip_norm and batch_size 20 (module docstring). Any other config is returned as it is.
+    optimizer sgd, lr 1, clip_norm, batch_size 20, max_epochs and the per-epoch decay (schedule epoch_decay with
+    the preset's decay_factor and decay_after, so epoch e trains at ``lr_at(e)``; module docstring). Any other
+    config is returned as it is.
     """
     if not isinstance(config.model, LSTMModelConfig) or config.model.preset is None:
         return config
@@ -285,7 +289,16 @@ def apply_preset(config: Config) -> Config:
             "init_range": model.init_range,
         },
         "data": {"bptt_len": training.bptt_len},
-        "train": {"optimizer": "sgd", "lr": training.lr, "clip_norm": training.clip_norm, "batch_size": 20},
+        "train": {
+            "optimizer": "sgd",
+            "lr": training.lr,
+            "clip_norm": training.clip_norm,
+            "batch_size": training.batch_size,
+            "max_epochs": training.epochs,
+            "schedule": "epoch_decay",
+            "decay_factor": training.decay_factor,
+            "decay_after": training.decay_after,
+        },
     }
     defaults = {"model": LSTMModelConfig(), "data": LMDataConfig(), "train": Config().train}
     sections = {}
