@@ -3,6 +3,7 @@
 The model is a fake whose logits are a parameter, so the loss and its gradient can be checked per position.
 """
 
+from types import SimpleNamespace
 from typing import NamedTuple
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 from torch import nn
 
 from seqlab.data.batching import collate_seq2seq
-from seqlab.training.objectives import teacher_forcing_loss
+from seqlab.training.objectives import mse_loss, teacher_forcing_loss
 
 V = 8
 PAD, BOS, EOS = 0, 1, 2
@@ -134,3 +135,12 @@ def test_gradient_is_softmax_minus_target_over_the_token_count():
         target[batch.tgt_out[b, t]] += 1 - eps
         expected = (torch.softmax(logits[b, t], dim=0) - target) / len(positions)
         torch.testing.assert_close(model.logits.grad[b, t], expected)
+
+
+def test_mse_loss_is_the_mean_squared_error_counted_per_example():
+    model = torch.nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.0, -1.0]]))
+    batch = SimpleNamespace(x=torch.tensor([[3.0, 1.0], [0.0, 2.0], [1.0, 1.0]]), y=torch.tensor([[1.0], [0.0], [3.0]]))
+    out = mse_loss(model, batch)  # predictions 2, -2, 0: errors 1, -2, -3
+    assert out.num_tokens == 3 and out.loss.item() == pytest.approx((1 + 4 + 9) / 3)

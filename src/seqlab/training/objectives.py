@@ -1,4 +1,4 @@
-"""Training objectives for sequence transduction.
+"""Training objectives: teacher forcing for sequence transduction, and mean squared error for regression.
 
 Teacher forcing (Williams & Zipser 1989): the decoder reads the gold previous token y_{t-1} at every step and is
 trained on the token-level negative log-likelihood
@@ -12,7 +12,7 @@ over the N real (non-padding) target tokens, in nats per token; with label smoot
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -74,3 +74,21 @@ def token_weighted_loss(losses: Iterable[LossOutput]) -> float:
     if tokens == 0:
         raise ValueError("no tokens to average the loss over")
     return total / tokens
+
+
+class RegressionBatch(Protocol):
+    """A batch of regression examples: inputs ``x`` (B, ...) and targets ``y`` (B, ...), any float tensors."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+def mse_loss(model: nn.Module, batch: RegressionBatch) -> LossOutput:
+    """Mean squared error of ``model(batch.x)`` against ``batch.y`` (in the targets' units, squared), counted per
+    example (``num_tokens`` = B), with both moved to the model's device first: the objective of the forecasting and
+    denoising recipes.
+
+    Raises: RuntimeError (from torch) if the model's output and ``batch.y`` differ in shape.
+    """
+    device = next(model.parameters()).device
+    return LossOutput(F.mse_loss(model(batch.x.to(device)), batch.y.to(device)), len(batch.x))

@@ -17,10 +17,10 @@ from torch import nn
 from seqlab.errors import ConfigError, DataError
 from seqlab.files import atomic_path
 from seqlab.models.denoiser import SequenceDenoiser
-from seqlab.recipes.base import Report, TrainingRun, model_device
+from seqlab.recipes.base import Report, TrainingRun
 from seqlab.recipes.chirps.config import Config
 from seqlab.recipes.chirps.system import ChirpSystem, Strain, add_noise, draw_chirps, read_pairs
-from seqlab.training.trainer import LossOutput
+from seqlab.training.objectives import mse_loss
 
 PLOT_FILE = "denoised.png"
 
@@ -35,12 +35,6 @@ class Pairs(NamedTuple):
 def pairs(strain: Strain) -> Pairs:
     """The float32 tensors of a batch of series."""
     return Pairs(*(torch.as_tensor(s[..., None], dtype=torch.float32) for s in (strain.noisy, strain.clean)))
-
-
-def mse_loss(model: nn.Module, batch: Pairs) -> LossOutput:
-    """Mean squared error (in units of the whitened noise's variance) of the estimates, counted per series."""
-    device = model_device(model)
-    return LossOutput(torch.nn.functional.mse_loss(model(batch.x.to(device)), batch.y.to(device)), len(batch.x))
 
 
 @dataclass

@@ -27,7 +27,7 @@ from seqlab.recipes.forecast.evaluation import (
     valid_prediction_time,
 )
 from seqlab.recipes.forecast.system import ForecastSystem
-from seqlab.training.trainer import LossOutput
+from seqlab.training.objectives import mse_loss
 
 PLOT_FILE = "forecast.png"
 
@@ -43,11 +43,6 @@ def standardised_windows(data: Prepared, origins: np.ndarray, *, input_length: i
     """The float32 windows of ``data.scaled`` at ``origins`` (B,)."""
     x, y = windows(data.scaled, origins, input_length=input_length, horizon=horizon)
     return Windows(torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32))
-
-
-def mse_loss(model: nn.Module, batch: Windows) -> LossOutput:
-    """Mean squared error of the model's forecasts of a batch of standardised windows, counted per window."""
-    return LossOutput(torch.nn.functional.mse_loss(model(batch.x), batch.y), len(batch.x))
 
 
 @dataclass

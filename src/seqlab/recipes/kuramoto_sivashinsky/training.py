@@ -23,7 +23,7 @@ from seqlab.models.forecaster import Forecaster
 from seqlab.recipes.base import Report, TrainingRun, model_device
 from seqlab.recipes.kuramoto_sivashinsky.config import Config, DataConfig, EvalConfig
 from seqlab.recipes.kuramoto_sivashinsky.system import ChaosForecasts, KSSystem, field_values
-from seqlab.training.trainer import LossOutput
+from seqlab.training.objectives import mse_loss
 
 PLOT_FILE = "forecast.png"
 LYAPUNOV_TRANSIENT = 100  # renormalisations run before averaging, while the separation aligns
@@ -59,11 +59,6 @@ def lyapunov_exponent(start: np.ndarray, data: DataConfig, evaluation: EvalConfi
         transient=LYAPUNOV_TRANSIENT,
         seed=data.seed,
     )
-
-
-def mse_loss(model: nn.Module, batch: Windows) -> LossOutput:
-    """Mean squared error of the model's forecasts of a batch of standardised windows, counted per window."""
-    return LossOutput(torch.nn.functional.mse_loss(model(batch.x), batch.y), len(batch.x))
 
 
 @dataclass
