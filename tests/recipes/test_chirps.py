@@ -1,6 +1,8 @@
 """The chirps recipe: the simulated series at their SNR, the Wiener filter by hand, a tiny run (train, save, load
 and predict identically, evaluate a two-column file), and bad settings as one-line errors (exit 2)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from cli_helpers import assert_error, run_cli
@@ -48,8 +50,9 @@ def test_the_wiener_filter_by_hand():
     np.testing.assert_allclose(system.wiener(noisy, np.array([4.0])), np.fft.irfft(0.2 * spectrum, n=128))
 
 
-def test_a_tiny_run_trains_saves_loads_and_predicts_identically(tmp_path):
-    config = tiny()
+@pytest.mark.parametrize("arm", [chirps.GRUDenoiserConfig, chirps.GRUTextbookDenoiserConfig])
+def test_a_tiny_run_trains_saves_loads_and_predicts_identically(tmp_path, arm):
+    config = dataclasses.replace(tiny(), model=arm(frame_size=8, hidden_size=6, num_layers=1))
     run = tmp_path / "run"
     report = run_training(chirps, config, run, progress=False, log=lambda line: None)
     for name in ("overlap", "wiener_overlap", "bandpass_overlap", "output_snr_db_snr5", "wiener_overlap_snr20"):

@@ -11,12 +11,12 @@ norm of rho. Training chirps get fresh noise and SNRs (uniform in [data.snr_min,
 the training and validation series are the user's (``data.path``: strain and clean signal a line), the test series
 simulated as ever.
 
-Model: ``seqlab.models.denoiser`` (a bidirectional recurrent regressor over frames, ``model.arch``: gru | lstm |
-rnn), trained by mean squared error against the clean whitened chirp. Test, at each SNR of ``eval.snrs``: the
-overlap (normalised inner product at zero lag, noise-weighted through the whitening) and the output SNR
-10 log10(||s||^2 / ||s_hat - s||^2) (dB) of the model's estimates, of a Wiener filter (gain rho^2 P_k /
-(rho^2 P_k + n), P_k the training chirps' mean power spectrum, rho the series' true SNR: an oracle's advantage) and
-of a Butterworth band-pass; ``denoised.png``: a test series and the overlap against the input SNR.
+Model: ``seqlab.models.denoiser`` (a bidirectional recurrent regressor over frames, ``model.arch``: gru | gru_textbook
+| lstm | rnn), trained by mean squared error against the clean whitened chirp. Test, at each SNR of ``eval.snrs``: the
+overlap (normalised inner product at zero lag, noise-weighted through the whitening) and the output SNR 10
+log10(||s||^2 / ||s_hat - s||^2) (dB) of the model's estimates, of a Wiener filter (gain rho^2 P_k / (rho^2 P_k + n),
+P_k the training chirps' mean power spectrum, rho the series' true SNR: an oracle's advantage) and of a Butterworth
+band-pass; ``denoised.png``: a test series and the overlap against the input SNR.
 
 ``seqlab predict RUN FILE`` denoises a strain file (one sample a line, data.sample_rate apart); ``seqlab evaluate
 RUN --data FILE`` scores a two-column file (data, clean signal) cut into series of data.samples samples.
@@ -27,6 +27,7 @@ from seqlab.recipes.chirps.config import (
     DataConfig,
     EvalConfig,
     GRUDenoiserConfig,
+    GRUTextbookDenoiserConfig,
     LSTMDenoiserConfig,
     ModelConfig,
     RNNDenoiserConfig,
@@ -58,6 +59,7 @@ __all__ = [
     "Denoised",
     "EvalConfig",
     "GRUDenoiserConfig",
+    "GRUTextbookDenoiserConfig",
     "LSTMDenoiserConfig",
     "ModelConfig",
     "RNNDenoiserConfig",

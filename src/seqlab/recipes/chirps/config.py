@@ -102,6 +102,13 @@ class GRUDenoiserConfig(RecurrentDenoiserConfig):
 
 
 @dataclass(frozen=True)
+class GRUTextbookDenoiserConfig(RecurrentDenoiserConfig):
+    """``gru_textbook``: the notes' GRU (the reset gate applied before W_hn; ``seqlab.models.recurrent_layers``)."""
+
+    arch: Literal["gru_textbook"] = "gru_textbook"
+
+
+@dataclass(frozen=True)
 class LSTMDenoiserConfig(RecurrentDenoiserConfig):
     """``lstm``: long short-term memory cells."""
 
@@ -115,7 +122,7 @@ class RNNDenoiserConfig(RecurrentDenoiserConfig):
     arch: Literal["rnn"] = "rnn"
 
 
-ModelConfig = GRUDenoiserConfig | LSTMDenoiserConfig | RNNDenoiserConfig
+ModelConfig = GRUDenoiserConfig | GRUTextbookDenoiserConfig | LSTMDenoiserConfig | RNNDenoiserConfig
 
 
 @dataclass(frozen=True)
@@ -147,7 +154,7 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class Config:
-    """The whole recipe: sections data, model (``model.arch``: gru | lstm | rnn), train, eval."""
+    """The whole recipe: sections data, model (``model.arch``: gru | gru_textbook | lstm | rnn), train, eval."""
 
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=GRUDenoiserConfig)
