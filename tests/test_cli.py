@@ -725,8 +725,9 @@ def test_recipes_g2p_shows_every_key_with_its_default():
     defaults = g2p.Config()
     rnn, transformer = g2p.RNNConfig(), g2p.TransformerConfig()
     shared = {f.name for f in dataclasses.fields(g2p.config.SharedModelConfig)}
+    shown = lambda value: ",".join(map(repr, value)) if isinstance(value, tuple) else repr(value)  # noqa: E731
     expected = [
-        (f"{section.name}.{f.name}", repr(getattr(getattr(defaults, section.name), f.name)), "all")
+        (f"{section.name}.{f.name}", shown(getattr(getattr(defaults, section.name), f.name)), "all")
         for section in dataclasses.fields(defaults)
         if section.name != "model"
         for f in dataclasses.fields(getattr(defaults, section.name))
@@ -743,6 +744,7 @@ def test_recipes_g2p_shows_every_key_with_its_default():
     rows = [tuple(line.split()) for line in table.strip().splitlines()[2:]]
     assert sorted(rows) == sorted(expected)
     assert ("data.train_path", "None", "all") in rows and ("model.d_model", "256", "arch=transformer") in rows
+    assert ("train.betas", "0.9,0.999", "all") in rows  # as --set takes it
     assert ("model.hidden_size", "128", "arch=rnn") in rows and ("model.dropout", "0.1", "all") in rows
 
 

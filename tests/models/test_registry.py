@@ -47,7 +47,9 @@ from seqlab.models import (
     TransformerSeq2SeqConfig,
     load_pretrained,
 )
+from seqlab.models.denoiser import SequenceDenoiser, SequenceDenoiserConfig
 from seqlab.models.forecaster import Forecaster, ForecasterConfig
+from seqlab.models.language_model.ssm import SSMLanguageModel, SSMLanguageModelConfig
 from seqlab.models.pretrained import LEGACY_MODEL_TYPES, PretrainedMixin
 
 TINY = {
@@ -75,6 +77,8 @@ TINY = {
     "forecaster": ForecasterConfig(channels=2, horizon=3, hidden_size=4, num_layers=1),
     "tcn_language_model": TCNLanguageModelConfig(7, embedding_size=4, hidden_size=4, num_levels=2),
     "tcn_classifier": TCNClassifierConfig(7, 3, embedding_size=4, hidden_size=4, num_levels=2),
+    "ssm_language_model": SSMLanguageModelConfig(7, d_model=4, num_layers=1, state_size=4),
+    "sequence_denoiser": SequenceDenoiserConfig(frame_size=4, hidden_size=4, num_layers=1),
 }
 CLASSES = {
     "elmo": ELMo,
@@ -96,6 +100,8 @@ CLASSES = {
     "forecaster": Forecaster,
     "tcn_language_model": TCNLanguageModel,
     "tcn_classifier": TCNClassifier,
+    "ssm_language_model": SSMLanguageModel,
+    "sequence_denoiser": SequenceDenoiser,
 }
 
 

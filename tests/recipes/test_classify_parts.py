@@ -34,7 +34,8 @@ def test_model_arch_picks_its_class_and_refuses_another_archs_key_in_one_line():
     with pytest.raises(ConfigError) as caught:
         apply_overrides(classify.Config(), {"model.arch": "minilm", "model.hidden_size": "8"})
     assert str(caught.value) == (
-        "--set model.hidden_size: does not apply to model.arch=minilm (a key of model.arch=bilstm | static | elmo)"
+        "--set model.hidden_size: does not apply to model.arch=minilm "
+        "(a key of model.arch=bilstm | static | elmo | tcn)"
     )
 
 

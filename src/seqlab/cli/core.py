@@ -315,7 +315,12 @@ def _recipes(args: argparse.Namespace) -> int:
     print(f"{recipe.NAME}: {recipe.DESCRIPTION}\n")
     rows = describe(recipe.Config())
     if any(applies for _, _, applies in rows):
-        print(table(["key", "default", "applies to"], [(k, repr(v), a or "all") for k, v, a in rows]))
+        print(table(["key", "default", "applies to"], [(k, _as_typed(v), a or "all") for k, v, a in rows]))
     else:
-        print(table(["key", "default"], [(k, repr(v)) for k, v, _ in rows]))
+        print(table(["key", "default"], [(k, _as_typed(v)) for k, v, _ in rows]))
     return 0
+
+
+def _as_typed(value: object) -> str:
+    """A default as ``--set`` takes it: a tuple comma-separated (``train.betas=0.9,0.999``), anything else its repr."""
+    return ",".join(map(repr, value)) if isinstance(value, tuple) else repr(value)
