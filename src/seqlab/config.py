@@ -16,6 +16,7 @@ import types
 import typing
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -34,7 +35,20 @@ _NONE = {"none", "null"}
 ARCH = "arch"  # the field that names a choice section's architecture
 # Keys renamed so that one concept has one name across the package and the CLI: old name -> new name. The old
 # name keeps working for one release, with a FutureWarning; ``recipe.json`` files that hold it still load.
-RENAMED_KEYS = {"beam_size": "num_beams", "max_positions": "context_length", "max_length": "context_length"}
+RENAMED_KEYS = {
+    "beam_size": "num_beams",
+    "max_positions": "context_length",
+    "max_length": "context_length",
+    "encoder": ARCH,  # forecast's model.encoder, before its model section became a choice section
+}
+
+
+@dataclass(frozen=True)
+class ArchField:
+    """The ``arch`` field of a choice section's classes, inherited last so that it comes first in their fields;
+    each architecture's class sets its own name as the default (``architectures``)."""
+
+    arch: str = ""
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -125,6 +139,8 @@ def apply_overrides(config: ConfigT, overrides: Mapping[str, Any], *, source: st
     for section, given in grouped.items():
         choices = architectures(section_hints[section])
         current = getattr(config, section)
+        if choices is not None:
+            given = arch_renamed(given, f"{source} {section}")
         if choices is not None and ARCH in given:
             arch = _convert(given.pop(ARCH), Literal[tuple(choices)], f"{source} {section}.{ARCH}")
             current = _switch(current, choices[arch], section, source)
@@ -151,6 +167,19 @@ def architectures(annotation: Any) -> dict[str, type] | None:
     if not all(dataclasses.is_dataclass(c) and ARCH in {f.name for f in dataclasses.fields(c)} for c in classes):
         return None
     return {_arch_of(c): c for c in classes}
+
+
+def arch_renamed(given: Mapping[str, Any], where: str | None) -> dict[str, Any]:
+    """A choice section's keys with an old name of ``arch`` (``RENAMED_KEYS``: forecast's ``model.encoder``)
+    renamed, unless ``arch`` itself is given; with a FutureWarning naming ``where`` the keys came from (None: a
+    saved run's, renamed silently)."""
+    old = next((k for k in given if RENAMED_KEYS.get(k) == ARCH), None)
+    if old is None or ARCH in given:
+        return dict(given)
+    if where is not None:
+        warning = f"{where}.{old} is renamed {ARCH}; the old name goes in the next release"
+        warnings.warn(warning, FutureWarning, stacklevel=3)
+    return {ARCH if k == old else k: v for k, v in given.items()}
 
 
 def section_class(annotation: Any, saved: Mapping[str, Any]) -> type:

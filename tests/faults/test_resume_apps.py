@@ -16,7 +16,7 @@ def forecast_config(folder):
     path.write_text("".join(f"{np.sin(i / 3):.5f} {np.cos(i / 7):.5f}\n" for i in range(160)))
     return forecast.Config(
         data=forecast.DataConfig(path=str(path), season=4, input_length=8, horizon=2),
-        model=forecast.ModelConfig(hidden_size=8, num_layers=2, dropout=0.2),
+        model=forecast.GRUArmConfig(hidden_size=8, num_layers=2, dropout=0.2),
         train=train_config(),
         eval=forecast.EvalConfig(arima=False),
     )

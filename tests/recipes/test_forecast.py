@@ -1,6 +1,7 @@
 """The forecast recipe: splits, scaling, windows, the scores and baselines against hand-computed values and
 statsmodels itself, and tiny end-to-end runs (a user file, Lorenz with its valid prediction time)."""
 
+import json
 import warnings
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 import torch
 from statsmodels.tsa.statespace.sarimax import SARIMAX
 
+from seqlab.config import apply_overrides
 from seqlab.data.forecasting import (
     load_series,
     read_series,
@@ -77,10 +79,10 @@ def test_the_arima_baseline_is_statsmodels_forecast_from_each_origin_without_ref
             np.testing.assert_allclose(ours[i, :, 0], fitted.apply(values[:o, 0]).forecast(4), rtol=1e-6)
 
 
-def tiny(data: forecast.DataConfig, **model) -> forecast.Config:
+def tiny(data: forecast.DataConfig, model: forecast.ModelConfig | None = None) -> forecast.Config:
     return forecast.Config(
         data=data,
-        model=forecast.ModelConfig(hidden_size=8, num_layers=1, d_model=8, num_heads=2, d_ff=16, **model),
+        model=model or forecast.GRUArmConfig(hidden_size=8),
         train=TrainConfig(lr=1e-2, batch_size=16, max_epochs=2, patience=None),
         eval=forecast.EvalConfig(arima=False, vpt_steps=60, vpt_stride=30),
     )
@@ -105,7 +107,7 @@ def test_a_run_on_a_series_file_scores_plots_predicts_and_evaluates(tmp_path):
 
 def test_lorenz_with_an_autoregressive_transformer_reports_its_valid_prediction_time(tmp_path):
     data = forecast.DataConfig(series="lorenz", lorenz_steps=800, input_length=8, horizon=2)
-    config = tiny(data, encoder="transformer", head="autoregressive")
+    config = tiny(data, forecast.TransformerArmConfig(d_model=8, num_heads=2, d_ff=16, head="autoregressive"))
     report = run_training(forecast, config, tmp_path / "run", progress=False, log=lambda line: None)
     assert report.results["vpt_lyapunov"] >= 0 and report.results["persistence_vpt_lyapunov"] > 0
 
@@ -113,7 +115,8 @@ def test_lorenz_with_an_autoregressive_transformer_reports_its_valid_prediction_
 def test_an_ssm_encoder_trains_and_its_loaded_run_scores_exactly_what_the_trained_one_did(tmp_path):
     path = tmp_path / "sine.txt"
     path.write_text("".join(f"{np.sin(2 * np.pi * i / 11.5):.6f}\n" for i in range(160)))
-    config = tiny(forecast.DataConfig(path=str(path), input_length=12, horizon=3), encoder="ssm", state_size=4)
+    data = forecast.DataConfig(path=str(path), input_length=12, horizon=3)
+    config = tiny(data, forecast.SSMArmConfig(d_model=8, state_size=4))
     report = run_training(forecast, config, tmp_path / "run", progress=False, log=lambda line: None)
     system = forecast.System.load(tmp_path / "run")
     assert system.model.config.encoder == "ssm" and system.model.config.state_size == 4
@@ -125,7 +128,7 @@ def test_an_ssm_encoder_trains_and_its_loaded_run_scores_exactly_what_the_traine
 
 def test_an_odd_ssm_state_size_is_one_line():
     with pytest.raises(ConfigError) as error:
-        forecast.ModelConfig(encoder="ssm", state_size=7)
+        forecast.SSMArmConfig(state_size=7)
     assert str(error.value) == "state_size (7) must be even: N/2 complex modes and their conjugates"
 
 
@@ -180,3 +183,29 @@ def test_predict_and_evaluate_refuse_a_series_too_short_in_one_line(tmp_path):
     short.write_text("1\n2\n")
     with pytest.raises(DataError, match=r"short.txt: 2 steps, but the model reads L = 8$"):
         system.predict([str(short)])
+
+
+def test_model_encoder_is_the_old_name_of_model_arch_and_each_arch_takes_only_its_keys():
+    with pytest.warns(FutureWarning, match=r"^--set model\.encoder is renamed arch"):
+        config = apply_overrides(forecast.Config(), {"model.encoder": "tcn", "model.num_levels": "2"})
+    assert config.model == forecast.TCNArmConfig(num_levels=2)
+    with pytest.raises(ConfigError) as error:
+        apply_overrides(forecast.Config(), {"model.num_heads": "2"})
+    assert str(error.value) == (
+        "--set model.num_heads: does not apply to model.arch=gru (a key of model.arch=transformer)"
+    )
+
+
+def test_a_run_saved_with_model_encoder_and_every_encoders_keys_loads_as_its_arch(tmp_path):
+    """A recipe.json from before the model section became a choice section: ``encoder`` and all the sizes."""
+    path = tmp_path / "sine.txt"
+    path.write_text("".join(f"{np.sin(i / 3):.6f}\n" for i in range(120)))
+    config = tiny(forecast.DataConfig(path=str(path), input_length=8, horizon=2), forecast.LSTMArmConfig(hidden_size=8))
+    run_training(forecast, config, tmp_path / "run", progress=False, log=lambda line: None)
+    file = tmp_path / "run" / "recipe.json"
+    saved = json.loads(file.read_text())
+    model = saved["config"]["model"]
+    model["encoder"] = model.pop("arch")
+    model.update(d_model=64, num_heads=4, d_ff=128, num_levels=4, kernel_size=3, state_size=64)
+    file.write_text(json.dumps(saved))
+    assert forecast.System.load(tmp_path / "run").config.model == config.model

@@ -1,4 +1,4 @@
-"""The forecast recipe with model.encoder=tcn: trains, logs its receptive field, saves, loads and predicts what the
+"""The forecast recipe with model.arch=tcn: trains, logs its receptive field, saves, loads and predicts what the
 model forecasts; bad sizes are refused in one line."""
 
 import json
@@ -21,7 +21,7 @@ def test_a_tcn_run_trains_logs_its_receptive_field_saves_loads_and_predicts_the_
     path.write_text("".join(f"{np.sin(2 * np.pi * i / 11.5):.6f}\n" for i in range(160)))
     config = forecast.Config(
         data=forecast.DataConfig(path=str(path), input_length=12, horizon=3),
-        model=forecast.ModelConfig(encoder="tcn", hidden_size=8, num_levels=2, kernel_size=3),
+        model=forecast.TCNArmConfig(hidden_size=8, num_levels=2, kernel_size=3),
         train=TrainConfig(lr=1e-2, batch_size=16, max_epochs=2, patience=None),
         eval=forecast.EvalConfig(arima=False),
     )
@@ -49,5 +49,5 @@ def test_a_tcn_run_trains_logs_its_receptive_field_saves_loads_and_predicts_the_
 )
 def test_bad_tcn_sizes_are_refused_in_one_line(setting, message):
     with pytest.raises(ConfigError) as error:
-        apply_overrides(forecast.Config(), parse_assignments(["model.encoder=tcn", setting]))
+        apply_overrides(forecast.Config(), parse_assignments(["model.arch=tcn", setting]))
     assert str(error.value) == message

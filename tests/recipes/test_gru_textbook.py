@@ -59,7 +59,7 @@ def forecast_run(folder: Path) -> tuple[list[str], list[str]]:
     path = folder / "sine.txt"
     path.write_text("".join(f"{np.sin(i / 3):.5f}, {i / 100:.3f}\n" for i in range(120)))
     data = [f"data.path={path}", "data.season=12", "data.input_length=12", "data.horizon=3", "eval.arima=false"]
-    model = ["model.encoder=gru_textbook", "model.hidden_size=8", "model.num_layers=2"]
+    model = ["model.arch=gru_textbook", "model.hidden_size=8", "model.num_layers=2"]
     return [*data, *model, "train.max_steps=3"], [str(path)]
 
 
@@ -152,7 +152,7 @@ def test_a_recipe_trains_saves_and_loads_the_textbook_gru_and_predicts_identical
         ("translate", "model.cell", CELLS),
         ("vec2seq", "model.cell", CELLS),
         ("vowels", "model.cell", CELLS),
-        ("forecast", "model.encoder", "rnn, gru, gru_textbook, lstm, transformer, tcn, ssm"),
+        ("forecast", "model.arch", "gru, gru_textbook, lstm, rnn, transformer, tcn, ssm"),
         ("lm", "model.arch", "gpt, lstm, gru, gru_textbook, rnn, tcn, ssm"),
     ],
 )

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import torch
 from torch import nn
 
-from seqlab.config import RENAMED_KEYS, architectures, flatten, section_class
+from seqlab.config import RENAMED_KEYS, arch_renamed, architectures, flatten, section_class
 from seqlab.data.files import DATA_FILE, DataFormat, read_json_file
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.files import atomic_write, check_output_path, file_fingerprint, has_results
@@ -457,6 +457,8 @@ def load_recipe_config(directory: Path, config_class: type[ConfigT]) -> ConfigT:
 
 def _load_section(annotation: Any, saved: dict[str, Any]) -> Any:
     """A section rebuilt from its saved fields (``load_recipe_config``). Raises: ValueError, TypeError, KeyError."""
+    if architectures(annotation) is not None:
+        saved = arch_renamed(saved, None)  # a run saved before its section became a choice (forecast's encoder)
     section = section_class(annotation, saved)
     known = {f.name for f in dataclasses.fields(section)}
     saved = {RENAMED_KEYS[k] if k not in known and RENAMED_KEYS.get(k) in known else k: v for k, v in saved.items()}

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
+from seqlab.config import ArchField
 from seqlab.data.files import data_file
 from seqlab.data.forecasting import SERIES
 from seqlab.errors import ConfigError
@@ -62,13 +63,6 @@ class DataConfig:
     def duration(self) -> float:
         """n / f_s, seconds per series."""
         return self.samples / self.sample_rate
-
-
-@dataclass(frozen=True)
-class ArchField:
-    """The ``arch`` field, inherited last so that it comes first; each arch's class sets its own name."""
-
-    arch: str = ""
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from seqlab.config import ArchField
 from seqlab.models.classifier import TCNClassifierConfig
 from seqlab.nn.pooling import POOLING_NAMES, PoolingName
 from seqlab.recipes.common.labelled_text import LabelledTextDataConfig
@@ -25,14 +26,6 @@ ELMO_CORPORA = ("names", "train")
 def _check_path(name: str, value: object) -> None:
     if value is not None and not isinstance(value, str):
         raise ValueError(f"{name} must be a directory path or None, got {value!r}")
-
-
-@dataclass(frozen=True)
-class ArchField:
-    """The ``arch`` field, inherited last so that it comes first in every arch's fields (before ``init_from``);
-    each arch's class sets its own name as its default."""
-
-    arch: str = ""
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ monthly El Nino sea-surface temperatures (m = 12), all shipped by statsmodels, o
 standard deviation only. Windows: L inputs, the next H targets; validation and test windows have their targets in
 their part (their inputs may reach back), and test origins are ``data.test_stride`` steps apart.
 
-Model: ``seqlab.models.forecaster`` (rnn | gru | gru_textbook | lstm | transformer | tcn | ssm encoder, direct or
-autoregressive head; residual, i.e. forecasting changes from the last value, by default for Lorenz and the trending
+Model: ``seqlab.models.forecaster`` (``model.arch``: rnn | gru | gru_textbook | lstm | transformer | tcn | ssm, direct
+or autoregressive head; residual, i.e. forecasting changes from the last value, by default for Lorenz and the trending
 CO2 series, whose test values lie above every training value that the scaler saw), trained by mean squared error on
 the standardised values. Test scores (``forecast.evaluation``): RMSE, MAE (the series' units) and MASE for the model
 and, on the same windows, persistence, seasonal naive and a SARIMA fitted on the training part; for Lorenz also the
@@ -30,8 +30,15 @@ from seqlab.recipes.forecast.config import (
     Config,
     DataConfig,
     EvalConfig,
+    GRUArmConfig,
+    GRUTextbookArmConfig,
+    LSTMArmConfig,
     ModelConfig,
+    RNNArmConfig,
     SeriesDefaults,
+    SSMArmConfig,
+    TCNArmConfig,
+    TransformerArmConfig,
 )
 from seqlab.recipes.forecast.data import Prepared, prepare_series
 from seqlab.recipes.forecast.system import SCALING_FILE, Forecast, ForecastSystem
@@ -57,10 +64,17 @@ __all__ = [
     "Forecast",
     "ForecastSystem",
     "ForecastTraining",
+    "GRUArmConfig",
+    "GRUTextbookArmConfig",
+    "LSTMArmConfig",
     "ModelConfig",
     "Prepared",
+    "RNNArmConfig",
+    "SSMArmConfig",
     "SeriesDefaults",
     "System",
+    "TCNArmConfig",
+    "TransformerArmConfig",
     "prepare",
     "prepare_series",
 ]

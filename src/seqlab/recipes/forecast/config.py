@@ -1,5 +1,6 @@
-"""The ``forecast`` recipe's config: sections data (the series and its windows, with per-series defaults), model,
-train and eval (baselines and the chaos score)."""
+"""The ``forecast`` recipe's config: sections data (the series and its windows, with per-series defaults), model
+(one config per ``model.arch``: gru | gru_textbook | lstm | rnn | transformer | tcn | ssm), train and eval
+(baselines and the chaos score)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import NamedTuple
 
 from seqlab.data.files import data_file
 from seqlab.data.forecasting import SERIES, SERIES_NAMES
-from seqlab.models.forecaster import ENCODERS, HEADS, EncoderName, ForecasterConfig, HeadName
+from seqlab.recipes.common import forecaster_arms as arms
 from seqlab.training.trainer import TrainConfig
-from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
+from seqlab.validation import check_bool, check_choice, check_int, check_real
 
 
 class SeriesDefaults(NamedTuple):
@@ -83,50 +84,80 @@ class DataConfig:
         return self.path or self.series
 
 
+# The model section: the forecasters' classes (``seqlab.recipes.common.forecaster_arms``), one per ``model.arch``,
+# smaller and with dropout for series of a few thousand steps, and residual by the series (``DataConfig.residual``).
+
+
 @dataclass(frozen=True)
-class ModelConfig:
-    """The forecaster (``seqlab.models.ForecasterConfig``; C and H come from the data)."""
+class GRUArmConfig(arms.GRUArmConfig):
+    """``gru``: gated recurrent units."""
 
-    encoder: EncoderName = "gru"  # rnn | gru | gru_textbook | lstm | transformer | tcn | ssm
-    head: HeadName = "direct"  # direct | autoregressive
     residual: bool | None = None  # forecast changes from the last value; None = True for lorenz and co2
-    hidden_size: int = 32  # recurrent encoders, channels of the TCN
-    num_layers: int = 1  # recurrent, Transformer or S4D layers
-    d_model: int = 64  # Transformer and SSM encoders: D
-    num_heads: int = 4  # Transformer encoder: N
-    d_ff: int = 128  # Transformer encoder: feed-forward inner size
     dropout: float = 0.2  # between layers and before the head
-    num_levels: int = 4  # TCN encoder: residual blocks, receptive field 1 + 2 (kernel_size - 1)(2^num_levels - 1)
-    kernel_size: int = 3  # TCN encoder: k of every causal convolution
-    state_size: int = 64  # SSM encoder: N, real state size per channel of its S4D layers (even)
+    hidden_size: int = 32  # H of the recurrent layers
 
-    def __post_init__(self) -> None:
-        check_choice("encoder", self.encoder, ENCODERS)
-        check_choice("head", self.head, HEADS)
-        for name in (
-            "hidden_size",
-            "num_layers",
-            "d_model",
-            "num_heads",
-            "d_ff",
-            "num_levels",
-            "kernel_size",
-            "state_size",
-        ):
-            check_int(name, getattr(self, name))
-        check_probability("dropout", self.dropout)
-        if self.residual is not None:
-            check_bool("residual", self.residual)
-        self.model_config(channels=1, horizon=1, residual=False)
 
-    def model_config(self, *, channels: int, horizon: int, residual: bool) -> ForecasterConfig:
-        """The model's config; ``residual`` is used where the section leaves it None."""
-        residual = residual if self.residual is None else self.residual
-        fields = {k: getattr(self, k) for k in ("encoder", "head", "hidden_size", "num_layers", "d_model")}
-        extra = {
-            k: getattr(self, k) for k in ("num_heads", "d_ff", "dropout", "num_levels", "kernel_size", "state_size")
-        }
-        return ForecasterConfig(channels=channels, horizon=horizon, residual=residual, **fields, **extra)
+@dataclass(frozen=True)
+class GRUTextbookArmConfig(arms.GRUTextbookArmConfig):
+    """``gru_textbook``: the notes' GRU (the reset gate applied before W_hn)."""
+
+    residual: bool | None = None  # forecast changes from the last value; None = True for lorenz and co2
+    dropout: float = 0.2  # between layers and before the head
+    hidden_size: int = 32  # H of the recurrent layers
+
+
+@dataclass(frozen=True)
+class LSTMArmConfig(arms.LSTMArmConfig):
+    """``lstm``: long short-term memory cells."""
+
+    residual: bool | None = None  # forecast changes from the last value; None = True for lorenz and co2
+    dropout: float = 0.2  # between layers and before the head
+    hidden_size: int = 32  # H of the recurrent layers
+
+
+@dataclass(frozen=True)
+class RNNArmConfig(arms.RNNArmConfig):
+    """``rnn``: Elman (tanh) cells."""
+
+    residual: bool | None = None  # forecast changes from the last value; None = True for lorenz and co2
+    dropout: float = 0.2  # between layers and before the head
+    hidden_size: int = 32  # H of the recurrent layers
+
+
+@dataclass(frozen=True)
+class TransformerArmConfig(arms.TransformerArmConfig):
+    """``transformer``: a causal pre-LN Transformer encoder over the window (sinusoidal positions)."""
+
+    residual: bool | None = None  # forecast changes from the last value; None = True for lorenz and co2
+    dropout: float = 0.2  # inside the layers and before the head
+
+
+@dataclass(frozen=True)
+class TCNArmConfig(arms.TCNArmConfig):
+    """``tcn``: a causal dilated convolution stack over the window (Bai et al. 2018)."""
+
+    residual: bool | None = None  # forecast changes from the last value; None = True for lorenz and co2
+    dropout: float = 0.2  # inside the residual blocks and before the head
+    hidden_size: int = 32  # channels of every level
+
+
+@dataclass(frozen=True)
+class SSMArmConfig(arms.SSMArmConfig):
+    """``ssm``: an input projection and S4D blocks (Gu et al. 2022) over the window."""
+
+    residual: bool | None = None  # forecast changes from the last value; None = True for lorenz and co2
+    dropout: float = 0.2  # between the blocks and before the head
+
+
+ModelConfig = (
+    GRUArmConfig
+    | GRUTextbookArmConfig
+    | LSTMArmConfig
+    | RNNArmConfig
+    | TransformerArmConfig
+    | TCNArmConfig
+    | SSMArmConfig
+)
 
 
 @dataclass(frozen=True)
@@ -150,7 +181,7 @@ class Config:
     """The whole recipe: sections data, model, train, eval."""
 
     data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelConfig = field(default_factory=GRUArmConfig)
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(
             lr=1e-3, batch_size=32, max_epochs=300, patience=30, weight_decay=1e-3, time_budget=120.0

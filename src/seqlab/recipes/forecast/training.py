@@ -141,7 +141,7 @@ def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
         save=training.save,
         test=training.test,
         summary=training.summary(),
-        summary_model=f"{config.model.encoder} encoder{_receptive_field_note(training.system.model)}, "
+        summary_model=f"{config.model.arch} encoder{_receptive_field_note(training.system.model)}, "
         f"{config.model.head} head",
     )
 
@@ -167,7 +167,7 @@ def test_report(system: ForecastSystem, data: Prepared, origins: np.ndarray, dir
         forecasts["SARIMA"] = arima
     if config.data.path is None and config.data.series == "lorenz":
         results |= lorenz_prediction_times(system, data)
-    title = f"{config.data.source}: {config.model.encoder} ({config.model.head}), H={H}"
+    title = f"{config.data.source}: {config.model.arch} ({config.model.head}), H={H}"
     plot_forecasts(directory / PLOT_FILE, inputs, truth, forecasts, channels=data.series.channels, title=title)
     examples = [
         (
