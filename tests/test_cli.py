@@ -512,6 +512,20 @@ def test_evaluate_scores_equal_a_hand_computation_from_predict(checkpoint, dicti
     assert metrics["per"] > 0 and 0 < metrics["wer"] <= 100  # an undertrained model: both in percent
 
 
+@pytest.mark.parametrize("num_beams", ["1", "3"])
+def test_evaluate_num_beams_scores_the_predictions_of_that_width(checkpoint, dictionary, references, num_beams):
+    metrics = json.loads(run_cli("evaluate", checkpoint, "--data", dictionary, "--json", "--num-beams", num_beams).out)
+    predicted = run_cli("predict", checkpoint, "--num-beams", num_beams, *references)
+    best = {word: hyps[0] for word, hyps in parse_predictions(predicted.out).items()}
+    wrong = sum(best[w] not in refs for w, refs in references.items())
+    assert metrics["wer"] == pytest.approx(100.0 * wrong / len(references), abs=1e-9)
+
+
+def test_evaluate_num_beams_out_of_range_is_one_line(checkpoint, dictionary):
+    result = run_cli("evaluate", checkpoint, "--data", dictionary, "--num-beams", "0")
+    assert_error(result, "--num-beams (0) must be >= 1")
+
+
 def test_evaluate_table_shows_the_json_values(checkpoint, dictionary):
     metrics = json.loads(run_cli("evaluate", checkpoint, "--data", dictionary, "--json").out)
     result = run_cli("evaluate", checkpoint, "--data", dictionary)

@@ -81,11 +81,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument("checkpoint", type=Path)
     evaluate.add_argument("--data", required=True, help="data file in the recipe's format")
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    evaluate.add_argument("--num-beams", type=int, help="beam width K (default: the checkpoint's; 1 = greedy)")
     evaluate.add_argument("--ensemble", type=Path, nargs="+", metavar="DIR", help=ENSEMBLE_HELP)
     evaluate.add_argument("--errors", type=Path, metavar="FILE", help="write every wrong prediction to a new TSV file")
     evaluate.add_argument("--rescore", type=Path, metavar="DIR", help=RESCORE_HELP)
     evaluate.add_argument("--rescore-weight", type=float, metavar="W", help=WEIGHT_HELP)
-    evaluate.set_defaults(handler=_evaluate, nbest=None, num_beams=None)
+    evaluate.set_defaults(handler=_evaluate, nbest=None)
 
     predict = commands.add_parser("predict", help="run a checkpoint on inputs given on the command line")
     predict.add_argument("checkpoint", type=Path)
