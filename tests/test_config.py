@@ -10,7 +10,7 @@ import pytest
 
 from seqlab.config import apply_overrides, describe, flatten, load_toml, parse_assignments
 from seqlab.errors import ConfigError
-from seqlab.recipes import g2p
+from seqlab.recipes import chirps, g2p
 
 Mode = Literal["fast", "slow"]
 
@@ -460,3 +460,13 @@ def test_a_tuple_key_takes_comma_separated_values_or_a_toml_list():
     assert str(caught.value) == (
         "--set: [train] betas ((0.9, 1.0)) must be two numbers in [0, 1) (beta_1, beta_2), e.g. 0.9,0.999"
     )
+
+
+def test_a_variadic_tuple_key_takes_any_number_of_comma_separated_values_or_a_toml_list():
+    config = apply_overrides(chirps.Config(), {"eval.snrs": "5, 10,40"})
+    assert config.eval.snrs == (5.0, 10.0, 40.0)
+    assert apply_overrides(chirps.Config(), {"eval.snrs": [7]}, source="my.toml").eval.snrs == (7.0,)
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides(chirps.Config(), {"eval.snrs": []}, source="my.toml")
+    assert str(caught.value) == "my.toml eval.snrs: expected comma-separated values, got []"
+    assert chirps.EvalConfig(snrs="5 20").snrs == (5.0, 20.0)  # a run saved when snrs was one string

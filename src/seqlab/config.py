@@ -295,6 +295,10 @@ def _convert(raw: Any, annotation: Any, where: str) -> Any:
     if typing.get_origin(kind) is tuple:  # "0.9,0.95" from the command line, a list from TOML
         items = raw.split(",") if isinstance(raw, str) else raw
         parts = typing.get_args(kind)
+        if len(parts) == 2 and parts[1] is Ellipsis:  # tuple[float, ...]: any number of values, at least one
+            if not isinstance(items, (list, tuple)) or not items:
+                raise ConfigError(f"{where}: expected comma-separated values, got {raw!r}")
+            parts = (parts[0],) * len(items)
         if not isinstance(items, (list, tuple)) or len(items) != len(parts):
             raise ConfigError(f"{where}: expected {len(parts)} comma-separated values, got {raw!r}")
         return tuple(

@@ -27,7 +27,7 @@ def tiny() -> chirps.Config:
         ),
         model=chirps.GRUDenoiserConfig(frame_size=8, hidden_size=6, num_layers=1),
         train=TrainConfig(lr=1e-2, batch_size=8, max_steps=3, patience=None),
-        eval=chirps.EvalConfig(snrs="5 20", test_signals=4, band_low=6.0),
+        eval=chirps.EvalConfig(snrs=(5.0, 20.0), test_signals=4, band_low=6.0),
     )
 
 
@@ -90,7 +90,8 @@ def test_evaluate_scores_a_two_column_file(tmp_path):
     ("settings", "message"),
     [
         (["data.samples=500"], "data.samples (500) must be a multiple of model.frame_size (16)"),
-        (["eval.snrs=5,x"], "--set: [eval] snrs ('5,x') must be positive numbers separated by spaces"),
+        (["eval.snrs=5,x"], "--set eval.snrs: expected float, got 'x'"),
+        (["eval.snrs=5,-1"], "--set: [eval] snrs ((5.0, -1.0)) must be positive numbers below 1e6, at least one"),
         (["eval.band_low=150"], "eval.band_low (150.0) must be below data.f_max (100.0)"),
         (["data.f_max=200"], "--set: [data] f_max (200.0) must be a finite number > 15.0 and < 128.0"),
     ],

@@ -123,27 +123,24 @@ ModelConfig = GRUDenoiserConfig | GRUTextbookDenoiserConfig | LSTMDenoiserConfig
 class EvalConfig:
     """The test series: their input SNRs and number, and the band-pass baseline."""
 
-    snrs: str = "5 10 20 40"  # matched-filter SNRs of the test series, separated by spaces
+    snrs: tuple[float, ...] = (5.0, 10.0, 20.0, 40.0)  # matched-filter SNRs of the test series: --set eval.snrs=5,10
     test_signals: int = 200  # test series per SNR
     band_low: float = 20.0  # Hz, the band-pass baseline's lower edge (its upper edge is data.f_max)
     band_order: int = 4  # order of the Butterworth band-pass, run forwards and backwards
 
     def __post_init__(self) -> None:
-        levels = self.snrs.split() if isinstance(self.snrs, str) else []
-        try:
-            values = [float(v) for v in levels]
-        except ValueError:
-            values = []
-        if not values or not all(0 < v < 1e6 for v in values):
-            raise ConfigError(f"snrs ({self.snrs!r}) must be positive numbers separated by spaces")
+        if isinstance(self.snrs, str):  # a run saved when snrs was one string, "5 10 20 40"
+            object.__setattr__(self, "snrs", tuple(float(v) for v in self.snrs.split()))
+        if not self.snrs or not all(isinstance(v, (int, float)) and 0 < v < 1e6 for v in self.snrs):
+            raise ConfigError(f"snrs ({self.snrs!r}) must be positive numbers below 1e6, at least one")
         check_int("test_signals", self.test_signals, maximum=MAX_SIGNALS)
         check_real("band_low", self.band_low, greater_than=0.0)
         check_int("band_order", self.band_order, maximum=16)
 
     @property
     def snr_levels(self) -> tuple[float, ...]:
-        """The SNRs of ``snrs``."""
-        return tuple(float(v) for v in self.snrs.split())
+        """The SNRs of ``snrs``, as floats."""
+        return tuple(float(v) for v in self.snrs)
 
 
 @dataclass(frozen=True)
