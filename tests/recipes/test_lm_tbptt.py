@@ -15,23 +15,22 @@ from cli_helpers import assert_error, run_cli
 
 from seqlab.config import apply_overrides, parse_assignments
 from seqlab.errors import ConfigError
-from seqlab.models import RNNLanguageModel
 from seqlab.recipes import lm
-from seqlab.recipes.lm.training import RecurrentTraining
+from seqlab.recipes.lm.training import MODELS, RecurrentTraining
 from seqlab.training.tbptt import detach_state
 
 V, B, N = 7, 2, 24  # vocabulary, streams, tokens per stream: 23 input steps
-ARCHS = ["lstm", "gru", "gru_textbook", "rnn"]
+ARCHS = ["lstm", "gru", "gru_textbook", "rnn", "tcn"]  # tcn: its state is its convolutions' last inputs
 
 
-def tiny_model(arch: str) -> RNNLanguageModel:
+def tiny_model(arch: str) -> torch.nn.Module:
     """The recipe's model of ``arch`` at a tiny size, in float64."""
     config = apply_overrides(
         lm.Config(),
         parse_assignments([f"model.arch={arch}", "model.embedding_size=3", "model.hidden_size=4"]),
     )
     torch.manual_seed(0)
-    return RNNLanguageModel(config.model.model_config(vocab_size=V)).double()
+    return MODELS[arch](config.model.model_config(vocab_size=V)).double()
 
 
 def recipe_parts(k1: int, k2: int | None) -> RecurrentTraining:
