@@ -11,8 +11,10 @@ Training, one "epoch" being ``data.batches_per_epoch`` optimizer micro-batches f
 - ``lstm`` | ``gru`` | ``gru_textbook`` | ``rnn`` | ``tcn``: truncated BPTT over ``train.batch_size`` parallel streams
   of the train split's paragraphs (``seqlab.data.streams``), ``data.bptt_len`` steps per window, the state carried
   (detached) from window to window and across epochs, zeroed at each paragraph; an epoch continues where the previous
-  one stopped. A TCN's state is its convolutions' last inputs, so each prediction reads its receptive field
-  (``model.kernel_size``, ``model.num_levels``; printed on the log line) across window boundaries.
+  one stopped. That is truncated BPTT(k1, k2) with k1 = ``data.bptt_len`` and k2 = ``data.bptt_k2`` (each window's
+  loss backpropagated through its k1 steps and the k2 - k1 before it; k2 = k1 unless set). A TCN's state is its
+  convolutions' last inputs, so each prediction reads its receptive field (``model.kernel_size``,
+  ``model.num_levels``; printed on the log line) across window boundaries.
 Validation: mean loss over the first ``data.valid_tokens`` tokens of the valid split. Test: the whole test split,
 by a sliding window of stride context_length // 2 (GPT) or one stream with its state carried (recurrent, TCN,
 SSM).

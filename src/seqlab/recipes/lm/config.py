@@ -31,7 +31,15 @@ PRESETS = {"zaremba_small": zaremba_small, "zaremba_medium": zaremba_medium, "za
 
 @dataclass(frozen=True)
 class LMDataConfig:
-    """The text, its tokenizer and how it is batched."""
+    """The text, its tokenizer and how it is batched.
+
+    The recurrent and tcn archs train by truncated BPTT(k1, k2) (Williams & Peng, 1990; Sutskever's thesis,
+    2013): ``bptt_len`` is k1, the steps of one window (between two optimizer micro-batches, and how often the
+    carried state is detached); ``bptt_k2`` is k2 >= k1, the steps each window's loss is backpropagated through
+    (its k1 steps and the k2 - k1 before it, re-run from their stored state; ``seqlab.training.tbptt``).
+
+    Raises: ConfigError for a value out of range, or bptt_k2 < bptt_len (the message shows both).
+    """
 
     train_path: str | None = data_file(
         CORPUS
@@ -43,7 +51,8 @@ class LMDataConfig:
     tokenizer: Literal["char", "word", "bpe"] = "char"  # char (built from all splits) | word | bpe (from train)
     min_count: int = 2  # word: rarer training words become <unk>
     vocab_size: int = 1024  # bpe: V, counting the 256 bytes and <|endoftext|>
-    bptt_len: int = 35  # recurrent: steps per truncated-BPTT window
+    bptt_len: int = 35  # recurrent, tcn: k1, steps per truncated-BPTT window
+    bptt_k2: int | None = None  # recurrent, tcn: k2 >= k1, steps a window's loss flows back; None = bptt_len
     batches_per_epoch: int = 250  # micro-batches between two validations
     valid_tokens: int = 32768  # validation reads at most this many tokens of the valid split
 
@@ -55,6 +64,12 @@ class LMDataConfig:
         check_int("vocab_size", self.vocab_size, minimum=257)
         for name in ("bptt_len", "batches_per_epoch", "valid_tokens"):
             check_int(name, getattr(self, name))
+        check_int("bptt_k2", self.bptt_k2, optional=True, maximum=MAX_WIDTH)
+        if self.bptt_k2 is not None and self.bptt_k2 < self.bptt_len:
+            raise ConfigError(
+                f"bptt_k2 ({self.bptt_k2}) must be >= bptt_len ({self.bptt_len}): k2 of truncated BPTT counts the "
+                f"window's own k1 steps"
+            )
 
 
 @dataclass(frozen=True)
@@ -250,7 +265,11 @@ class LMDecodeConfig:
 
 @dataclass(frozen=True)
 class Config:
-    """The whole recipe: sections data, model, train, decode."""
+    """The whole recipe: sections data, model, train, decode.
+
+    Raises: ConfigError if data.bptt_k2 is set for model.arch gpt or ssm (they train on blocks, not by truncated
+        BPTT).
+    """
 
     data: LMDataConfig = field(default_factory=LMDataConfig)
     model: (
@@ -268,6 +287,13 @@ class Config:
         )  # the cosine ends at the budget, or at train.max_steps if that comes first (issue 25)
     )
     decode: LMDecodeConfig = field(default_factory=LMDecodeConfig)
+
+    def __post_init__(self) -> None:
+        if self.data.bptt_k2 is not None and isinstance(self.model, (GPTModelConfig, SSMModelConfig)):
+            raise ConfigError(
+                f"data.bptt_k2: does not apply to model.arch={self.model.arch}, trained on random blocks (a key of "
+                f"truncated BPTT: model.arch=lstm | gru | gru_textbook | rnn | tcn)"
+            )
 
 
 def apply_preset(config: Config) -> Config:

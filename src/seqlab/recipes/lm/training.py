@@ -72,14 +72,16 @@ class RecurrentTraining:
     Attributes:
         documents: the token ids (N_i,) of each paragraph of the train split.
         valid_ids: (M,) long, the valid split's tokens.
-        bptt_len: steps per window.
+        bptt_len: k1 of truncated BPTT, steps per window.
         batches_per_epoch: windows per epoch; an epoch continues the stream where the previous one stopped.
+        bptt_k2: k2 >= k1, steps each window's loss is backpropagated through; None means k2 = k1.
     """
 
     documents: list[torch.Tensor]
     valid_ids: torch.Tensor
     bptt_len: int
     batches_per_epoch: int
+    bptt_k2: int | None = None
     windows: dict[int, list[StreamWindow]] = field(default_factory=dict)  # of each batch size, built once
 
     def loss(self, logits: torch.Tensor, window: StreamWindow) -> LossOutput:
@@ -103,8 +105,9 @@ class RecurrentTraining:
         )
 
     def strategy(self) -> TruncatedBPTT:
-        """Truncated BPTT over ``bptt_len`` windows, the state carried (detached) from one to the next."""
-        return TruncatedBPTT(self.bptt_len, forward=_recurrent_forward)
+        """Truncated BPTT(k1 = ``bptt_len``, k2 = ``bptt_k2``) over the windows, the state carried (detached) from
+        one to the next."""
+        return TruncatedBPTT(self.bptt_len, self.bptt_k2, forward=_recurrent_forward)
 
 
 def _recurrent_forward(model: RNNLanguageModel, inputs: torch.Tensor, state: Any) -> Any:
@@ -197,7 +200,7 @@ def training_parts(config: Config, system: LanguageModelSystem, splits: TextSpli
             f"{train_name}: the train split has {total} tokens, too few for {batch_size} streams "
             f"(train.batch_size) of at least 2 tokens"
         )
-    streams = RecurrentTraining(documents, valid_ids, data.bptt_len, data.batches_per_epoch)
+    streams = RecurrentTraining(documents, valid_ids, data.bptt_len, data.batches_per_epoch, data.bptt_k2)
     return _Parts(streams.loss, streams.train_batches, streams.validate, streams.strategy())
 
 
