@@ -29,7 +29,8 @@ draws ``sample.count`` molecules per bin and reports, per bin, the share valid (
 whose property lies in bin b (``bin{b}_in_bin``, % of all samples: an invalid one lies in no bin); validity,
 uniqueness and novelty are those of all the bins' samples together. An unconditional run (``data.condition=none``,
 the same GPT on the stream without bin tokens) reports for its ``sample.count`` samples the share in each bin of the
-same quantiles (``bin{b}_in_bin``): the baseline, what sampling without asking gives (about 1 / num_bins).
+same quantiles (``bin{b}_in_bin``): the baseline, what sampling without asking gives (validity / num_bins for
+a model that matches the training distribution).
 """
 
 from __future__ import annotations
