@@ -1,16 +1,22 @@
 """The smiles recipe on a small SMILES file the test writes: it trains a few steps, its results hold the test
 perplexity, the unigram baseline and the sample scores; the saved run evaluates, predicts and generates through its
-System; SELFIES samples decode to molecules; the test part alone; bad input gets one line."""
+System; SELFIES samples decode to molecules; the test part alone; bad input gets one line. Generated to order:
+each molecule follows its property bin's token in the stream and the model's outputs depend on it; a conditioned
+run reports validity and in-bin shares per bin, an unconditional one the share of its samples in each bin; bad
+condition settings and prompts get one line."""
 
 import json
 import math
 
 import pytest
-from cli_helpers import run_cli
+import torch
+from cli_helpers import assert_error, run_cli
 
 from seqlab.config import apply_overrides, parse_assignments
-from seqlab.data.molecules import canonical_smiles
+from seqlab.data.molecule_properties import PropertyBins
+from seqlab.data.molecules import MoleculeTokenizer, canonical_smiles
 from seqlab.errors import ConfigError, DataError
+from seqlab.models import GPT
 from seqlab.recipes import smiles
 from seqlab.recipes.base import run_training
 from seqlab.recipes.system import GenerationRequest
@@ -114,3 +120,73 @@ def test_recipes_documents_it():
     result = run_cli("recipes", "smiles")
     assert result.code == 0
     assert "data.representation" in result.out and "WEHI" in result.out
+
+
+def test_unconditional_samples_fall_in_the_bins_as_a_baseline(run):
+    """Every valid sample lies in exactly one bin: the bins' shares add up to the validity."""
+    _, results = run
+    shares = [results[f"bin{b}_in_bin"] for b in range(3)]
+    assert sum(shares) == pytest.approx(results["validity"])
+    assert "bin0_validity" not in results
+
+
+def conditioned_system(num_bins: int = 3) -> smiles.SmilesSystem:
+    tokenizer = MoleculeTokenizer.train(MOLECULES, "smiles")
+    bins = PropertyBins("mw", (40.0, 60.0, 80.0)[: num_bins - 1])
+    data = smiles.SmilesDataConfig(condition="prefix", property="mw", num_bins=num_bins)
+    config = smiles.Config(data=data, model=smiles.GPTSectionConfig(d_model=16, num_heads=2, num_layers=1))
+    torch.manual_seed(0)
+    model = GPT(config.model.model_config(vocab_size=smiles.SmilesSystem.vocab_size(tokenizer, bins)))
+    return smiles.SmilesSystem(model.eval(), tokenizer, config, bins)
+
+
+def test_each_molecule_follows_its_bins_token_in_the_stream():
+    system = conditioned_system()
+    tokenizer, V = system.tokenizer, system.tokenizer.vocab_size
+    assert system.model.config.vocab_size == V + 3  # one token per bin after the tokenizer's
+    ids = system.stream(["CCCCC", "CC", "CCC"], source="test")  # 72.2, 30.1, 44.1 g/mol: bins 2, 0, 1
+    C, eos = tokenizer.encode("C")[0], tokenizer.eos_id
+    expected = [eos, V + 2, C, C, C, C, C, eos, V + 0, C, C, eos, V + 1, C, C, C, eos]
+    assert ids.tolist() == expected
+    assert system.text([C, V + 1, C]) == "C<bin 1>C"
+
+
+def test_the_model_sees_the_bins_token():
+    """Outputs before the bin token are unchanged (causal), every output from it on changes with the bin."""
+    system = conditioned_system()
+    V, C = system.tokenizer.vocab_size, system.tokenizer.encode("C")[0]
+    with torch.no_grad():
+        low, high = (system.model(torch.tensor([[0, V + b, C, C]])).logits for b in (0, 2))
+    torch.testing.assert_close(low[:, 0], high[:, 0])
+    assert (low[0, 1:] - high[0, 1:]).abs().amax(dim=-1).min() > 1e-4
+    (prompt, prefix), (bare, _) = system.prompt_ids("2:CC"), system.prompt_ids("0")
+    assert prompt == [0, V + 2, C, C] and prefix == "CC" and bare == [0, V]
+
+
+def test_a_conditioned_run_reports_validity_and_in_bin_shares_per_bin(data, tmp_path):
+    out = tmp_path / "conditioned"
+    results = train(data, out, "data.condition=prefix", "data.property=mw", "data.num_bins=2")
+    for b in range(2):
+        assert 0 <= results[f"bin{b}_in_bin"] <= results[f"bin{b}_validity"] <= 100
+    assert {"validity", "uniqueness", "novelty", "unigram_validity"} <= set(results)
+    system = smiles.System.load(out)
+    assert system.bins is not None and system.bins.name == "mw" and system.bins.num_bins == 2
+    assert len(list(system.generate(GenerationRequest("1:C", num_return_sequences=2, seed=0)))) == 2
+    edges = f"mw bins 0: < {system.bins.edges[0]:.4g}, 1: >= {system.bins.edges[0]:.4g}"
+    for prompt in ("2", "x:C", "C"):
+        assert_error(
+            run_cli("generate", out, "--prompt", prompt),
+            f"--prompt {prompt!r}: this run generates to order; give B or B:PREFIX, B a bin from 0 to 1 ({edges})",
+        )
+
+
+def test_bad_condition_settings_are_one_line(data, tmp_path):
+    cases = {
+        "data.condition=logp": "--set data.condition: 'logp' is not one of prefix, none",
+        "data.property=tpsa": "--set: [data] property ('tpsa') must be one of 'logp', 'qed', 'mw'",
+        "data.num_bins=1": "--set: [data] num_bins (1) must be an integer >= 2 and <= 100",
+    }
+    for setting, message in cases.items():
+        assert_error(run_cli("train", "smiles", "--out", tmp_path / "r", "--set", setting), message)
+    with pytest.raises(DataError, match=r"give equal bin edges .*: use fewer than 100 bins$"):
+        smiles.prepare(config_of(data, "data.condition=prefix", "data.num_bins=100"))
