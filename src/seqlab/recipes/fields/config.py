@@ -66,7 +66,7 @@ class ModelConfig:
     """The spatio-temporal patch Transformer (``seqlab.models.FieldTransformer``): ViT patches, divided
     space-time attention, a linear head per patch."""
 
-    patch_size: int = 4  # p, patch side (divides data.grid)
+    patch_size: int = 8  # p, patch side (divides data.grid)
     d_model: int = 64  # D
     num_heads: int = 4  # N
     d_ff: int = 128  # feed-forward inner size
@@ -147,7 +147,7 @@ class Config:
             schedule="cosine",
             patience=5,
             validate_every=250,
-            time_budget=420.0,
+            time_budget=360.0,
         )
     )
     eval: EvalConfig = field(default_factory=EvalConfig)

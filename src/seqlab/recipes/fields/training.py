@@ -161,18 +161,20 @@ def plot_forecast(path: Path, forecasts: FieldForecasts, results: dict[str, floa
     one column a lead) and the RMSE and ACC by lead of the model, persistence and climatology."""
     leads = config.eval.leads
     limit = float(np.abs(forecasts.truth[0]).max())
-    figure = Figure(figsize=(3.0 * len(leads) + 4.5, 8))
-    grid = figure.add_gridspec(3, len(leads) + 1, width_ratios=[1.0] * len(leads) + [1.4])
+    figure = Figure(figsize=(2.6 * len(leads) + 5.0, 8), layout="constrained")
+    grid = figure.add_gridspec(3, len(leads) + 1, width_ratios=[1.0] * len(leads) + [1.6])
+    fields = []
     rows = (("truth", forecasts.truth[0]), ("patch Transformer", forecasts.model[0]))
     rows += (("forecast - truth", forecasts.model[0] - forecasts.truth[0]),)
     for column, lead in enumerate(leads):
         for row, (title, shown) in enumerate(rows):
             ax = figure.add_subplot(grid[row, column])
+            fields.append(ax)
             image = ax.imshow(shown[lead - 1], origin="lower", cmap="RdBu_r", vmin=-limit, vmax=limit)
             ax.set_title(f"{title}, lead {lead}", fontsize=8)
             ax.set_xticks([])
             ax.set_yticks([])
-    figure.colorbar(image, ax=figure.axes, location="left", shrink=0.6, label="vorticity")
+    figure.colorbar(image, ax=fields, location="left", shrink=0.6, label="vorticity")
     steps = np.arange(1, config.eval.max_lead + 1)
     for row, metric in enumerate(("rmse", "acc")):
         ax = figure.add_subplot(grid[row, -1])
