@@ -4,8 +4,8 @@ pseudo-spectral solver with ETDRK4 time stepping.
     omega_t + u . grad(omega) = nu lap(omega) - alpha omega + f(y),    f = -n cos(n y),    (x, y) in [0, 2 pi)^2
 
 with u = (psi_y, -psi_x) and lap(psi) = -omega (periodic in both directions). This is the setting of Chandler &
-Kerswell (2013, J. Fluid Mech. 722, 554-595: forcing wavenumber n = 4, nu = 1 / Re; chaotic from Re of about 20,
-"turbulent" at Re = 40) with an optional linear drag alpha (Boffetta & Ecke, 2012, Annu. Rev. Fluid Mech. 44).
+Kerswell (2013, J. Fluid Mech. 722, 554-595: forcing wavenumber n = 4, nu = 1 / Re, their turbulent regime at
+Re = 40) with an optional linear drag alpha (Boffetta & Ecke, 2012, Annu. Rev. Fluid Mech. 44).
 
 In Fourier space (omega_hat at wavevectors k = (k_x, k_y), |k|^2 = k_x^2 + k_y^2) the linear part is diagonal,
 c_k = -nu |k|^2 - alpha, and is integrated exactly by ETDRK4 (Cox & Matthews, 2002; the contour coefficients of

@@ -24,7 +24,7 @@ class DataConfig:
 
     path: str | None = data_file(SERIES)  # a field file (one field a line: grid x grid values, row by row) instead
     grid: int = 32  # N, points a side of the periodic [0, 2 pi)^2 grid
-    reynolds_number: float = 40.0  # Re = 1 / nu (Chandler & Kerswell, 2013: chaotic at 40 with n = 4)
+    reynolds_number: float = 40.0  # Re = 1 / nu (Chandler & Kerswell, 2013: turbulent at 40 with n = 4)
     drag: float = 0.0  # alpha, linear drag
     forcing_wavenumber: int = 4  # n of the forcing -n cos(n y)
     dt: float = 0.1  # time units per solver step (ETDRK4)
