@@ -63,7 +63,7 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The spatio-temporal patch Transformer (``seqlab.models.FieldTransformer``): ViT patches, divided
+    """The spatio-temporal patch Transformer (``seqlab.models.field_forecaster.FieldTransformer``): ViT patches, divided
     space-time attention, a linear head per patch."""
 
     patch_size: int = 8  # p, patch side (divides data.grid)
