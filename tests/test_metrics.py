@@ -1,6 +1,7 @@
 import math
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,6 +10,8 @@ from seqlab.data.vocab import Vocabulary
 from seqlab.metrics import (
     G2PScores,
     LengthCoverage,
+    anomaly_correlation,
+    field_rmse,
     g2p_scores,
     length_coverage,
     perplexity,
@@ -217,3 +220,26 @@ def test_length_coverage_input_errors():
         length_coverage(["a", "b"], [("A",)], [[("A",)]])
     with pytest.raises(ValueError, match="an empty word has no letters to pronounce"):
         length_coverage([""], [("A",)], [[("A",)]])
+
+
+def test_field_rmse_by_hand():
+    truth = np.zeros((2, 2, 2))
+    forecast = np.array([[[1.0, -1.0], [1.0, -1.0]], [[2.0, 0.0], [0.0, 0.0]]])  # errors^2: mean 1; mean 1
+    np.testing.assert_allclose(field_rmse(forecast, truth), [1.0, 1.0], rtol=1e-15)
+    np.testing.assert_allclose(field_rmse(np.array([[3.0, 4.0]]), np.zeros((1, 2))), np.sqrt(12.5), rtol=1e-15)
+    with pytest.raises(ValueError, match=r"forecast \(1, 2\) and truth \(2, 1\) differ in shape"):
+        field_rmse(np.zeros((1, 2)), np.zeros((2, 1)))
+
+
+def test_anomaly_correlation_by_hand():
+    climatology = np.array([[1.0, 1.0], [1.0, 1.0]])
+    truth = np.array([[2.0, 0.0], [1.0, 3.0]])  # o' = [1, -1, 0, 2]
+    forecast = np.array([[2.0, 1.0], [1.0, 2.0]])  # f' = [1, 0, 0, 1]
+    # sum f'o' = 1 + 0 + 0 + 2 = 3; |f'|^2 = 2; |o'|^2 = 6: ACC = 3 / sqrt(12)
+    assert anomaly_correlation(forecast, truth, climatology) == pytest.approx(3 / np.sqrt(12), rel=1e-15)
+    # the sign of the anomaly counts, its size does not; the climatology itself scores 0
+    assert anomaly_correlation(1 + 5 * (truth - 1), truth, climatology) == pytest.approx(1.0, rel=1e-15)
+    assert anomaly_correlation(1 - (truth - 1), truth, climatology) == pytest.approx(-1.0, rel=1e-15)
+    assert anomaly_correlation(climatology, truth, climatology) == 0.0
+    stacked = anomaly_correlation(np.stack([forecast, climatology]), np.stack([truth, truth]), climatology)
+    np.testing.assert_allclose(stacked, [3 / np.sqrt(12), 0.0], rtol=1e-15)

@@ -1,5 +1,5 @@
-"""Evaluation metrics: perplexity, the unigram baseline, and phoneme / word error rates and length coverage for
-grapheme-to-phoneme conversion.
+"""Evaluation metrics: perplexity, the unigram baseline, phoneme / word error rates and length coverage for
+grapheme-to-phoneme conversion, and the root-mean-square error and anomaly correlation of forecast fields.
 
 Edit distances come from ``rapidfuzz.distance.Levenshtein`` (unit-cost insertions, deletions and
 substitutions), which compares sequences of any hashable symbols, here phoneme strings.
@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
 from typing import NamedTuple
 
+import numpy as np
 from rapidfuzz.distance import Levenshtein
 
 
@@ -199,3 +200,37 @@ def unigram_score(
     return UnigramScore(
         nll / len(test_tokens), perplexity(nll, len(test_tokens)), 100.0 * hits / len(test_tokens), len(test_tokens)
     )
+
+
+def field_rmse(forecast: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """Root-mean-square error of each field over its grid: sqrt(mean_ij (f_ij - o_ij)^2) (WeatherBench, Rasp et
+    al., 2020, eq. 2, with equal weights on a flat grid).
+
+    Inputs: forecast, truth: (..., Y, X), the same shape.
+    Outputs: (...), in the field's units.
+    Raises: ValueError if the shapes differ.
+    """
+    if np.shape(forecast) != np.shape(truth):
+        raise ValueError(f"forecast {np.shape(forecast)} and truth {np.shape(truth)} differ in shape")
+    return np.sqrt(((np.asarray(forecast) - truth) ** 2).mean(axis=(-2, -1)))
+
+
+def anomaly_correlation(forecast: np.ndarray, truth: np.ndarray, climatology: np.ndarray) -> np.ndarray:
+    """Anomaly correlation coefficient (ACC) of each field over its grid (Jolliffe & Stephenson, 2012, Sec. 6.4;
+    WeatherBench, Rasp et al., 2020, eq. 3):
+
+        ACC = sum_ij f'_ij o'_ij / sqrt(sum_ij f'_ij^2 sum_ij o'_ij^2),    f' = f - c,  o' = o - c
+
+    the uncentred form (anomalies from the climatology c, not from their own means). A forecast with no anomaly
+    (the climatology itself) has no correlation: its ACC is 0 by this convention.
+
+    Inputs: forecast, truth: (..., Y, X); climatology: broadcastable to them.
+    Outputs: (...), in [-1, 1].
+    Raises: ValueError if forecast and truth differ in shape.
+    """
+    if np.shape(forecast) != np.shape(truth):
+        raise ValueError(f"forecast {np.shape(forecast)} and truth {np.shape(truth)} differ in shape")
+    f, o = np.asarray(forecast) - climatology, np.asarray(truth) - climatology
+    covariance = (f * o).sum(axis=(-2, -1))
+    scale = np.sqrt((f * f).sum(axis=(-2, -1)) * (o * o).sum(axis=(-2, -1)))
+    return np.divide(covariance, scale, out=np.zeros_like(covariance), where=scale > 0)

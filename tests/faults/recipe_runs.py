@@ -110,6 +110,14 @@ def kuramoto_sivashinsky(folder: Path) -> list[str]:
     return [f"data.path={path}", *sizes, "eval.lyapunov_exponent=0.05", "eval.vpt_steps=10", *ONE_STEP]
 
 
+def fields(folder: Path) -> list[str]:
+    rows = [" ".join(f"{((i * 7 + j * 3) % 11) / 5 - 1:.3f}" for j in range(64)) for i in range(60)]
+    path = _write(folder, "fields.txt", "\n".join(rows) + "\n")
+    sizes = ["data.grid=8", "data.forcing_wavenumber=1", "data.input_length=3", "data.horizon=2"]
+    sizes += ["model.patch_size=4", "model.d_model=8", "model.num_heads=2", "model.d_ff=8", "model.num_layers=1"]
+    return [f"data.path={path}", *sizes, "eval.max_lead=3", "eval.plot_leads=1", *ONE_STEP]
+
+
 def chirps(folder: Path) -> list[str]:
     rng = random.Random(0)
     lines = [f"{rng.gauss(0, 1):.4f} {0.5 * ((i % 9) - 4):.4f}" for i in range(6 * 64)]
@@ -152,6 +160,7 @@ TINY_RUNS: dict[str, Callable[[Path], list[str]]] = {
     "bert-mlm": bert_mlm,
     "chirps": chirps,
     "classify": classify,
+    "fields": fields,
     "forecast": forecast,
     "g2p": g2p,
     "kuramoto-sivashinsky": kuramoto_sivashinsky,

@@ -14,6 +14,7 @@ from seqlab.recipes import (
     bert_mlm,
     chirps,
     classify,
+    fields,
     forecast,
     g2p,
     get_recipe,
@@ -59,6 +60,7 @@ def test_the_registry_holds_the_shipped_recipes_by_name():
         "bert-mlm": bert_mlm,
         "chirps": chirps,
         "classify": classify,
+        "fields": fields,
         "forecast": forecast,
         "g2p": g2p,
         "kuramoto-sivashinsky": kuramoto_sivashinsky,
@@ -74,8 +76,8 @@ def test_the_registry_holds_the_shipped_recipes_by_name():
     assert shipped == RECIPES
     assert get_recipe("vowels") is vowels
     available = (
-        "bert-mlm, chirps, classify, forecast, g2p, kuramoto-sivashinsky, lm, protein, smiles, t5-g2p, tagger, "
-        "translate, vec2seq, vowels"
+        "bert-mlm, chirps, classify, fields, forecast, g2p, kuramoto-sivashinsky, lm, protein, smiles, t5-g2p, "
+        "tagger, translate, vec2seq, vowels"
     )
     with pytest.raises(ConfigError, match=rf"^unknown recipe 'gpt'; available: {available}$"):
         get_recipe("gpt")

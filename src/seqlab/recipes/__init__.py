@@ -25,6 +25,7 @@ from seqlab.recipes import (
     bert_mlm,
     chirps,
     classify,
+    fields,
     forecast,
     g2p,
     kuramoto_sivashinsky,
@@ -103,6 +104,7 @@ def recipe_of_checkpoint(directory: Path) -> Recipe:
 register_recipe(bert_mlm)
 register_recipe(chirps)
 register_recipe(classify)
+register_recipe(fields)
 register_recipe(forecast)
 register_recipe(g2p)
 register_recipe(kuramoto_sivashinsky)
