@@ -39,7 +39,7 @@ from seqlab.recipes.base import (
     save_recipe_file,
 )
 from seqlab.recipes.system import SystemOptions
-from seqlab.training.train_config import ScheduledSamplingTrainConfig
+from seqlab.training.train_config import ScheduledSamplingTrainConfig, TrainConfig
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
@@ -163,3 +163,11 @@ def test_read_json_list_names_the_file_and_what_is_wrong(tmp_path):
         assert message.startswith(f"{path}: bad labels file (") and reason in message and "\n" not in message
     path.write_text('{"labels": ["a", "b"]}')
     assert read_json_list(path, "labels") == ["a", "b"]
+
+
+def test_tuples_saved_as_json_lists_load_as_the_tuples(tmp_path):
+    config = dataclasses.replace(chirps.Config(), train=TrainConfig(betas=(0.8, 0.95)))
+    config = dataclasses.replace(config, eval=chirps.EvalConfig(snrs=(3.0, 7.0)))
+    save_recipe_file(tmp_path, chirps.NAME, config)
+    assert '"betas": [\n' in (tmp_path / "recipe.json").read_text()
+    assert load_recipe_config(tmp_path, chirps.Config) == config

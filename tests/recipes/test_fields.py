@@ -18,7 +18,7 @@ def tiny(**data) -> fields.Config:
         data=fields.DataConfig(**(sizes | data)),
         model=fields.ModelConfig(patch_size=4, d_model=8, num_heads=2, d_ff=16, num_layers=1),
         train=TrainConfig(lr=1e-2, batch_size=8, max_steps=3, patience=None),
-        eval=fields.EvalConfig(max_lead=3, stride=2, plot_leads="1 3"),
+        eval=fields.EvalConfig(max_lead=3, stride=2, plot_leads=(1, 3)),
     )
 
 
@@ -122,7 +122,7 @@ def test_a_field_file_is_one_trajectory_split_in_time(tmp_path):
 
 def test_a_test_part_too_short_for_the_leads_is_a_one_line_error(tmp_path):
     config = tiny()
-    config = fields.Config(config.data, config.model, config.train, fields.EvalConfig(max_lead=20, plot_leads="1"))
+    config = fields.Config(config.data, config.model, config.train, fields.EvalConfig(max_lead=20, plot_leads=(1,)))
     with pytest.raises(DataError, match=r"^data: the test part \(8 fields a trajectory\) is shorter than T \+ eval"):
         run_training(fields, config, tmp_path / "run", progress=False, log=lambda line: None)
     assert not (tmp_path / "run").exists()
@@ -135,8 +135,8 @@ def test_a_test_part_too_short_for_the_leads_is_a_one_line_error(tmp_path):
         ("data.grid=31", "--set: [data] grid (31) must be even"),
         ("data.forcing_wavenumber=11", "--set: [data] forcing_wavenumber (11) must be an integer >= 0 and <= 9"),
         (
-            "eval.plot_leads=1 9",
-            "--set: [eval] plot_leads ('1 9') must be leads between 1 and max_lead (8) separated by spaces",
+            "eval.plot_leads=1,9",
+            "--set: [eval] plot_leads ((1, 9)) must be leads between 1 and max_lead (8)",
         ),
         ("model.d_model=10", "--set: [model] d_model (10) must be even and divisible by num_heads (4)"),
     ],

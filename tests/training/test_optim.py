@@ -150,10 +150,6 @@ def test_betas_reach_adam_and_adamw(optimizer):
     }
 
 
-def test_betas_saved_as_a_json_list_load_as_the_tuple():
-    assert TrainConfig(betas=[0.8, 0.95]) == TrainConfig(betas=(0.8, 0.95))
-
-
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

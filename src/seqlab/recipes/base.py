@@ -14,6 +14,7 @@ import json
 import math
 import os
 import time
+import types
 import typing
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -472,7 +473,15 @@ def _load_section(annotation: Any, saved: dict[str, Any]) -> Any:
             dropped.discard(name)
     if dropped:
         raise TypeError(f"unexpected keys {', '.join(sorted(dropped))}")
-    return section(**{k: v for k, v in saved.items() if k in known})
+    hints = typing.get_type_hints(section)
+    return section(**{k: _as_saved(v, hints[k]) for k, v in saved.items() if k in known})
+
+
+def _as_saved(value: Any, annotation: Any) -> Any:
+    """A saved value as its field holds it: JSON's list as the tuple of a ``tuple[...]`` field."""
+    kinds = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    is_tuple = any(typing.get_origin(kind) is tuple for kind in kinds)
+    return tuple(value) if is_tuple and isinstance(value, list) else value
 
 
 def read_json_list(path: Path, key: str) -> list[Any]:

@@ -179,8 +179,6 @@ class TrainConfig:
 
     def _check_optimizer(self) -> None:
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        if isinstance(self.betas, list):  # as recipe.json saves it
-            object.__setattr__(self, "betas", tuple(self.betas))
         if not (
             isinstance(self.betas, tuple)
             and len(self.betas) == 2

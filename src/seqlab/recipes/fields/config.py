@@ -111,25 +111,14 @@ class EvalConfig:
 
     max_lead: int = 8  # leads 1..max_lead scored, the model fed its own forecasts H at a time past H
     stride: int = 4  # samples between the origins of the test forecasts in each trajectory
-    plot_leads: str = "1 4 8"  # leads shown in forecast.png, separated by spaces
+    plot_leads: tuple[int, ...] = (1, 4, 8)  # leads shown in forecast.png: --set eval.plot_leads=1,4,8
 
     def __post_init__(self) -> None:
         check_int("max_lead", self.max_lead, maximum=10_000)
         check_int("stride", self.stride, maximum=10_000)
-        try:
-            leads = [int(v) for v in self.plot_leads.split()] if isinstance(self.plot_leads, str) else []
-        except ValueError:
-            leads = []
-        if not leads or not all(1 <= v <= self.max_lead for v in leads):
-            raise ConfigError(
-                f"plot_leads ({self.plot_leads!r}) must be leads between 1 and max_lead ({self.max_lead}) "
-                "separated by spaces"
-            )
-
-    @property
-    def leads(self) -> tuple[int, ...]:
-        """The leads of ``plot_leads``."""
-        return tuple(int(v) for v in self.plot_leads.split())
+        leads = self.plot_leads
+        if not leads or not all(isinstance(v, int) and 1 <= v <= self.max_lead for v in leads):
+            raise ConfigError(f"plot_leads ({leads!r}) must be leads between 1 and max_lead ({self.max_lead})")
 
 
 @dataclass(frozen=True)

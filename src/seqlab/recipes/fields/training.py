@@ -138,7 +138,7 @@ class FieldTraining:
                 f"persistence {results[f'persistence_rmse_lead{h}']:.3f} ({results[f'persistence_acc_lead{h}']:.3f})",
                 f"model {results[f'rmse_lead{h}']:.3f} ({results[f'acc_lead{h}']:.3f})",
             )
-            for h in self.system.config.eval.leads
+            for h in self.system.config.eval.plot_leads
         ]
         return Report(results, examples)
 
@@ -159,7 +159,7 @@ class FieldTraining:
 def plot_forecast(path: Path, forecasts: FieldForecasts, results: dict[str, float], config: Config) -> None:
     """Write a PNG: the first test forecast at eval.plot_leads (truth, the model's forecast and their difference,
     one column a lead) and the RMSE and ACC by lead of the model, persistence and climatology."""
-    leads = config.eval.leads
+    leads = config.eval.plot_leads
     limit = float(np.abs(forecasts.truth[0]).max())
     figure = Figure(figsize=(2.6 * len(leads) + 5.0, 8), layout="constrained")
     grid = figure.add_gridspec(3, len(leads) + 1, width_ratios=[1.0] * len(leads) + [1.6])
