@@ -1,4 +1,4 @@
-"""``--backend onnxruntime`` for the recipes whose models are exported whole (classify, tagger, forecast): an
+"""``--backend onnxruntime`` for the recipes whose models are exported whole (classify, tagger, forecast, vowels): an
 ``OnnxModel`` called as the module gives the module's output type and values (float32, within 1e-5, on shapes other
 than the export's), and each system predicts through it what it predicts in torch. Each run is exported once."""
 
@@ -20,10 +20,10 @@ from seqlab.data.vocab import Vocabulary
 from seqlab.export import MANIFEST_FILE, OnnxModel, export_onnx, load_onnx_model
 from seqlab.models import load_pretrained
 from seqlab.models.bert import BertConfig, BertForTokenClassification
-from seqlab.models.classifier import ClassifierOutput
+from seqlab.models.classifier import ClassifierOutput, Seq2VecClassifier
 from seqlab.models.forecaster import Forecaster, ForecasterConfig
 from seqlab.models.tagger import TaggerOutput
-from seqlab.recipes import forecast, load_system, tagger
+from seqlab.recipes import forecast, load_system, tagger, vowels
 from seqlab.recipes.base import save_recipe_file
 from seqlab.recipes.system import SystemOptions
 
@@ -132,6 +132,19 @@ def test_forecast_predicts_and_rolls_out_through_onnxruntime_what_it_does_in_tor
         onnx_system.forecast(window, steps=8), torch_system.forecast(window, steps=8), rtol=0, atol=1e-5
     )
     assert onnx_system.evaluate(str(series)).keys() == torch_system.evaluate(str(series)).keys()
+
+
+def test_vowels_classifies_through_onnxruntime_what_it_classifies_in_torch(tmp_path):
+    config = vowels.Config(model=vowels.VowelsModelConfig(hidden_size=4))
+    torch.manual_seed(0)
+    model = Seq2VecClassifier(config.model.model_config(input_size=3, num_classes=4))
+    vowels.VowelsSystem(model, list("abcd"), np.zeros(3), np.ones(3), config).save(tmp_path)
+    save_recipe_file(tmp_path, "vowels", config)
+    _exported(tmp_path)
+    rng = np.random.default_rng(4)
+    series = [rng.normal(size=(t, 3)).astype(np.float32) for t in (9, 2, 13, 5)]  # the export traced 2 x 4
+    expected = load_system(tmp_path).classify(series)
+    assert load_system(tmp_path, ONNX).classify(series) == expected
 
 
 def test_a_bert_head_called_through_onnxruntime_takes_the_modules_defaults(tmp_path):

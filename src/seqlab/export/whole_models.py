@@ -24,6 +24,7 @@ module's output type (``output(values)``): so an ``OnnxModel`` (``seqlab.export.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -207,9 +208,9 @@ class RecurrentLayerGraph(nn.Module):
 
 
 def recurrent_layer_graph(layer: RNN | GRU | LSTM, *, name: str = "layer") -> Graph:
-    """A recurrent layer's graph (module docstring), traced in float32 eval mode on 2 sequences of 4 and 3 steps,
-    with dynamic batch and time axes."""
-    layer = layer.float().eval()
+    """A recurrent layer's graph (module docstring): a float32 copy of ``layer`` in eval mode (``layer`` itself is
+    left as it is), traced on 2 sequences of 4 and 3 steps, with dynamic batch and time axes."""
+    layer = copy.deepcopy(layer).float().eval()
     batch, steps = torch.export.Dim("batch"), torch.export.Dim("steps")
     B, T, LC = 2, 4, layer.num_layers * layer.num_directions
     x = torch.zeros(B, T, layer.input_size) if layer.batch_first else torch.zeros(T, B, layer.input_size)
