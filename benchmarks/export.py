@@ -3,6 +3,11 @@
 step rows   one GPT decode step at batch 1 over a cache of --cache tokens (``GPT.step`` under inference_mode against
             ``OnnxGPT.step``), and one g2p word (encoder, then greedy steps to EOS) of a g2p run (--g2p, default
             the committed fixture) through ``RNNSeq2Seq`` against ``OnnxRNNSeq2Seq``; microseconds per call.
+transformer one g2p Transformer word (encoder, BOS through the prefill graph, greedy steps to EOS) and one decode
+            step over the caches of the word's first --cache-steps target tokens, of a g2p Transformer run
+            (--g2p-transformer, default the committed fixture), ``TransformerSeq2Seq`` against
+            ``OnnxTransformerSeq2Seq``; microseconds per call. The torch step is called on the same state each
+            round, as the GPT step row's, so its cache is copied into a new buffer every call (a few KB here).
 generation  ``seqlab.decoding.generate`` over the torch GPT (torch backend) and over its exported graphs
             (onnxruntime backend) against transformers' ``generate`` on GPT2LMHeadModel with the same weights,
             greedy and beam (K = --beams), --new-tokens tokens after a 16-token prompt, at language_model.py's
@@ -12,6 +17,7 @@ All three must choose the same tokens (checked and printed). One thread by defau
 times are this process's CPU time (--clock wall for wall time). Exports go to a temporary directory first.
 
     python benchmarks/export.py                    # minutes (exports included)
+    python benchmarks/export.py --parts transformer    # the g2p Transformer rows only
     python benchmarks/export.py --new-tokens 8 --repeats 1 --shapes char    # smoke test
 """
 
@@ -28,10 +34,12 @@ from language_model import PROMPT_LENGTH, gpt_pair, hf_generate, median_and_iqr,
 
 from seqlab.decoding import generate, greedy_search
 from seqlab.export import export_onnx, load_step_model
-from seqlab.models import RNNSeq2Seq
+from seqlab.models import RNNSeq2Seq, TransformerSeq2Seq
 
 SHAPES = {"default": (4, 256, 4, 4096), "char": (4, 128, 4, 65)}  # L, D, N, V
-G2P_FIXTURE = Path(__file__).parents[1] / "tests" / "fixtures" / "checkpoints" / "g2p_v0_1"
+FIXTURES = Path(__file__).parents[1] / "tests" / "fixtures" / "checkpoints"
+G2P_FIXTURE, G2P_TRANSFORMER_FIXTURE = FIXTURES / "g2p_v0_1", FIXTURES / "g2p_transformer_v0_1"
+PARTS = ("steps", "transformer", "generation")
 
 
 def parse_args() -> argparse.Namespace:
@@ -41,6 +49,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--beams", type=int, default=5, help="K of the beam rows")
     parser.add_argument("--cache", type=int, default=64, help="cached tokens before the timed GPT step")
     parser.add_argument("--g2p", type=Path, default=G2P_FIXTURE, help="g2p run of the word row")
+    parser.add_argument("--g2p-transformer", type=Path, default=G2P_TRANSFORMER_FIXTURE, help="g2p Transformer run")
+    parser.add_argument("--cache-steps", type=int, default=4, help="target tokens cached before the timed step")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated: {', '.join(PARTS)}")
     parser.add_argument("--word", default="pronunciation", help="the g2p word")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of torch and onnxruntime")
@@ -102,6 +113,35 @@ def step_rows(args: argparse.Namespace, directory: Path) -> None:
     print(f"same g2p tokens: {'yes' if same else 'no'}")
 
 
+def transformer_rows(args: argparse.Namespace, directory: Path) -> None:
+    """One g2p Transformer word and one of its decode steps, torch against onnxruntime (reference: torch)."""
+    run = directory / "g2p_transformer"
+    shutil.copytree(args.g2p_transformer, run)
+    shutil.rmtree(run / "onnx", ignore_errors=True)
+    export_onnx(run, run / "onnx")
+    model, onnx = TransformerSeq2Seq.from_pretrained(run).eval(), load_step_model(run)
+    src = torch.randint(3, model.config.src_vocab_size, (1, len(args.word)), generator=torch.Generator().manual_seed(1))
+    lengths = torch.tensor([len(args.word)])
+    bos, eos = torch.tensor([model.config.bos_id]), model.config.eos_id
+    words = [
+        lambda m=m: greedy_search(m, m.encode(src, lengths), bos, eos_id=eos, max_length=32) for m in (model, onnx)
+    ]
+    prefix = torch.tensor([[model.config.bos_id, *range(3, 2 + args.cache_steps)]])  # (1, cache_steps)
+    token = torch.tensor([5])
+    with torch.inference_mode():
+        same = torch.equal(words[0]().tokens, words[1]().tokens)
+        seconds = time_pair(words, repeats=args.repeats * 4, sync=lambda: None, clock=args.clock)
+        torch_state = model.prefill(prefix, model.encode(src, lengths)).state
+        onnx_state = onnx.prefill(prefix, onnx.encode(src, lengths)).state
+        steps = [lambda: model.step(token, torch_state), lambda: onnx.step(token, onnx_state)]
+        step_seconds = time_pair(steps, repeats=args.repeats * 20, sync=lambda: None, clock=args.clock)
+    row("g2p-T word", "torch", seconds[0], None, 1, "us/word")
+    row("g2p-T word", "onnxruntime", seconds[1], seconds[0], 1, "us/word")
+    row("g2p-T step", "torch", step_seconds[0], None, 1, "us/step")
+    row("g2p-T step", "onnxruntime", step_seconds[1], step_seconds[0], 1, "us/step")
+    print(f"same g2p Transformer tokens: {'yes' if same else 'no'}")
+
+
 def generation_rows(args: argparse.Namespace, name: str, directory: Path) -> None:
     """Greedy and beam generation: torch backend, onnxruntime backend, transformers (reference)."""
     L, D, N, V = SHAPES[name]
@@ -134,9 +174,13 @@ def main() -> None:
     clock = "wall" if args.clock is time.perf_counter else "CPU"
     print(f"torch {torch.__version__}, float32, {torch.get_num_threads()} thread(s), median [IQR] of {clock} times\n")
     print(f"{'row':<18} {'backend':<22} {'value':>11} {'IQR':>17} {'unit':<9} {'ratio':>8} {'ratio IQR':>11}")
+    parts = args.parts.split(",")
     with tempfile.TemporaryDirectory() as tmp:
-        step_rows(args, Path(tmp))
-        for name in args.shapes.split(","):
+        if "steps" in parts:
+            step_rows(args, Path(tmp))
+        if "transformer" in parts:
+            transformer_rows(args, Path(tmp))
+        for name in args.shapes.split(",") if "generation" in parts else ():
             generation_rows(args, name, Path(tmp))
 
 

@@ -18,14 +18,23 @@ from cli_helpers import assert_error, run_cli
 
 from seqlab.decoding import beam_search, generate, greedy_search
 from seqlab.errors import CheckpointError, ConfigError
-from seqlab.export import MANIFEST_FILE, OnnxGPT, OnnxRNNSeq2Seq, export_onnx, load_step_model, read_manifest
+from seqlab.export import (
+    MANIFEST_FILE,
+    OnnxGPT,
+    OnnxRNNSeq2Seq,
+    OnnxTransformerSeq2Seq,
+    export_onnx,
+    load_step_model,
+    read_manifest,
+)
 from seqlab.files import is_bookkeeping, output_kind
-from seqlab.models import GPT, RNNSeq2Seq, load_pretrained
+from seqlab.models import GPT, RNNSeq2Seq, TransformerSeq2Seq, load_pretrained
 from seqlab.models.bert import (
     Bert,
     BertConfig,
     BertForMaskedLM,
     BertForMeanPooledClassification,
+    BertForPreTraining,
     BertForSequenceClassification,
     BertForTokenClassification,
 )
@@ -137,6 +146,88 @@ def test_g2p_greedy_and_beam_search_through_the_graphs_choose_the_modules_tokens
             torch.testing.assert_close(got.tokens, expected.tokens, rtol=0, atol=0)
 
 
+@pytest.fixture(scope="module")
+def g2p_transformer_run(tmp_path_factory):
+    """A copy of the g2p Transformer fixture run (pre-LN, rotary positions, one layer each side), exported."""
+    run = tmp_path_factory.mktemp("g2p_transformer")
+    shutil.copytree(FIXTURES / "g2p_transformer_v0_1", run, dirs_exist_ok=True)
+    export_onnx(run, run / "onnx")
+    return run
+
+
+@pytest.fixture(scope="module")
+def g2p_transformer(g2p_transformer_run):
+    return TransformerSeq2Seq.from_pretrained(g2p_transformer_run).eval(), load_step_model(g2p_transformer_run)
+
+
+def _padded_sources(model, batch: int, steps: int, lengths: list[int], seed: int):
+    """Source ids (batch, steps), padded after ``lengths``, and the lengths (the exports traced 2 x 4)."""
+    src = torch.randint(3, model.config.src_vocab_size, (batch, steps), generator=torch.Generator().manual_seed(seed))
+    lengths = torch.tensor(lengths)
+    src[torch.arange(steps) >= lengths[:, None]] = model.config.pad_id
+    return src, lengths
+
+
+def test_the_transformer_encoder_prefill_and_steps_match_the_module_within_1e5(g2p_transformer):
+    model, onnx = g2p_transformer
+    assert isinstance(onnx, OnnxTransformerSeq2Seq)
+    src, lengths = _padded_sources(model, 3, 7, [7, 2, 5], seed=2)
+    with torch.no_grad():
+        expected, state = model.encode(src, lengths), onnx.encode(src, lengths)
+        assert torch.equal(state.src_keep_mask, expected.src_keep_mask)
+        memory = [t for pair in expected.memory_kv for t in pair]
+        for got, tensor in zip(state.memory, memory, strict=True):
+            torch.testing.assert_close(got, tensor, **TOLERANCE)
+        prefix = torch.tensor([[1, 5, 8], [1, 4, 4], [1, 9, 3]])  # BOS and two forced tokens
+        out, got = model.prefill(prefix, expected), onnx.prefill(prefix, state)
+        torch.testing.assert_close(got.logits, out.logits, **TOLERANCE)
+        expected, state = out.state, got.state
+        for token in (5, 8, 11):
+            tokens = torch.full((3,), token)
+            out, got = model.step(tokens, expected), onnx.step(tokens, state)
+            torch.testing.assert_close(got.logits, out.logits, **TOLERANCE)
+            caches = [t for cache in out.state.caches for t in (cache.keys, cache.values)]
+            for got_cache, cache in zip(got.state.caches, caches, strict=True):
+                torch.testing.assert_close(got_cache, cache, **TOLERANCE)
+            expected, state = out.state, got.state
+        assert state.caches[0].shape[2] == 3 + 3
+
+
+def test_the_models_prefill_is_its_steps_one_token_at_a_time(g2p_transformer):
+    model, _ = g2p_transformer
+    src, lengths = _padded_sources(model, 2, 5, [5, 3], seed=4)
+    prefix = torch.tensor([[1, 5, 8, 6], [1, 4, 4, 9]])
+    with torch.no_grad():
+        state = model.encode(src, lengths)
+        for t in range(4):
+            out = model.step(prefix[:, t], state)
+            state = out.state
+        torch.testing.assert_close(model.prefill(prefix, model.encode(src, lengths)).logits, out.logits)
+
+
+def test_transformer_greedy_and_beam_search_through_the_graphs_choose_the_modules_tokens(g2p_transformer):
+    model, onnx = g2p_transformer
+    src, lengths = _padded_sources(model, 4, 9, [9, 3, 6, 1], seed=3)
+    bos, eos = torch.full((4,), model.config.bos_id), model.config.eos_id
+    with torch.no_grad():
+        for search, options in ((greedy_search, {}), (beam_search, {"num_beams": 3})):
+            expected = search(model, model.encode(src, lengths), bos, eos_id=eos, max_length=12, **options)
+            got = search(onnx, onnx.encode(src, lengths), bos, eos_id=eos, max_length=12, **options)
+            torch.testing.assert_close(got.tokens, expected.tokens, rtol=0, atol=0)
+
+
+def test_predict_on_the_transformer_g2p_with_the_onnxruntime_backend_prints_what_torch_prints(g2p_transformer_run):
+    words = ("hello", "world", "testing", "a")
+    torch_run = run_cli("predict", g2p_transformer_run, *words, "--num-beams", "3", "--nbest", "2")
+    onnx_run = run_cli(
+        "predict", g2p_transformer_run, *words, "--num-beams", "3", "--nbest", "2", "--backend", "onnxruntime"
+    )
+    assert onnx_run.code == 0 and onnx_run.out == torch_run.out
+    manifest = read_manifest(g2p_transformer_run / "onnx")
+    assert manifest["graphs"]["prefill"]["inputs"] == ["tgt_in", "src_keep_mask", "memory.0.key", "memory.0.value"]
+    assert manifest["graphs"]["step"]["outputs"] == ["logits", "present.0.key", "present.0.value"]
+
+
 def test_the_export_directory_has_the_graphs_a_manifest_and_the_runs_files(g2p_run):
     manifest = read_manifest(g2p_run / "onnx")
     assert manifest["model_type"] == "rnn_seq2seq"
@@ -166,14 +257,15 @@ def test_an_existing_out_is_refused_without_overwrite_and_a_non_export_even_with
 
 
 def test_a_model_without_graphs_is_refused_naming_those_that_have_them(tmp_path):
-    run = tmp_path / "run"
-    torch.manual_seed(0)
-    BertForMaskedLM(BertConfig(vocab_size=13, d_model=8, num_heads=2, num_layers=1, d_ff=16)).save_pretrained(run)
+    run = FIXTURES / "lm_lstm_word_9a192c4"
     exported = (
-        "bert, bert_mean_pooled_classification, bert_sequence_classification, bert_token_classification, "
-        "forecaster, gpt, rnn_seq2seq, rnn_sequence_tagger, seq2vec_classifier"
+        "bert, bert_mean_pooled_classification, bert_mlm, bert_pretraining, bert_sequence_classification, "
+        "bert_token_classification, forecaster, gpt, rnn_seq2seq, rnn_sequence_tagger, seq2vec_classifier, "
+        "transformer_seq2seq"
     )
-    with pytest.raises(ConfigError, match=rf"a bert_mlm model cannot be exported yet; exported types: {exported}$"):
+    with pytest.raises(
+        ConfigError, match=rf"a rnn_language_model model cannot be exported yet; exported types: {exported}$"
+    ):
         export_onnx(run, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
@@ -202,10 +294,6 @@ def test_the_onnxruntime_backend_without_an_export_says_how_to_make_one(tmp_path
     assert_error(
         run_cli("generate", run, "--prompt", "th", "--backend", "onnxruntime"),
         f"{run / 'onnx' / MANIFEST_FILE}: missing; make the export with `seqlab export RUN --format onnx`",
-    )
-    assert_error(
-        run_cli("predict", FIXTURES / "classify_9a192c4", "Ivanov", "--backend", "onnxruntime"),
-        "--backend: the classify recipe takes no such option",
     )
 
 
@@ -266,6 +354,8 @@ BERTS = {
     "sequence": BertForSequenceClassification,
     "mean_pooled": BertForMeanPooledClassification,
     "token": BertForTokenClassification,
+    "mlm": BertForMaskedLM,
+    "pretraining": BertForPreTraining,
 }
 
 
@@ -298,6 +388,8 @@ def test_berts_graph_matches_the_module_within_1e5(bert, padded):
                              "token_type_ids": token_type_ids.numpy()})  # fmt: skip
     if isinstance(model, Bert):
         wanted = [expected.last_hidden_state] + ([] if expected.pooled is None else [expected.pooled])
+    elif isinstance(model, BertForPreTraining):
+        wanted = [expected.mlm_logits, expected.nsp_logits]
     else:
         wanted = [expected.logits]
     assert len(got) == len(wanted)

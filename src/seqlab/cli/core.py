@@ -36,7 +36,7 @@ OPTION_FLAGS = {
     "errors": "--errors",
     "backend": "--backend",
 }
-BACKEND_HELP = "run the decoding steps in torch (default) or onnxruntime (needs `seqlab export RUN --format onnx`)"
+BACKEND_HELP = "run the model in torch (default) or onnxruntime (needs `seqlab export RUN --format onnx`)"
 ENSEMBLE_HELP = "more run directories of the same recipe and vocabularies, decoded together with CHECKPOINT"
 RESCORE_HELP = "a run of the same vocabularies (e.g. trained right to left) that re-ranks CHECKPOINT's beam"
 WEIGHT_HELP = "weight w in [0, 1] of --rescore's scores: (1 - w) * beam score + w * its score (default 0.5)"

@@ -12,18 +12,14 @@ and come out of the graph:
   (the previous token and the state -> logits and the recurrent part of the state). The state's tensors are named
   after ``RNNDecoderState``'s fields (``hidden.h``, ``hidden.c``, ``memory``, ``keys``, ``src_keep_mask``,
   ``context``, ``feed``); the fields a model does not use (None) are left out.
-- Seq2vec classifier (``seq2vec_classifier``): ``model`` (``input_ids`` (B, T), or ``features`` (B, T, E) for
-  continuous input, and ``lengths`` (B,) -> ``logits`` (B, C), and ``attention`` (B, T) under attention pooling).
-- BERT (``bert`` and its classification heads ``bert_sequence_classification``, ``bert_mean_pooled_classification``,
-  ``bert_token_classification``): ``model`` (``input_ids``, ``keep_mask`` (padding on the right) and
-  ``token_type_ids``, all (B, T) -> ``logits`` (B, C) or (B, T, C); the body gives ``last_hidden_state`` (B, T, D)
-  and, with a pooler, ``pooled`` (B, D)). T is at most the model's ``max_positions``.
-- Sequence tagger (``rnn_sequence_tagger``): ``model`` (``input_ids`` (B, T), ``lengths`` (B,) -> ``logits``
-  (B, T, K), ``keep_mask`` (B, T)).
-- Forecaster (``forecaster``): ``model`` (``window`` (B, T, C), the last T steps -> ``forecast`` (B, H, C), the
-  next H); T is at most ``max_length`` for the Transformer encoder. The autoregressive head's H steps are unrolled
-  in the graph.
+- Transformer seq2seq (``transformer_seq2seq``): ``encoder`` (source ids and lengths -> ``src_keep_mask`` (B, S)
+  and every decoder layer's cross-attention keys and values, ``memory.{l}.key`` / ``memory.{l}.value``
+  (B, N, S, Dh), computed once per source), ``prefill`` (``tgt_in`` (B, T), the first T target tokens, over the
+  memory -> the next token's logits and the self-attention caches ``present.{l}.*`` (B, N, T, Dh)) and ``step``
+  (one token per row over the memory and the caches ``past.{l}.*`` -> logits and ``present.{l}.*``, one step
+  longer).
 
+Whole models (classifiers, BERT, the tagger, the forecaster) are one graph each: ``seqlab.export.whole_models``.
 Each graph calls the model's own ``forward`` / ``encode`` / ``step``, so the exported equations are the modules'.
 Batch and sequence axes are dynamic (``torch.export.Dim``).
 """
@@ -36,18 +32,9 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from seqlab.errors import ConfigError
-from seqlab.models.bert import (
-    Bert,
-    BertForMeanPooledClassification,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-)
-from seqlab.models.classifier import Seq2VecClassifier
-from seqlab.models.forecaster import Forecaster
 from seqlab.models.language_model.gpt import GPT, GPTState
 from seqlab.models.seq2seq.rnn import RNNDecoderState, RNNSeq2Seq
-from seqlab.models.tagger import RNNSequenceTagger
+from seqlab.models.seq2seq.transformer import TransformerDecoderState, TransformerSeq2Seq
 from seqlab.nn.cells import LSTMState
 from seqlab.nn.kv_cache import KVCache
 
@@ -214,148 +201,106 @@ def rnn_seq2seq_graphs(model: RNNSeq2Seq) -> list[Graph]:
     return [encoder, step]
 
 
-class ClassifierGraph(nn.Module):
-    """model(x (B, T) ids or (B, T, E) features, lengths (B,)) -> (logits (B, C), and the attention pooling's
-    weights (B, T) if it has them), by ``Seq2VecClassifier.forward``."""
+def _pairs(flat: tuple[Tensor, ...]) -> list[tuple[Tensor, Tensor]]:
+    """Per layer (key, value) of tensors flattened as layer 0's key, layer 0's value, layer 1's key, ..."""
+    return [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
 
-    def __init__(self, model: Seq2VecClassifier) -> None:
+
+def _flat(pairs: list[tuple[Tensor, Tensor]] | list[KVCache]) -> tuple[Tensor, ...]:
+    """The inverse of ``_pairs`` (a cache's buffer, if any, left out)."""
+    return tuple(t for pair in pairs for t in pair[:2])
+
+
+class TransformerEncoderGraph(nn.Module):
+    """encoder(src (B, S), src_lengths (B,)) -> (src_keep_mask (B, S), then per decoder layer the cross-attention
+    key and value (B, N, S, Dh)), by ``TransformerSeq2Seq.encode``."""
+
+    def __init__(self, model: TransformerSeq2Seq) -> None:
         super().__init__()
         self.model = model
 
-    def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, ...]:
-        logits, attention = self.model(x, lengths)
-        return (logits,) if attention is None else (logits, attention)
+    def forward(self, src: Tensor, src_lengths: Tensor) -> tuple[Tensor, ...]:
+        state = self.model.encode(src, src_lengths)
+        return (state.src_keep_mask, *_flat(state.memory_kv))
 
 
-def classifier_graphs(model: Seq2VecClassifier) -> list[Graph]:
-    """The seq2vec classifier's ``model`` graph (module docstring), traced on 2 sequences of 4 and 3 steps."""
+class TransformerPrefillGraph(nn.Module):
+    """prefill(tgt_in (B, T), src_keep_mask (B, S), memory (per layer key then value, (B, N, S, Dh))) ->
+    (logits (B, V) of the token after tgt_in, then per layer the self-attention key and value (B, N, T, Dh)), by
+    ``TransformerSeq2Seq.prefill`` from empty caches."""
+
+    def __init__(self, model: TransformerSeq2Seq) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, tgt_in: Tensor, src_keep_mask: Tensor, memory: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        caches = self.model.decoder.empty_caches(tgt_in.shape[0], dtype=memory[0].dtype, device=memory[0].device)
+        out = self.model.prefill(tgt_in, TransformerDecoderState(_pairs(memory), src_keep_mask, caches))
+        return (out.logits, *_flat(out.state.caches))
+
+
+class TransformerStepGraph(nn.Module):
+    """step(tokens (B,), src_keep_mask (B, S), memory as ``prefill``'s, past (per layer key then value,
+    (B, N, T, Dh))) -> (logits (B, V), present (B, N, T + 1, Dh) per layer), by ``TransformerSeq2Seq.step``."""
+
+    def __init__(self, model: TransformerSeq2Seq) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, tokens: Tensor, src_keep_mask: Tensor, memory: tuple[Tensor, ...], past: tuple[Tensor, ...]
+    ) -> tuple[Tensor, ...]:
+        caches = [KVCache(k, v) for k, v in _pairs(past)]
+        out = self.model.step(tokens, TransformerDecoderState(_pairs(memory), src_keep_mask, caches))
+        return (out.logits, *_flat(out.state.caches))
+
+
+def transformer_seq2seq_graphs(model: TransformerSeq2Seq) -> list[Graph]:
+    """The Transformer seq2seq's ``encoder``, ``prefill`` and ``step`` graphs (module docstring), traced on a batch
+    of 2 sources of 4 and 3 steps and 3 target steps."""
     config = model.config
-    batch, steps = torch.export.Dim("batch"), torch.export.Dim("steps")
-    if config.token_input:
-        x, name, axes = torch.full((2, 4), 1), "input_ids", {0: batch, 1: steps}
-    else:
-        x, name, axes = torch.zeros(2, 4, config.input_size), "features", {0: batch, 1: steps}
-    outputs = ["logits", "attention"] if config.pooling == "attention" else ["logits"]
-    return [
-        Graph(
-            "model",
-            ClassifierGraph(model),
-            (x, torch.tensor([4, 3])),
-            [name, "lengths"],
-            outputs,
-            (axes, {0: batch}),
-        )
-    ]
+    L, N, Dh = config.decoder_layers, config.num_heads, config.d_model // config.num_heads
+    batch, source = torch.export.Dim("batch"), torch.export.Dim("source", max=config.max_length)
+    steps, past = torch.export.Dim("steps", max=config.max_length), torch.export.Dim("past", max=config.max_length - 1)
+    B, S, T = 2, 4, 3
+    src, lengths = torch.full((B, S), config.bos_id), torch.tensor([S, S - 1])
+    with torch.no_grad():
+        encoded = TransformerEncoderGraph(model)(src, lengths)
+    names = [f"{{}}.{layer}.{part}" for layer in range(L) for part in ("key", "value")]
+    memory_names = [name.format("memory") for name in names]
+    present = [name.format("present") for name in names]
+    mask_axes, memory_axes = {0: batch, 1: source}, tuple({0: batch, 2: source} for _ in memory_names)
+    encoder = Graph(
+        "encoder",
+        TransformerEncoderGraph(model),
+        (src, lengths),
+        ["src", "src_lengths"],
+        ["src_keep_mask", *memory_names],
+        ({0: batch, 1: source}, {0: batch}),
+    )
+    prefill = Graph(
+        "prefill",
+        TransformerPrefillGraph(model),
+        (torch.full((B, T), config.bos_id), encoded[0], encoded[1:]),
+        ["tgt_in", "src_keep_mask", *memory_names],
+        ["logits", *present],
+        ({0: batch, 1: steps}, mask_axes, memory_axes),
+    )
+    caches = tuple(torch.zeros(B, N, T, Dh) for _ in names)
+    step = Graph(
+        "step",
+        TransformerStepGraph(model),
+        (torch.full((B,), config.bos_id), encoded[0], encoded[1:], caches),
+        ["tokens", "src_keep_mask", *memory_names, *(name.format("past") for name in names)],
+        ["logits", *present],
+        ({0: batch}, mask_axes, memory_axes, tuple({0: batch, 2: past} for _ in caches)),
+    )
+    return [encoder, prefill, step]
 
 
-BertModel = Bert | BertForSequenceClassification | BertForMeanPooledClassification | BertForTokenClassification
-
-
-class BertGraph(nn.Module):
-    """model(input_ids, keep_mask, token_type_ids, all (B, T)) -> the body's (last_hidden_state (B, T, D),
-    pooled (B, D) with a pooler) or a head's (logits,), by the model's ``forward``."""
-
-    def __init__(self, model: BertModel) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids: Tensor, keep_mask: Tensor, token_type_ids: Tensor) -> tuple[Tensor, ...]:
-        out = self.model(input_ids, keep_mask=keep_mask, token_type_ids=token_type_ids)
-        if isinstance(self.model, Bert):
-            return (out.last_hidden_state,) if out.pooled is None else (out.last_hidden_state, out.pooled)
-        return (out.logits,)
-
-
-def bert_graphs(model: BertModel) -> list[Graph]:
-    """BERT's ``model`` graph (module docstring), traced on 2 sequences of 4 and 3 tokens."""
-    config = model.config
-    batch, tokens = torch.export.Dim("batch"), torch.export.Dim("tokens", max=config.max_positions)
-    if isinstance(model, Bert):
-        outputs = ["last_hidden_state", "pooled"] if config.pooler else ["last_hidden_state"]
-    else:
-        outputs = ["logits"]
-    keep_mask = torch.arange(4) < torch.tensor([4, 3])[:, None]
-    return [
-        Graph(
-            "model",
-            BertGraph(model),
-            (torch.full((2, 4), 1), keep_mask, torch.zeros(2, 4, dtype=torch.long)),
-            ["input_ids", "keep_mask", "token_type_ids"],
-            outputs,
-            tuple({0: batch, 1: tokens} for _ in range(3)),
-        )
-    ]
-
-
-class TaggerGraph(nn.Module):
-    """model(input_ids (B, T), lengths (B,)) -> (logits (B, T, K), keep_mask (B, T)), by
-    ``RNNSequenceTagger.forward``."""
-
-    def __init__(self, model: RNNSequenceTagger) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        return tuple(self.model(input_ids, lengths))
-
-
-def tagger_graphs(model: RNNSequenceTagger) -> list[Graph]:
-    """The sequence tagger's ``model`` graph (module docstring), traced on 2 sequences of 4 and 3 steps."""
-    batch, steps = torch.export.Dim("batch"), torch.export.Dim("steps")
-    return [
-        Graph(
-            "model",
-            TaggerGraph(model),
-            (torch.full((2, 4), 1), torch.tensor([4, 3])),
-            ["input_ids", "lengths"],
-            ["logits", "keep_mask"],
-            ({0: batch, 1: steps}, {0: batch}),
-        )
-    ]
-
-
-class ForecasterGraph(nn.Module):
-    """model(window (B, T, C)) -> (forecast (B, H, C),), by ``Forecaster.forward``."""
-
-    def __init__(self, model: Forecaster) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, window: Tensor) -> tuple[Tensor]:
-        return (self.model(window),)
-
-
-def forecaster_graphs(model: Forecaster) -> list[Graph]:
-    """The forecaster's ``model`` graph (module docstring), traced on 2 windows of 4 steps.
-
-    Raises: ConfigError for the ssm encoder, whose S4D kernel is computed in complex numbers that ONNX lacks.
-    """
-    config = model.config
-    if config.encoder == "ssm":
-        raise ConfigError("a forecaster with the ssm encoder cannot be exported yet: ONNX has no complex numbers")
-    longest = config.max_length if config.encoder == "transformer" else None
-    batch, steps = torch.export.Dim("batch"), torch.export.Dim("steps", max=longest)
-    return [
-        Graph(
-            "model",
-            ForecasterGraph(model),
-            (torch.zeros(2, 4, config.channels),),
-            ["window"],
-            ["forecast"],
-            ({0: batch, 1: steps},),
-        )
-    ]
-
-
-# The graphs of each model type that can be exported.
-GRAPH_BUILDERS: dict[str, Callable[[Any], list[Graph]]] = {
+# The decoding graphs of each model type that can be exported (whole models: ``whole_models.WHOLE_MODEL_GRAPHS``).
+STEP_GRAPHS: dict[str, Callable[[Any], list[Graph]]] = {
     GPT.model_type: gpt_graphs,
     RNNSeq2Seq.model_type: rnn_seq2seq_graphs,
-    Seq2VecClassifier.model_type: classifier_graphs,
-    RNNSequenceTagger.model_type: tagger_graphs,
-    Forecaster.model_type: forecaster_graphs,
-    **{
-        bert.model_type: bert_graphs
-        for bert in (Bert, BertForSequenceClassification, BertForMeanPooledClassification, BertForTokenClassification)
-    },
+    TransformerSeq2Seq.model_type: transformer_seq2seq_graphs,
 }

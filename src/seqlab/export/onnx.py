@@ -1,6 +1,7 @@
 """``export_onnx``: a trained run's model as ONNX graphs in a directory of their own, with a manifest.
 
-The export directory holds one ``NAME.onnx`` per graph (``seqlab.export.graphs``), ``export.json`` (the manifest:
+The export directory holds one ``NAME.onnx`` per graph (``seqlab.export.graphs`` for the decoders,
+``seqlab.export.whole_models`` for the rest), ``export.json`` (the manifest:
 the graphs with their inputs and outputs, the model type, the run it came from and the SHA-256 of the run's
 ``model.safetensors``, so that a stale export is refused), and copies of the run's JSON files (``recipe.json``,
 ``config.json``, the tokenizer or vocabularies), so the directory alone tells how to tokenize. It is written aside
@@ -23,7 +24,8 @@ from typing import Any
 import torch
 
 from seqlab.errors import CheckpointError, ConfigError
-from seqlab.export.graphs import GRAPH_BUILDERS, Graph
+from seqlab.export.graphs import STEP_GRAPHS, Graph
+from seqlab.export.whole_models import WHOLE_MODEL_GRAPHS
 from seqlab.files import atomic_path, atomic_write, output_directory
 from seqlab.models.pretrained import load_pretrained
 
@@ -31,6 +33,7 @@ MANIFEST_FILE = "export.json"
 WEIGHTS_FILE = "model.safetensors"
 EXPORT_DIRECTORY = "onnx"  # the default export directory, inside the run (``--backend onnxruntime`` looks there)
 EXTRA_HINT = "pip install -e '.[export]'"
+GRAPH_BUILDERS = {**STEP_GRAPHS, **WHOLE_MODEL_GRAPHS}  # model type -> its graphs
 
 
 def require_modules(*names: str, purpose: str) -> None:
@@ -73,7 +76,7 @@ def export_onnx(run: Path, out: Path, *, overwrite: bool = False) -> dict[str, A
         raise ConfigError(f"{run}: a {model.model_type} model cannot be exported yet; exported types: {supported}")
     model = model.float().eval()
     with output_directory(out, kind="export", overwrite=overwrite, inputs=[run]) as staging:
-        graphs = {graph.name: _export_graph(graph, staging) for graph in builder(model)}
+        graphs = {graph.name: export_graph(graph, staging) for graph in builder(model)}
         copied = [path.name for path in sorted(run.glob("*.json")) if path.is_file()]
         for name in copied:
             atomic_write(staging / name, (run / name).read_bytes())
@@ -91,8 +94,14 @@ def export_onnx(run: Path, out: Path, *, overwrite: bool = False) -> dict[str, A
     return manifest
 
 
-def _export_graph(graph: Graph, directory: Path) -> dict[str, Any]:
-    """Export ``graph`` to ``directory/NAME.onnx``; return its manifest entry (file, inputs, outputs)."""
+@torch.inference_mode(False)
+def export_graph(graph: Graph, directory: Path) -> dict[str, Any]:
+    """Export ``graph`` (e.g. ``seqlab.export.whole_models.recurrent_layer_graph(layer)``) to
+    ``directory/NAME.onnx``, written atomically; return its manifest entry (file, inputs, outputs).
+
+    Raises: ConfigError if the export extra is not installed; StorageError if the file cannot be written.
+    """
+    require_modules("onnx", "onnxscript", purpose="an ONNX export")
     with warnings.catch_warnings():
         # torch.onnx names each dynamic axis once and warns that the others sharing its constraints go unnamed.
         warnings.filterwarnings("ignore", message=".*axis name.*will not be used.*")

@@ -1,14 +1,17 @@
-"""Step models over exported graphs, run by onnxruntime: what ``--backend onnxruntime`` decodes with.
+"""Models over exported graphs, run by onnxruntime: what ``--backend onnxruntime`` predicts and decodes with.
 
-``OnnxGPT`` and ``OnnxRNNSeq2Seq`` implement the decoding step interface (``seqlab.models.interfaces``:
-``step(tokens, state) -> StepOutput(logits, state)``, ``reorder_state``; ``prefill`` and ``context_length`` for the
-language model, ``encode`` for the encoder-decoder), so seqlab's one decoding engine (greedy, beam search,
-sampling, ``seqlab.decoding.generate``) drives them unchanged. Their state is a named tuple of torch tensors (the
-graphs' state inputs, ``seqlab.export.graphs``), handed to onnxruntime as NumPy views without a copy.
+``OnnxGPT``, ``OnnxRNNSeq2Seq`` and ``OnnxTransformerSeq2Seq`` implement the decoding step interface
+(``seqlab.models.interfaces``: ``step(tokens, state) -> StepOutput(logits, state)``, ``reorder_state``; ``prefill``
+and ``context_length`` for the language model, ``encode`` for the encoder-decoders), so seqlab's one decoding engine
+(greedy, beam search, sampling, ``seqlab.decoding.generate``) drives them unchanged. Their state is a named tuple or
+dict of torch tensors (the graphs' state inputs, ``seqlab.export.graphs``), handed to onnxruntime as NumPy views
+without a copy. ``OnnxModel`` runs a whole-model graph (``seqlab.export.whole_models``) called as the module it was
+exported from.
 
-``load_step_model(run)`` reads the export in ``RUN/onnx`` (``seqlab export RUN --format onnx`` makes it) and refuses
-one made from other weights than the run's. onnxruntime is an optional dependency (the ``[export]`` extra),
-imported when a session is made. Sessions use as many threads as torch (``torch.get_num_threads()``).
+``load_step_model(run)`` and ``load_onnx_model(run)`` read the export in ``RUN/onnx`` (``seqlab export RUN --format
+onnx`` makes it) and refuse one made from other weights than the run's. onnxruntime is an optional dependency (the
+``[export]`` extra), imported when a session is made. Sessions use as many threads as torch
+(``torch.get_num_threads()``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from torch import Tensor
 from seqlab.errors import CheckpointError
 from seqlab.export.graphs import RECURRENT_FIELDS
 from seqlab.export.onnx import EXPORT_DIRECTORY, read_manifest, require_modules, weights_digest
+from seqlab.export.whole_models import MODEL_CALLS
 from seqlab.models.interfaces import StepOutput, select_rows
 
 
@@ -126,10 +130,89 @@ class OnnxRNNSeq2Seq:
         }
 
 
-STEP_MODELS = {"gpt": OnnxGPT, "rnn_seq2seq": OnnxRNNSeq2Seq}
+class OnnxTransformerSeq2SeqState(NamedTuple):
+    """A Transformer encoder-decoder's decoding state as the graphs take it, batch at dimension 0 everywhere.
+
+    Attributes:
+        src_keep_mask: (B, S) bool, True at real source steps.
+        memory: per decoder layer the cross-attention key then value, each (B, N, S, Dh).
+        caches: per decoder layer the self-attention key then value, each (B, N, T, Dh); empty before the first
+            step (which then runs the ``prefill`` graph).
+    """
+
+    src_keep_mask: Tensor
+    memory: tuple[Tensor, ...]
+    caches: tuple[Tensor, ...]
 
 
-def load_step_model(run: Path) -> OnnxGPT | OnnxRNNSeq2Seq:
+class OnnxTransformerSeq2Seq:
+    """A Transformer encoder-decoder's ``encoder``, ``prefill`` and ``step`` graphs as a ``StepModel`` with
+    ``encode``. Its arguments, directory and manifest, are as ``OnnxGPT``'s.
+
+    Inputs and outputs: as ``TransformerSeq2Seq.encode`` / ``prefill`` / ``step``, with an
+    ``OnnxTransformerSeq2SeqState``.
+    """
+
+    def __init__(self, directory: Path, manifest: dict[str, Any]) -> None:
+        graphs = manifest["graphs"]
+        self.encoder_graph, self.prefill_graph, self.step_graph = (
+            _Graph(directory / graphs[name]["file"]) for name in ("encoder", "prefill", "step")
+        )
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> OnnxTransformerSeq2SeqState:
+        """The state before the first step: src (B, S) ids, src_lengths (B,)."""
+        outputs = self.encoder_graph.run({"src": src, "src_lengths": src_lengths})
+        memory = tuple(outputs[name] for name in self.encoder_graph.outputs[1:])
+        return OnnxTransformerSeq2SeqState(outputs["src_keep_mask"], memory, ())
+
+    def prefill(self, tgt_in: Tensor, state: OnnxTransformerSeq2SeqState) -> StepOutput:
+        """The first T target tokens tgt_in (B, T) at once, from a state with no caches (``encode``'s)."""
+        feeds = {"tgt_in": tgt_in, **self._source(state)}
+        return self._output(self.prefill_graph.run(feeds), state)
+
+    def step(self, tokens: Tensor, state: OnnxTransformerSeq2SeqState) -> StepOutput:
+        """tokens (B,), the previous output of each row (BOS first, through ``prefill``)."""
+        if not state.caches:
+            return self.prefill(tokens[:, None], state)
+        feeds = {"tokens": tokens, **self._source(state)}
+        feeds.update(zip(self.step_graph.inputs[-len(state.caches) :], state.caches, strict=True))
+        return self._output(self.step_graph.run(feeds), state)
+
+    def reorder_state(self, state: OnnxTransformerSeq2SeqState, index: Tensor) -> OnnxTransformerSeq2SeqState:
+        """The state of rows ``index`` (B',), in that order."""
+        return select_rows(state, index)
+
+    def _source(self, state: OnnxTransformerSeq2SeqState) -> dict[str, Tensor]:
+        """The source's feeds: ``src_keep_mask`` and the memory under the encoder's output names."""
+        names = self.encoder_graph.outputs
+        return {names[0]: state.src_keep_mask, **dict(zip(names[1:], state.memory, strict=True))}
+
+    @staticmethod
+    def _output(outputs: dict[str, Tensor], state: OnnxTransformerSeq2SeqState) -> StepOutput:
+        caches = tuple(value for name, value in outputs.items() if name.startswith("present"))
+        return StepOutput(outputs["logits"], state._replace(caches=caches))
+
+
+class OnnxModel:
+    """A whole-model graph (``model.onnx``) called as the module it was exported from: the same arguments and the
+    same output type (``seqlab.export.whole_models.MODEL_CALLS``), e.g. ``ClassifierOutput(logits, attention)``
+    for ``OnnxModel(...)(x, lengths)``. Its arguments, directory and manifest, are as ``OnnxGPT``'s.
+    """
+
+    def __init__(self, directory: Path, manifest: dict[str, Any]) -> None:
+        self.graph = _Graph(directory / manifest["graphs"]["model"]["file"])
+        self.call = MODEL_CALLS[manifest["model_type"]]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        feeds = dict(zip(self.graph.inputs, self.call.inputs(*args, **kwargs), strict=True))
+        outputs = self.graph.run(feeds)
+        return self.call.output([outputs[name] for name in self.graph.outputs])
+
+
+STEP_MODELS = {"gpt": OnnxGPT, "rnn_seq2seq": OnnxRNNSeq2Seq, "transformer_seq2seq": OnnxTransformerSeq2Seq}
+
+
+def load_step_model(run: Path) -> OnnxGPT | OnnxRNNSeq2Seq | OnnxTransformerSeq2Seq:
     """The onnxruntime step model of run directory ``run``, from its export in ``run/onnx``.
 
     Raises:
@@ -137,16 +220,32 @@ def load_step_model(run: Path) -> OnnxGPT | OnnxRNNSeq2Seq:
         CheckpointError: no export there, one of another model type, or one made from other weights (the run was
             trained further or replaced since): one line saying how to make it afresh.
     """
+    directory, manifest = _current_export(run, STEP_MODELS)
+    return STEP_MODELS[manifest["model_type"]](directory, manifest)
+
+
+def load_onnx_model(run: Path) -> OnnxModel:
+    """The whole-model graph of run directory ``run`` under onnxruntime, from its export in ``run/onnx``.
+
+    Raises: as ``load_step_model``.
+    """
+    directory, manifest = _current_export(run, MODEL_CALLS)
+    return OnnxModel(directory, manifest)
+
+
+def _current_export(run: Path, model_types: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+    """The export directory of ``run`` and its manifest, checked to be of one of ``model_types`` and made from the
+    run's weights. Raises: as ``load_step_model``."""
     require_modules("onnxruntime", purpose="--backend onnxruntime")
     directory = run / EXPORT_DIRECTORY
     manifest = read_manifest(directory)
     model_type = manifest.get("model_type")
-    if model_type not in STEP_MODELS:
-        runs = ", ".join(STEP_MODELS)
+    if model_type not in model_types:
+        runs = ", ".join(model_types)
         raise CheckpointError(f"{directory}: an export of a {model_type} model; --backend onnxruntime runs {runs}")
     if manifest.get("model_sha256") != weights_digest(run):
         raise CheckpointError(
             f"{directory}: exported from other weights than {run / 'model.safetensors'}; "
             f"make it afresh with `seqlab export {run} --format onnx --overwrite`"
         )
-    return STEP_MODELS[model_type](directory, manifest)
+    return directory, manifest

@@ -18,6 +18,7 @@ untrained head forecasts persistence): the usual choice for finely sampled dynam
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -160,13 +161,15 @@ class Forecaster(PretrainedMixin, nn.Module):
         return x[:, -1:] if self.config.residual else 0.0
 
 
-def rollout(model: Forecaster, x: Tensor, steps: int) -> Tensor:
+def rollout(model: Forecaster, x: Tensor, steps: int, *, forward: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """(B, steps, C): ``steps`` future values from windows x (B, L, C), feeding the model's forecasts back H at a
-    time (iterated multi-step forecasting, any head)."""
+    time (iterated multi-step forecasting, any head); ``forward`` is called as ``model`` instead of it (e.g. the
+    model's exported graph)."""
     L, H = x.shape[1], model.config.horizon
+    forward = model if forward is None else forward
     outputs = []
     for _ in range(-(-steps // H)):
-        block = model(x[:, -L:])  # (B, H, C)
+        block = forward(x[:, -L:])  # (B, H, C)
         outputs.append(block)
         x = torch.cat([x, block], dim=1)
     return torch.cat(outputs, dim=1)[:, :steps]

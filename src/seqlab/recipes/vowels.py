@@ -33,6 +33,7 @@ from seqlab.data.timeseries import (
     series_batches,
 )
 from seqlab.errors import CheckpointError, ConfigError, DataError
+from seqlab.export import OnnxModel, load_onnx_model
 from seqlab.files import atomic_write
 from seqlab.models.classifier import Seq2VecClassifier, Seq2VecClassifierConfig
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
@@ -156,6 +157,8 @@ class VowelsSystem:
     Attributes:
         model: the classifier of standardised (T, C) series.  labels: the class names, by class id.
         mean, std: (C,), the training frames' channel statistics.  config: the run's recipe config.
+        onnx_model: what classifying calls instead of ``model``: the run's exported graph under onnxruntime
+            (``--backend onnxruntime``, the one option), else None.
     """
 
     model: Seq2VecClassifier
@@ -163,7 +166,8 @@ class VowelsSystem:
     mean: np.ndarray
     std: np.ndarray
     config: Config
-    OPTIONS: ClassVar[frozenset[str]] = frozenset()
+    onnx_model: OnnxModel | None = None
+    OPTIONS: ClassVar[frozenset[str]] = frozenset({"backend"})
     PREDICT_READS_FILES: ClassVar[bool] = True  # ``FileInputs``: predict's inputs are .ts files
 
     def save(self, directory: Path) -> None:
@@ -174,10 +178,14 @@ class VowelsSystem:
 
     @classmethod
     def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> VowelsSystem:
-        """The run in ``directory``. It takes no options (``OPTIONS`` is empty: callers refuse any given).
+        """The run in ``directory``; with ``options.backend`` "onnxruntime", classifying runs its export in
+        ``directory/onnx``.
 
-        Raises: CheckpointError (one line naming the file) for a missing or malformed file, labels or statistics
-            that do not fit the model, or a recipe.json that describes another model.
+        Raises:
+            CheckpointError: (one line naming the file) for a missing or malformed file, labels or statistics that
+                do not fit the model, or a recipe.json that describes another model; (onnxruntime) the export is
+                missing, stale or of another model.
+            ConfigError: (onnxruntime) onnxruntime is not installed.
         """
         config = load_recipe_config(directory, Config)
         stored = read_json_file(directory / LABELS_FILE, error=CheckpointError, missing="missing")
@@ -194,7 +202,8 @@ class VowelsSystem:
             )
         expected = config.model.model_config(input_size=model.config.input_size, num_classes=len(labels))
         check_model_config(directory, expected, model.config)
-        return cls(model, labels, mean, std, config)
+        onnx_model = load_onnx_model(directory) if options.backend == "onnxruntime" else None
+        return cls(model, labels, mean, std, config, onnx_model)
 
     def predict(self, inputs: Sequence[str]) -> list[SpeakerPrediction]:
         """The class of every series of each ``.ts`` file in ``inputs`` (labelled or not), file by file.
@@ -240,9 +249,10 @@ class VowelsSystem:
         """Predicted class id of each standardised (T_i, C) series."""
         self.model.eval()
         device = model_device(self.model)
+        forward = self.model if self.onnx_model is None else self.onnx_model
         predictions = [0] * len(series)
         for batch in series_batches(series, [0] * len(series), batch_size=EVAL_BATCH_SIZE, shuffle=False):
-            logits = self.model(batch.x.to(device), batch.lengths.to(device)).logits
+            logits = forward(batch.x.to(device), batch.lengths.to(device)).logits
             for row, label in zip(batch.indices.tolist(), logits.argmax(-1).tolist(), strict=True):
                 predictions[row] = label
         return predictions

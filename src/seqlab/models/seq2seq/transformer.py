@@ -191,12 +191,17 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
         attention = out.cross_weights[-1].mean(dim=1) if need_weights else None  # (B, N, T, S) -> (B, T, S)
         return Seq2SeqOutput(self.output(out.output), attention)
 
+    def prefill(self, tgt_in: Tensor, state: TransformerDecoderState) -> StepOutput:
+        """Decode T given tokens at once after the state's cached positions: tgt_in (B, T) -> StepOutput(logits
+        (B, V) of the token after the last, state with caches + T). ``step`` is the case T = 1."""
+        position = state.caches[0].length
+        x = self._embed(self.tgt_embedding, tgt_in, position)  # (B, T, D)
+        out = self.decoder(x, state.memory_kv, memory_keep_mask=state.src_keep_mask, caches=state.caches)
+        return StepOutput(self.output(out.output[:, -1]), state._replace(caches=out.caches))
+
     def step(self, tokens: Tensor, state: TransformerDecoderState) -> StepOutput:
         """One decoding step: tokens (B,) previous outputs -> StepOutput(logits (B, V), state with caches + 1)."""
-        position = state.caches[0].length
-        x = self._embed(self.tgt_embedding, tokens.unsqueeze(1), position)  # (B, 1, D)
-        out = self.decoder(x, state.memory_kv, memory_keep_mask=state.src_keep_mask, caches=state.caches)
-        return StepOutput(self.output(out.output).squeeze(1), state._replace(caches=out.caches))
+        return self.prefill(tokens.unsqueeze(1), state)
 
     def attention_step(self, tokens: Tensor, state: TransformerDecoderState) -> tuple[StepOutput, Tensor]:
         """``step`` with the last decoder layer's cross-attention weights averaged over heads (B, S), as

@@ -15,6 +15,7 @@ from seqlab.data.tokenizers import load_tokenizer
 from seqlab.data.vocab import Vocabulary
 from seqlab.data.wordpiece import WordPieceTokenizer
 from seqlab.errors import CheckpointError, DataError
+from seqlab.export import OnnxModel, load_onnx_model
 from seqlab.files import atomic_write
 from seqlab.models.bert import BertTaskModel
 from seqlab.models.pretrained import load_pretrained
@@ -51,13 +52,19 @@ class ClassPrediction:
 @dataclass
 class ClassifySystem:
     """A trained classifier with its vocabulary (characters, or a BERT arm's WordPiece) and class names: what a
-    run directory holds. It takes no options."""
+    run directory holds. Its one option is ``backend``.
 
-    OPTIONS: ClassVar[frozenset[str]] = frozenset()
+    Attributes:
+        onnx_model: what predictions call instead of ``model``: the run's exported graph under onnxruntime
+            (``--backend onnxruntime``), else None.
+    """
+
+    OPTIONS: ClassVar[frozenset[str]] = frozenset({"backend"})
 
     model: nn.Module
     vocab: Vocabulary | WordPieceTokenizer
     labels: list[str]
+    onnx_model: OnnxModel | None = None
 
     def save(self, directory: Path) -> None:
         """Write the model, the vocabulary and the class names (``run_training`` adds ``recipe.json``)."""
@@ -70,10 +77,14 @@ class ClassifySystem:
 
     @classmethod
     def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> ClassifySystem:
-        """The run in ``directory`` (``options``: none taken).
+        """The run in ``directory``; with ``options.backend`` "onnxruntime", predictions run its export in
+        ``directory/onnx``.
 
-        Raises: CheckpointError (one line naming the file) for a missing or malformed file, or a vocabulary of
-            the other kind than the model (WordPiece for a BERT, characters otherwise).
+        Raises:
+            CheckpointError: (one line naming the file) for a missing or malformed file, or a vocabulary of the
+                other kind than the model (WordPiece for a BERT, characters otherwise); (onnxruntime) the export is
+                missing, stale or of another model.
+            ConfigError: (onnxruntime) onnxruntime is not installed.
         """
         load_recipe_config(directory, Config)
         labels = read_json_list(directory / LABELS_FILE, "labels")
@@ -84,6 +95,8 @@ class ClassifySystem:
         system = cls(load_pretrained(directory), vocab, labels)
         if isinstance(vocab, WordPieceTokenizer) != isinstance(system.model, BertTaskModel):
             raise CheckpointError(f"{directory}: its vocabulary does not belong to its {system.model.model_type} model")
+        if options.backend == "onnxruntime":
+            system.onnx_model = load_onnx_model(directory)
         return system
 
     @property
@@ -119,7 +132,9 @@ class ClassifySystem:
     def accuracy(self, examples: Sequence[LabelledText], *, source: str) -> float:
         """Percent of examples whose predicted class is the labelled one."""
         targets = self.targets(examples, source=source)
-        predictions = predict_classes(self.model, self.encode([e.text for e in examples], source=source))
+        predictions = predict_classes(
+            self.model, self.encode([e.text for e in examples], source=source), forward=self.onnx_model
+        )
         return 100.0 * sum(p == t for p, t in zip(predictions, targets, strict=True)) / len(targets)
 
     def predict(self, inputs: Sequence[str]) -> list[ClassPrediction]:
@@ -127,7 +142,8 @@ class ClassifySystem:
 
         Raises: DataError (``command line: ...``) for a text the vocabulary cannot encode.
         """
-        logits = predict_logits(self.model, self.encode(inputs, source="command line"))  # (N, C)
+        ids = self.encode(inputs, source="command line")
+        logits = predict_logits(self.model, ids, forward=self.onnx_model)  # (N, C)
         probabilities = logits.softmax(-1).tolist()
         return [
             ClassPrediction(text, self.labels[best], dict(zip(self.labels, p, strict=True)))

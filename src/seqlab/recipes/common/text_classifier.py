@@ -7,8 +7,9 @@ minimises the cross-entropy of the labelled class (nats per text), validated by 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -43,30 +44,39 @@ def bilstm_config(
     )
 
 
-def class_logits(model: nn.Module, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """(B, C) logits of right-padded inputs x (B, T) of lengths (B,), for a character model or a BERT task model."""
+def class_logits(
+    model: nn.Module, x: torch.Tensor, lengths: torch.Tensor, *, forward: Callable[..., Any] | None = None
+) -> torch.Tensor:
+    """(B, C) logits of right-padded inputs x (B, T) of lengths (B,), for a character model or a BERT task model;
+    ``forward`` is called as ``model`` instead of it (the run's exported graph, ``seqlab.export.OnnxModel``)."""
+    forward = model if forward is None else forward
     if isinstance(model, BertTaskModel):
         keep_mask = torch.arange(x.shape[1], device=x.device) < lengths.to(x.device).unsqueeze(1)  # (B, T)
-        return model(x, keep_mask=keep_mask).logits
-    return model(x, lengths).logits
+        return forward(x, keep_mask=keep_mask).logits
+    return forward(x, lengths).logits
 
 
 @torch.no_grad()
-def predict_logits(model: nn.Module, ids: Sequence[Sequence[int]]) -> torch.Tensor:
-    """(N, C) logits of the N id sequences, in their order, with ``model`` in eval mode (on CPU)."""
+def predict_logits(
+    model: nn.Module, ids: Sequence[Sequence[int]], *, forward: Callable[..., Any] | None = None
+) -> torch.Tensor:
+    """(N, C) logits of the N id sequences, in their order, with ``model`` in eval mode (on CPU), or ``forward``
+    called as it (``class_logits``)."""
     model.eval()
     device = model_device(model)
     rows: list[torch.Tensor] = [torch.empty(0)] * len(ids)
     for batch in token_batches(ids, [0] * len(ids), batch_size=EVAL_BATCH_SIZE, pad_id=PAD_ID, shuffle=False):
-        logits = class_logits(model, batch.x.to(device), batch.lengths).cpu()
+        logits = class_logits(model, batch.x.to(device), batch.lengths, forward=forward).cpu()
         for i, row in zip(batch.indices.tolist(), logits, strict=True):
             rows[i] = row
     return torch.stack(rows) if rows else torch.empty(0, 0)
 
 
-def predict_classes(model: nn.Module, ids: Sequence[Sequence[int]]) -> list[int]:
+def predict_classes(
+    model: nn.Module, ids: Sequence[Sequence[int]], *, forward: Callable[..., Any] | None = None
+) -> list[int]:
     """The most likely class id of each id sequence (``predict_logits``' argmax)."""
-    return predict_logits(model, ids).argmax(-1).tolist() if ids else []
+    return predict_logits(model, ids, forward=forward).argmax(-1).tolist() if ids else []
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import torch
 from seqlab.data.files import read_json_file
 from seqlab.data.forecasting import Scaler, read_series, window_origins, windows
 from seqlab.errors import CheckpointError, DataError
+from seqlab.export import OnnxModel, load_onnx_model
 from seqlab.files import atomic_write
 from seqlab.models.forecaster import Forecaster, rollout
 from seqlab.recipes.base import load_recipe_config, model_device
@@ -52,6 +53,8 @@ class ForecastSystem:
         mase_scale: (C,), MASE's denominators (the seasonal naive in-sample MAE of the training part).
         season: m, of the seasonal naive baseline.
         config: the recipe config of the run (its window and series).
+        onnx_model: what forecasts call instead of ``model``: the run's exported graph under onnxruntime
+            (``--backend onnxruntime``, the one option), else None.
     """
 
     model: Forecaster
@@ -59,7 +62,8 @@ class ForecastSystem:
     mase_scale: np.ndarray
     season: int
     config: Config
-    OPTIONS: ClassVar[frozenset[str]] = frozenset()
+    onnx_model: OnnxModel | None = None
+    OPTIONS: ClassVar[frozenset[str]] = frozenset({"backend"})
     PREDICT_READS_FILES: ClassVar[bool] = True  # ``FileInputs``: predict's inputs are series files
 
     def save(self, directory: Path) -> None:
@@ -75,10 +79,13 @@ class ForecastSystem:
 
     @classmethod
     def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> ForecastSystem:
-        """The run in ``directory``. It takes no options (``OPTIONS`` is empty: callers refuse any given).
+        """The run in ``directory``; with ``options.backend`` "onnxruntime", forecasts run its export in
+        ``directory/onnx``.
 
-        Raises: CheckpointError (one line naming the file) for a missing or unreadable recipe.json, scaling file
-            or model.
+        Raises:
+            CheckpointError: (one line naming the file) for a missing or unreadable recipe.json, scaling file or
+                model; (onnxruntime) the export is missing, stale or of another model.
+            ConfigError: (onnxruntime) onnxruntime is not installed.
         """
         config = load_recipe_config(directory, Config)
         saved = read_json_file(directory / SCALING_FILE, error=CheckpointError)
@@ -87,7 +94,8 @@ class ForecastSystem:
             scale, season = np.asarray(saved["mase_scale"]), int(saved["season"])
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{directory / SCALING_FILE}: unreadable ({e})") from None
-        return cls(Forecaster.from_pretrained(directory), scaler, scale, season, config)
+        onnx_model = load_onnx_model(directory) if options.backend == "onnxruntime" else None
+        return cls(Forecaster.from_pretrained(directory), scaler, scale, season, config, onnx_model)
 
     def predict(self, inputs: Sequence[str]) -> list[Forecast]:
         """The H steps after the end of each series file of ``inputs`` (one step a line, C numbers), or of the
@@ -144,7 +152,7 @@ class ForecastSystem:
         ``steps`` beyond H roll the model out on its own forecasts (default H)."""
         self.model.eval()
         x = torch.as_tensor(self.scaler.transform(inputs), dtype=torch.float32, device=model_device(self.model))
-        out = rollout(self.model, x, steps or self.model.config.horizon)
+        out = rollout(self.model, x, steps or self.model.config.horizon, forward=self.onnx_model)
         return self.scaler.inverse(out.cpu().double().numpy())
 
     def score(self, values: np.ndarray, origins: np.ndarray) -> dict[str, float]:

@@ -30,7 +30,7 @@ from seqlab.decoding.coverage import CoverageStepModel, coverage_penalty
 from seqlab.decoding.ensemble import EnsembleStepModel
 from seqlab.decoding.greedy import greedy_search
 from seqlab.errors import CheckpointError, ConfigError, DataError, UnknownSymbolError
-from seqlab.export import OnnxRNNSeq2Seq, load_step_model
+from seqlab.export import OnnxRNNSeq2Seq, OnnxTransformerSeq2Seq, load_step_model
 from seqlab.metrics import g2p_scores
 from seqlab.models.seq2seq.rnn import RNNSeq2Seq
 from seqlab.models.seq2seq.transformer import TransformerSeq2Seq
@@ -104,7 +104,7 @@ class G2PSystem:
     num_beams: int | None = None
     nbest: int = 1
     errors: Path | None = None
-    step_model: OnnxRNNSeq2Seq | None = None
+    step_model: OnnxRNNSeq2Seq | OnnxTransformerSeq2Seq | None = None
 
     def save(self, directory: Path) -> None:
         """Write the model and both vocabularies (``run_training`` adds ``recipe.json``, which ``load`` reads)."""

@@ -18,6 +18,7 @@ from seqlab.data.files import read_json_file
 from seqlab.data.forecasting import Scaler, read_series, window_origins, windows
 from seqlab.data.kuramoto_sivashinsky import ks_trajectory
 from seqlab.errors import CheckpointError, DataError
+from seqlab.export import OnnxModel, load_onnx_model
 from seqlab.files import atomic_write
 from seqlab.models.forecaster import Forecaster, rollout
 from seqlab.recipes.base import check_model_config, load_recipe_config, model_device
@@ -81,6 +82,8 @@ class KSSystem:
         lyapunov_exponent: lambda_1 of the simulation (1 / time unit), by two trajectories.
         field_scale: sqrt(<||u||^2>) over the training part, E(t)'s denominator.
         config: the recipe config of the run.
+        onnx_model: what forecasts call instead of ``model``: the run's exported graph under onnxruntime
+            (``--backend onnxruntime``, the one option), else None.
     """
 
     model: Forecaster
@@ -88,7 +91,8 @@ class KSSystem:
     lyapunov_exponent: float
     field_scale: float
     config: Config
-    OPTIONS: ClassVar[frozenset[str]] = frozenset()
+    onnx_model: OnnxModel | None = None
+    OPTIONS: ClassVar[frozenset[str]] = frozenset({"backend"})
     PREDICT_READS_FILES: ClassVar[bool] = True  # ``FileInputs``: predict's inputs are field files
 
     def save(self, directory: Path) -> None:
@@ -104,10 +108,14 @@ class KSSystem:
 
     @classmethod
     def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> KSSystem:
-        """The run in ``directory``. It takes no options (``OPTIONS`` is empty: callers refuse any given).
+        """The run in ``directory``; with ``options.backend`` "onnxruntime", forecasts run its export in
+        ``directory/onnx``.
 
-        Raises: CheckpointError (one line naming the file) for a missing or unreadable file, or a recipe.json that
-            describes another model than config.json.
+        Raises:
+            CheckpointError: (one line naming the file) for a missing or unreadable file, or a recipe.json that
+                describes another model than config.json; (onnxruntime) the export is missing, stale or of another
+                model.
+            ConfigError: (onnxruntime) onnxruntime is not installed.
         """
         config = load_recipe_config(directory, Config)
         saved = read_json_file(directory / DYNAMICS_FILE, error=CheckpointError, missing="missing")
@@ -122,7 +130,8 @@ class KSSystem:
         )
         if scaler.mean.shape != (config.data.grid,) or scaler.std.shape != (config.data.grid,):
             raise CheckpointError(f"{directory / DYNAMICS_FILE}: scaling is not of {config.data.grid} grid points")
-        return cls(model, scaler, exponent, scale, config)
+        onnx_model = load_onnx_model(directory) if options.backend == "onnxruntime" else None
+        return cls(model, scaler, exponent, scale, config, onnx_model)
 
     def predict(self, inputs: Sequence[str]) -> list[FieldForecast]:
         """The H fields after the end of each field file of ``inputs`` (one step a line, N numbers), or of the
@@ -169,7 +178,7 @@ class KSSystem:
         both in the field's units."""
         self.model.eval()
         x = torch.as_tensor(self.scaler.transform(inputs), dtype=torch.float32, device=model_device(self.model))
-        return self.scaler.inverse(rollout(self.model, x, steps).cpu().double().numpy())
+        return self.scaler.inverse(rollout(self.model, x, steps, forward=self.onnx_model).cpu().double().numpy())
 
     def free_running(self, values: np.ndarray, origins: np.ndarray) -> ChaosForecasts:
         """The model's and the baselines' forecasts of eval.vpt_steps steps from ``origins`` (B,) of ``values``."""

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import nn
@@ -15,6 +15,7 @@ from seqlab.data.cmudict import Pronunciation, read_cmudict
 from seqlab.data.labelled_text import token_batches
 from seqlab.data.vocab import Vocabulary
 from seqlab.errors import CheckpointError, DataError
+from seqlab.export import OnnxModel, load_onnx_model
 from seqlab.files import atomic_write
 from seqlab.models.bert import BertForTokenClassification
 from seqlab.models.pretrained import load_pretrained
@@ -41,12 +42,19 @@ class StressPrediction(NamedTuple):
 
 @dataclass
 class TaggerSystem:
-    """A trained stress tagger with its phoneme vocabulary and vowel set: what a run directory holds."""
+    """A trained stress tagger with its phoneme vocabulary and vowel set: what a run directory holds. Its one
+    option is ``backend``.
+
+    Attributes:
+        onnx_model: what tagging calls instead of ``model``: the run's exported graph under onnxruntime
+            (``--backend onnxruntime``), else None.
+    """
 
     model: nn.Module  # RNNSequenceTagger or BertForTokenClassification
     vocab: Vocabulary
     vowels: frozenset[str]
-    OPTIONS: ClassVar[frozenset[str]] = frozenset()
+    onnx_model: OnnxModel | None = None
+    OPTIONS: ClassVar[frozenset[str]] = frozenset({"backend"})
 
     def save(self, directory: Path) -> None:
         """Write the model, the phoneme vocabulary and the vowels (``run_training`` adds ``recipe.json``)."""
@@ -56,10 +64,14 @@ class TaggerSystem:
 
     @classmethod
     def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> TaggerSystem:
-        """The run in ``directory``. It takes no options (``OPTIONS`` is empty: callers refuse any given).
+        """The run in ``directory``; with ``options.backend`` "onnxruntime", tagging runs its export in
+        ``directory/onnx``.
 
-        Raises: CheckpointError (one line naming the file) for a missing or malformed recipe.json, vowels file
-            (empty, or naming a phoneme the vocabulary lacks: the tagger would score nothing), vocabulary or model.
+        Raises:
+            CheckpointError: (one line naming the file) for a missing or malformed recipe.json, vowels file (empty,
+                or naming a phoneme the vocabulary lacks: the tagger would score nothing), vocabulary or model;
+                (onnxruntime) the export is missing, stale or of another model.
+            ConfigError: (onnxruntime) onnxruntime is not installed.
         """
         load_recipe_config(directory, Config)
         vowels = read_json_list(directory / VOWELS_FILE, "vowels")
@@ -68,7 +80,8 @@ class TaggerSystem:
         if not vowels or unknown:
             reason = f"{unknown[0]!r} is not a phoneme of the vocabulary" if unknown else "no vowels"
             raise CheckpointError(f"{directory / VOWELS_FILE}: bad vowels file ({reason})")
-        return cls(load_pretrained(directory), vocab, frozenset(vowels))
+        onnx_model = load_onnx_model(directory) if options.backend == "onnxruntime" else None
+        return cls(load_pretrained(directory), vocab, frozenset(vowels), onnx_model)
 
     def predict(self, inputs: Sequence[str]) -> list[StressPrediction]:
         """The stress of each input's vowels (space-separated phonemes, any case; stress digits given are ignored).
@@ -131,7 +144,8 @@ class TaggerSystem:
         for batch in token_batches(
             ids, [0] * len(ids), batch_size=EVAL_BATCH_SIZE, pad_id=self.vocab.pad_id, shuffle=False
         ):
-            labels = step_logits(self.model, batch.x.to(device), batch.lengths).argmax(-1).tolist()  # (B, T)
+            logits = step_logits(self.model, batch.x.to(device), batch.lengths, forward=self.onnx_model)
+            labels = logits.argmax(-1).tolist()  # (B, T)
             for row, length, predicted in zip(batch.indices.tolist(), batch.lengths.tolist(), labels, strict=True):
                 phonemes = inputs[row]
                 predictions[row] = tuple(
@@ -148,9 +162,13 @@ class TaggerSystem:
         return stress_scores(self.tag([key[1] for key in groups], source=source), list(groups.values()))
 
 
-def step_logits(model: nn.Module, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Per-step logits (B, T, K) of either arch for right-padded ids x (B, T) with ``lengths`` (B,) real steps."""
+def step_logits(
+    model: nn.Module, x: torch.Tensor, lengths: torch.Tensor, *, forward: Callable[..., Any] | None = None
+) -> torch.Tensor:
+    """Per-step logits (B, T, K) of either arch for right-padded ids x (B, T) with ``lengths`` (B,) real steps;
+    ``forward`` is called as ``model`` instead of it (the run's exported graph, ``seqlab.export.OnnxModel``)."""
+    forward = model if forward is None else forward
     if isinstance(model, BertForTokenClassification):
         keep_mask = torch.arange(x.shape[1], device=x.device) < lengths.to(x.device).unsqueeze(1)  # (B, T)
-        return model(x, keep_mask=keep_mask).logits
-    return model(x, lengths).logits
+        return forward(x, keep_mask=keep_mask).logits
+    return forward(x, lengths).logits
