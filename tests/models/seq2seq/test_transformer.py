@@ -131,6 +131,27 @@ def test_caches_grow_past_config_max_length(positional):
         assert_close(decode_step_by_step(model, src, lengths, tgt_in), model(src, lengths, tgt_in).logits)
 
 
+LONG_LENGTHS = [17, 3, 22, 15]  # long words (15+ letters) padded beside a short one, as a g2p test batch holds them
+
+
+@pytest.mark.parametrize("positional", POSITIONALS)
+def test_cached_decoding_of_long_padded_words_with_beam_reordering_equals_the_forward(positional):
+    """Issue 25: cached steps on 15+-letter sources at B > 1, the rows permuted between steps as beam search does
+    (the cache copied, shared by two beams, in a new order), give the forward's logits of the permuted rows."""
+    model = make_model(positional, max_length=32)
+    src, lengths, tgt_in = make_batch(LONG_LENGTHS, T=20, seed=2)
+    generator = torch.Generator().manual_seed(3)
+    rows = torch.arange(len(LONG_LENGTHS))  # which original row each beam decodes
+    state = model.encode(src, lengths)
+    with torch.no_grad():
+        for t in range(tgt_in.shape[1]):
+            logits, state = model.step(tgt_in[rows, t], state)
+            expected = model(src[rows], lengths[rows], tgt_in[rows, : t + 1]).logits[:, -1]
+            assert_close(logits, expected)
+            index = torch.randint(len(LONG_LENGTHS), (len(LONG_LENGTHS),), generator=generator)  # repeats rows
+            state, rows = model.reorder_state(state, index), rows[index]
+
+
 class UncachedState(NamedTuple):
     src: Tensor  # (B, S)
     src_lengths: Tensor  # (B,)
