@@ -52,15 +52,17 @@ def _exported(run: Path) -> tuple[torch.nn.Module, OnnxGPT | OnnxRNNSeq2Seq]:
     return load_pretrained(run).eval(), load_step_model(run)
 
 
-@pytest.fixture(scope="module", params=["learned", "rotary"])
+@pytest.fixture(scope="module", params=["learned", "sinusoidal", "rotary"])
 def gpt(request, tmp_path_factory):
-    """(GPT, its graphs under onnxruntime): the lm fixture run (learned positions) and a tiny rotary GPT."""
+    """(GPT, its graphs under onnxruntime): the lm fixture run (learned positions), tiny sinusoidal and rotary GPTs."""
     run = tmp_path_factory.mktemp(f"gpt_{request.param}")
     if request.param == "learned":
         shutil.copytree(FIXTURES / "lm_gpt_9a192c4", run, dirs_exist_ok=True)
     else:
         torch.manual_seed(0)
-        config = GPTConfig(vocab_size=13, context_length=24, d_model=16, num_heads=2, num_layers=2, positional="rotary")
+        config = GPTConfig(
+            vocab_size=13, context_length=24, d_model=16, num_heads=2, num_layers=2, positional=request.param
+        )
         GPT(config).save_pretrained(run)
     return _exported(run)
 

@@ -1,8 +1,9 @@
 """seqlab.models.GPT: invariants of a decoder-only language model.
 
-Cached incremental decoding equals the full forward pass; left-padded prompts equal each prompt alone (learned and
-rotary positions); logits at t never depend on tokens after t; reorder_state picks rows; the context length is
-enforced in one line; the output projection is the token embedding when tied; save_pretrained round-trips.
+Cached incremental decoding equals the full forward pass; left-padded prompts equal each prompt alone (learned,
+sinusoidal and rotary positions); logits at t never depend on tokens after t; reorder_state picks rows; the context
+length is enforced in one line for learned positions; the sinusoidal input is sqrt(D) W_e[x] + PE(pos) by the closed
+form; the output projection is the token embedding when tied; save_pretrained round-trips.
 """
 
 import re
@@ -17,7 +18,7 @@ from seqlab.models import GPT, GPTConfig, GPTState, load_pretrained
 from seqlab.models.language_model import gpt, gpt_char_small
 
 V = 13
-POSITIONALS = ["learned", "rotary"]
+POSITIONALS = ["learned", "sinusoidal", "rotary"]
 
 
 def tiny(positional="learned", **overrides):
@@ -153,6 +154,20 @@ def test_input_past_the_learned_context_length_is_refused_in_one_line():
         model.step(tokens(1, 1)[:, 0], state)
     assert model.context_length == 12
     assert tiny("rotary").context_length is None
+    assert tiny("sinusoidal").context_length is None
+
+
+def test_sinusoidal_input_is_the_scaled_embedding_plus_the_closed_form_code_past_the_context_length():
+    model = tiny("sinusoidal")  # context_length 12, D = 16
+    x = tokens(2, 30)  # 2.5 context lengths
+    seen = []
+    model.decoder.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    model(x)
+    position = torch.arange(30, dtype=torch.float64)[:, None]  # PE(p, 2i) = sin(p / 10000^(2i/D)), cos at 2i+1
+    angle = position / 10000 ** (torch.arange(0, 16, 2, dtype=torch.float64) / 16)
+    pe = torch.stack([angle.sin(), angle.cos()], dim=-1).reshape(30, 16)
+    assert_close(seen[0], 4.0 * model.wte.weight[x] + pe)  # sqrt(16) = 4
+    assert not any("sinusoidal" in name for name in model.state_dict())  # fixed, nothing to save or train
 
 
 def test_tied_output_projection_is_the_token_embedding():
@@ -165,8 +180,9 @@ def test_tied_output_projection_is_the_token_embedding():
     assert not any(p is untied.wte.weight for p in untied.lm_head.parameters())
 
 
-def test_save_pretrained_round_trip_gives_the_same_logits(tmp_path):
-    model = tiny("rotary", tie_embeddings=False).float()
+@pytest.mark.parametrize("positional", ["sinusoidal", "rotary"])
+def test_save_pretrained_round_trip_gives_the_same_logits(tmp_path, positional):
+    model = tiny(positional, tie_embeddings=False).float()
     model.save_pretrained(tmp_path)
     loaded = load_pretrained(tmp_path)
     assert isinstance(loaded, GPT)
@@ -176,10 +192,14 @@ def test_save_pretrained_round_trip_gives_the_same_logits(tmp_path):
 
 
 def test_config_refuses_bad_values_with_the_value_in_the_message():
-    with pytest.raises(ConfigError, match=r"^positional \('absolute'\) must be one of 'learned', 'rotary'$"):
+    with pytest.raises(
+        ConfigError, match=r"^positional \('absolute'\) must be one of 'learned', 'sinusoidal', 'rotary'$"
+    ):
         GPTConfig(positional="absolute")
     with pytest.raises(ValueError, match=r"^d_model \(10\) must be divisible by num_heads \(4\)$"):
         GPTConfig(d_model=10, num_heads=4)
+    with pytest.raises(ValueError, match=r"^sinusoidal positions need an even d_model, got 9$"):
+        GPTConfig(d_model=9, num_heads=3, positional="sinusoidal")
     with pytest.raises(ConfigError, match=r"^dropout \(1\.5\) must be in \[0, 1\)$"):
         GPTConfig(dropout=1.5)
 

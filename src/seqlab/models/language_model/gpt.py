@@ -1,6 +1,7 @@
 """GPT: a decoder-only Transformer language model (Radford et al., 2018; GPT-2, Radford et al., 2019).
 
-    h_0 = W_e[x] + W_p[pos]                       (token embedding plus learned positions; rotary: W_e[x] only)
+    h_0 = W_e[x] + W_p[pos]                       (token embedding plus learned positions; rotary: W_e[x] only;
+                                                   sinusoidal: sqrt(D) W_e[x] + PE(pos), Vaswani et al. 2017)
     h_l = block_l(h_{l-1}),  l = 1..L             (pre-LN: causal self-attention, then a feed-forward network)
     p(x_{t+1} | x_<=t) = softmax(LN_f(h_L)_t W_e^T)   (output projection tied to the token embedding)
 
@@ -28,6 +29,7 @@ from seqlab.nn import (
     IncrementalStep,
     KVCache,
     RotaryEmbedding,
+    SinusoidalPositionalEncoding,
     TransformerDecoderOnly,
     TransformerDecoderOnlyLayer,
     direct_calls,
@@ -35,7 +37,7 @@ from seqlab.nn import (
 from seqlab.nn.transformer_sublayers import drop
 from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_real
 
-POSITIONALS = ("learned", "rotary")
+POSITIONALS = ("learned", "sinusoidal", "rotary")
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu")
 
 
@@ -53,7 +55,7 @@ class GPTConfig:
     num_layers: int = 4  # L
     d_ff: int | None = None  # feed-forward inner size; 4 D if None
     dropout: float = 0.0  # on embeddings, attention weights and sublayer outputs while training
-    positional: Literal["learned", "rotary"] = "learned"  # absolute learned positions (GPT-2) or RoPE
+    positional: Literal["learned", "sinusoidal", "rotary"] = "learned"  # learned (GPT-2), sinusoidal or RoPE
     activation: Literal["gelu_tanh", "gelu", "relu"] = "gelu_tanh"  # GPT-2 uses GELU's tanh form
     layer_norm_eps: float = 1e-5  # epsilon of every layer norm
     bias: bool = True  # biases in linear layers and layer norms
@@ -73,6 +75,8 @@ class GPTConfig:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
         if self.positional == "rotary" and (self.d_model // self.num_heads) % 2:
             raise ValueError(f"rotary positions need an even head_dim, got {self.d_model // self.num_heads}")
+        if self.positional == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")
 
     @property
     def inner_size(self) -> int:
@@ -116,6 +120,9 @@ class GPT(PretrainedMixin, nn.Module):
         D, L = config.d_model, config.num_layers
         self.wte = nn.Embedding(config.vocab_size, D)  # W_e
         self.wpe = nn.Embedding(config.context_length, D) if config.positional == "learned" else None  # W_p
+        self.sinusoidal = None  # PE(pos), fixed: any position has its code
+        if config.positional == "sinusoidal":
+            self.sinusoidal = SinusoidalPositionalEncoding(D, max_length=config.context_length)
         self.drop = nn.Dropout(config.dropout)
         rotary = None
         if config.positional == "rotary":
@@ -154,8 +161,8 @@ class GPT(PretrainedMixin, nn.Module):
 
     @property
     def context_length(self) -> int | None:
-        """Most positions a row may reach: ``config.context_length`` with learned positions, None with rotary
-        ones (computed for any position; quality past the trained length is another matter)."""
+        """Most positions a row may reach: ``config.context_length`` with learned positions, None with sinusoidal
+        or rotary ones (computed for any position; quality past the trained length is another matter)."""
         return self.config.context_length if self.config.positional == "learned" else None
 
     def empty_state(self, batch_size: int) -> GPTState:
@@ -186,6 +193,8 @@ class GPT(PretrainedMixin, nn.Module):
             if not torch.compiler.is_exporting():  # positions are data then; the graph's caller checks the reach
                 self._check_reach(state.caches[0].length + T, next_position)
             x = x + self.wpe(positions)
+        elif self.sinusoidal is not None:  # scaled as in Vaswani et al. (2017, sec. 3.4), so PE does not swamp W_e
+            x = x * math.sqrt(self.config.d_model) + self.sinusoidal.encoding(positions).to(x.dtype)
         # Rotary positions need no per-row shift: <R(m) q, R(n) k> depends on m - n only, the same with or without
         # a row's left pads, and pads are never attended.
         cache_mask = None
@@ -254,6 +263,8 @@ class GPT(PretrainedMixin, nn.Module):
         if self.wpe is not None:
             self._check_reach(caches[0].length + 1, following)
             x = x + direct_calls.embedding(self.wpe, next_position)
+        elif self.sinusoidal is not None:
+            x = x * math.sqrt(self.config.d_model) + self.sinusoidal.encoding(next_position).to(x.dtype)
         if keep_mask is not None:
             keep_mask = torch.cat([keep_mask, keep_mask.new_ones(keep_mask.shape[0], 1)], dim=1)  # (B, S + 1)
         out = fast(x.unsqueeze(1), caches=caches, keep_mask=keep_mask)
@@ -286,7 +297,8 @@ class GPT(PretrainedMixin, nn.Module):
         """Write a Hugging Face GPT-2 folder (config.json + model.safetensors) that
         ``transformers.GPT2LMHeadModel.from_pretrained`` loads with the same logits.
 
-        Raises: ConfigError for a config GPT-2 cannot express (rotary positions, no biases, activation "relu").
+        Raises: ConfigError for a config GPT-2 cannot express (sinusoidal or rotary positions, no biases, activation
+            "relu").
         """
         convert_hf.write_gpt2(Path(directory), self.config, self.state_dict())
 
@@ -300,7 +312,7 @@ def gpt(
     num_layers: int,
     d_ff: int | None = None,
     dropout: float = 0.0,
-    positional: Literal["learned", "rotary"] = "learned",
+    positional: Literal["learned", "sinusoidal", "rotary"] = "learned",
     activation: Literal["gelu_tanh", "gelu", "relu"] = "gelu_tanh",
     tie_embeddings: bool = True,
 ) -> GPT:

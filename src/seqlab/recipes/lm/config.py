@@ -87,7 +87,7 @@ class GPTModelConfig(InitFromConfig):
     num_heads: int = 4  # N
     num_layers: int = 4  # L
     d_ff: int | None = None  # feed-forward inner size, 4 D if None
-    positional: Literal["learned", "rotary"] = "learned"  # learned absolute positions or RoPE
+    positional: Literal["learned", "sinusoidal", "rotary"] = "learned"  # learned or sinusoidal absolute, or RoPE
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -97,7 +97,7 @@ class GPTModelConfig(InitFromConfig):
         for name in ("num_heads", "num_layers"):
             check_int(name, getattr(self, name), maximum=MAX_DEPTH)
         check_int("d_ff", self.d_ff, optional=True, maximum=MAX_WIDTH)
-        check_choice("positional", self.positional, ("learned", "rotary"))
+        check_choice("positional", self.positional, ("learned", "sinusoidal", "rotary"))
         self.model_config(vocab_size=2)  # the model's own checks (d_model % num_heads)
 
     def model_config(self, *, vocab_size: int) -> GPTConfig:
