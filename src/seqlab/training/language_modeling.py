@@ -164,7 +164,7 @@ def perplexity_sliding_window(
     by its number of targets minus one, the losses of the scored tokens are summed exactly. The model runs in
     eval mode (restored afterwards) without gradients; the windows are independent (state None), so
     ``batch_size`` of them go through one forward pass as the rows of a batch (the last, shorter window, if the
-    file ends inside one, in a batch of its own): the same scores as one window at a time, many times faster.
+    file ends inside one, in a batch of its own): the same scores as one window at a time, up to rounding.
 
     Args:
         model: a language model (module docstring), e.g. GPT.
