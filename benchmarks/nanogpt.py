@@ -11,11 +11,13 @@ the train and valid splits are written in nanoGPT's ``data/shakespeare_char`` fo
 Each side runs with its own defaults otherwise: nanoGPT with ``config/train_shakespeare_char.py`` and the
 README's CPU flags (AdamW at 1e-3, warmup 100, cosine to 1e-4, beta2 0.99, weight decay 0.1, evaluation every
 250 steps over 20 batches per split); seqlab with the recipe's defaults (``train.max_steps`` = the iterations,
-no time budget). Wall time is each side's whole process, one after the other (never concurrently), with
-``--threads`` threads: for seqlab it includes its validations, the whole-test-file score and the report's
-examples. Each side keeps the checkpoint of its best validation; one evaluator then scores both on the whole
-valid split: the mean cross-entropy (nats/char) over consecutive blocks of the context length, every character
-of a block predicted from those before it in the block.
+no time budget). Wall time is each side's whole process, with ``--threads`` threads: for seqlab it includes its
+validations, the whole-test-file score and the report's examples. The two sides run at the same time (on a
+shared machine both then see the same load; give it at least 2 x ``--threads`` cores), or one after the other
+with ``--one-at-a-time``; the load average before and after each pair is printed with the table. Each side keeps
+the checkpoint of its best validation; one evaluator then scores both on the whole valid split: the mean
+cross-entropy (nats/char) over consecutive blocks of the context length, every character of a block predicted
+from those before it in the block.
 
     python benchmarks/nanogpt.py --nanogpt-dir ~/src/nanoGPT                     # 2,000 and 5,000 steps
     nice python benchmarks/nanogpt.py --nanogpt-dir ~/src/nanoGPT --iters 2000 --threads 1
@@ -34,6 +36,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO, NamedTuple
 
 import numpy as np
 import torch
@@ -115,20 +118,44 @@ def eval_interval(iters: int) -> int:
     return 250 if iters % 250 == 0 else iters
 
 
-def run_side(command: list[str], *, cwd: Path, threads: int, log: Path) -> float:
-    """Run one side's training process; return its wall time in seconds.
+def start_side(command: list[str], *, cwd: Path, threads: int, log: Path) -> Side:
+    """Start one side's training process, its output to ``log``."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    out = log.open("w")
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    return Side(command, process, log, time.perf_counter(), out)
+
+
+def wait_side(side: Side) -> float:
+    """Wait for one side's process; return its wall time in seconds.
 
     Raises: SystemExit with the log's last lines if the process fails.
     """
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    start = time.perf_counter()
-    with log.open("w") as out:
-        result = subprocess.run(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
-    seconds = time.perf_counter() - start
-    if result.returncode != 0:
-        tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
-        raise SystemExit(f"{command[1]} exited {result.returncode} ({log}):\n{tail}")
+    returncode = side.process.wait()
+    seconds = time.perf_counter() - side.start
+    side.out.close()
+    if returncode != 0:
+        tail = "".join(side.log.read_text().splitlines(keepends=True)[-15:])
+        raise SystemExit(f"{side.command[1]} exited {returncode} ({side.log}):\n{tail}")
     return seconds
+
+
+def run_sides(commands: list[tuple[list[str], Path, Path]], *, threads: int, together: bool) -> list[float]:
+    """Run the (command, cwd, log) sides at the same time or one after the other; their wall times (s)."""
+    if together:
+        sides = [start_side(c, cwd=cwd, threads=threads, log=log) for c, cwd, log in commands]
+        return [wait_side(side) for side in sides]
+    return [wait_side(start_side(c, cwd=cwd, threads=threads, log=log)) for c, cwd, log in commands]
+
+
+class Side(NamedTuple):
+    """A started training process: its command, process, log path, start time and open log file."""
+
+    command: list[str]
+    process: subprocess.Popen
+    log: Path
+    start: float
+    out: IO[str]
 
 
 def parse_args() -> argparse.Namespace:
@@ -138,6 +165,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each side")
     parser.add_argument("--text", type=Path, default=None, help="a UTF-8 text instead of the default corpus")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more seqlab --set values")
+    parser.add_argument("--one-at-a-time", action="store_true", help="run the sides one after the other")
     parser.add_argument("--keep", type=Path, default=None, help="keep the runs and logs in this directory")
     args = parser.parse_args()
     if not (args.nanogpt_dir / "train.py").is_file() or not (args.nanogpt_dir / "model.py").is_file():
@@ -158,7 +186,8 @@ def main() -> None:
     nanogpt_ids = torch.tensor([stoi[c] for c in splits.valid])
     block = SIZE["block_size"]
     print(f"text: {args.text or 'the default corpus'}, {len(splits.train):,} / {len(splits.valid):,} train / valid")
-    print(f"characters, {len(stoi)} symbols; {args.threads} thread(s) per side, one side after the other")
+    order = "one side after the other" if args.one_at_a_time else "both sides at the same time"
+    print(f"characters, {len(stoi)} symbols; {args.threads} thread(s) per side, {order}")
     rows = []
     for iters in args.iters:
         nano_out, seqlab_out = work / f"nanogpt-{iters}", work / f"seqlab-{iters}"
@@ -175,23 +204,30 @@ def main() -> None:
             sys.executable, "-m", "seqlab", "train", "lm", "--out", str(seqlab_out), "--no-progress", "--overwrite",
             "--set", *(f"{k}={v}" for k, v in settings.items()), *args.set,
         ]  # fmt: skip
-        nano_seconds = run_side(
-            nano_command, cwd=args.nanogpt_dir, threads=args.threads, log=work / f"{iters}.nanogpt.log"
+        load_before = os.getloadavg()[0]
+        nano_seconds, seqlab_seconds = run_sides(
+            [
+                (nano_command, args.nanogpt_dir, work / f"{iters}.nanogpt.log"),
+                (seqlab_command, work, work / f"{iters}.seqlab.log"),
+            ],
+            threads=args.threads,
+            together=not args.one_at_a_time,
         )
-        seqlab_seconds = run_side(seqlab_command, cwd=work, threads=args.threads, log=work / f"{iters}.seqlab.log")
+        loads = (load_before, os.getloadavg()[0])
         nano_loss = mean_block_loss(nanogpt_logits(args.nanogpt_dir, nano_out / "ckpt.pt"), nanogpt_ids, block)
         logits_of, encode = seqlab_logits(seqlab_out)
         seqlab_loss = mean_block_loss(logits_of, encode(splits.valid), block)
-        rows.append((iters, nano_loss, nano_seconds, seqlab_loss, seqlab_seconds))
+        rows.append((iters, nano_loss, nano_seconds, seqlab_loss, seqlab_seconds, loads))
     print()
     print("valid loss: nats/char over the whole valid split, one evaluator; wall: the whole training process")
     print(f"{'iters':>6} {'side':<8} {'valid loss':>10} {'wall (s)':>9}")
-    for iters, nano_loss, nano_seconds, seqlab_loss, seqlab_seconds in rows:
+    for iters, nano_loss, nano_seconds, seqlab_loss, seqlab_seconds, loads in rows:
         print(f"{iters:>6} {'nanoGPT':<8} {nano_loss:>10.4f} {nano_seconds:>9.1f}")
         print(f"{iters:>6} {'seqlab':<8} {seqlab_loss:>10.4f} {seqlab_seconds:>9.1f}")
         print(
             f"{iters:>6} {'seqlab - nanoGPT loss':<21} {seqlab_loss - nano_loss:+.4f} nats/char;"
-            f" wall seqlab / nanoGPT {seqlab_seconds / nano_seconds:.2f}x"
+            f" wall seqlab / nanoGPT {seqlab_seconds / nano_seconds:.2f}x;"
+            f" 1-minute load average {loads[0]:.2f} before, {loads[1]:.2f} after"
         )
     print(f"runs and logs: {work}")
 

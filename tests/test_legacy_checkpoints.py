@@ -1,4 +1,5 @@
-"""Checkpoints written by earlier seqlab versions still load, predict, generate and evaluate exactly as they did.
+"""Checkpoints written by earlier seqlab versions still load, predict, generate and evaluate as they did: exactly,
+but for a language model's scores, which match to float32 rounding.
 
 ``tests/fixtures/checkpoints/`` holds tiny run directories, each with what ``seqlab`` printed for it when it was
 written:
@@ -11,6 +12,7 @@ written:
 
 import contextlib
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -46,7 +48,10 @@ def test_language_model_predicts_generates_and_evaluates_as_it_did(name):
     )  # fmt: skip
     assert beam + sampled == (run / "expected_generations.txt").read_text()
     evaluated = printed("evaluate", run, "--data", FIXTURES / "corpus.txt", "--json")
-    assert evaluated == (run / "expected_evaluation.json").read_text()
+    # A GPT's windows are scored many per forward pass since issue 25: the same sums in another order, so the
+    # float32 scores match to rounding, not to the last digit.
+    expected = json.loads((run / "expected_evaluation.json").read_text())
+    assert json.loads(evaluated) == pytest.approx(expected, rel=1e-6)
 
 
 def test_classifier_predicts_and_evaluates_as_it_did():

@@ -49,6 +49,10 @@ SMOKE = {
         flags({"--batch": 2, "--repeats": 1, "--threads": 1}),
         ["model    parameters precision", "default     834,730      fp32", "preset    3,965,482      bf16"],
     ),
+    "sliding_window.py": (
+        flags({"--tokens": 300, "--repeats": 1, "--threads": 1}),
+        ["one window at a time", "batched (default)", "one at a time / batched", "largest loss difference"],
+    ),
     "attention.py": (
         flags(
             {"--max-T": 8, "--batch": 1, "--heads": 1, "--head-dim": 2, "--window": 2, "--decode-batch": 2}

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.testing import assert_close
 
-from seqlab.models import LanguageModelOutput, RNNLanguageModel, RNNLanguageModelConfig
+from seqlab.models import GPT, GPTConfig, LanguageModelOutput, RNNLanguageModel, RNNLanguageModelConfig
 from seqlab.training.language_modeling import (
     language_model_loss,
     perplexity_of_stream,
@@ -142,6 +142,41 @@ def test_sliding_window_scores_every_token_once_with_at_least_context_minus_stri
     assert result.loss == pytest.approx(sum(losses) / 19, rel=1e-12)
 
 
+def tiny_gpt(seed=0):
+    torch.manual_seed(seed)
+    config = GPTConfig(vocab_size=V, context_length=6, d_model=8, num_heads=2, num_layers=2)
+    return GPT(config).double().eval()
+
+
+@pytest.mark.parametrize("batch_size", [None, 1, 2, 4])
+def test_sliding_window_over_batched_windows_of_a_gpt_equals_the_hand_written_schedule(batch_size):
+    model = tiny_gpt()
+    token_ids = file_of(23)
+    result = perplexity_sliding_window(model, token_ids, context_length=6, stride=4, batch_size=batch_size)
+    # Windows [0, 6) [4, 10) [8, 14) [12, 18) [16, 22) and the tail [20, 23), new targets 1..5, 6..9, 10..13,
+    # 14..17, 18..21 and 22, each with its window's tokens before it as context.
+    windows = [(0, 6, 1), (4, 10, 6), (8, 14, 10), (12, 18, 14), (16, 22, 18), (20, 23, 22)]
+    with torch.no_grad():
+        losses = [
+            -log_prob(model, token_ids[begin:t], token_ids[t])
+            for begin, end, first in windows
+            for t in range(first, end)
+        ]
+    assert result.tokens == len(losses) == 22
+    assert result.loss == pytest.approx(sum(losses) / 22, abs=1e-6)
+
+
+@pytest.mark.parametrize(("length", "stride"), [(41, 3), (40, 6), (44, 5)])  # each ends in a shorter window
+def test_many_windows_per_forward_score_what_one_window_at_a_time_scores(length, stride):
+    model = tiny_gpt(seed=2)
+    token_ids = file_of(length, seed=3)
+    one = perplexity_sliding_window(model, token_ids, context_length=6, stride=stride, batch_size=1)
+    for batch_size in (None, 3, 100):
+        many = perplexity_sliding_window(model, token_ids, context_length=6, stride=stride, batch_size=batch_size)
+        assert many.tokens == one.tokens
+        assert many.loss == pytest.approx(one.loss, abs=1e-6)
+
+
 def test_language_model_loss_is_the_mean_cross_entropy_of_the_scored_tokens_and_returns_the_state():
     model = rnn_lm()
     x = file_of(13).view(1, 13).repeat(2, 1)
@@ -198,6 +233,10 @@ def test_a_tiny_model_overfits_a_short_text_to_near_zero_loss():
         (
             lambda m: perplexity_sliding_window(m, file_of(9), context_length=4, stride=5),
             "stride (5) must be an integer in [1, context_length] = [1, 4]",
+        ),
+        (
+            lambda m: perplexity_sliding_window(m, file_of(9), context_length=4, stride=2, batch_size=0),
+            "batch_size (0) must be None or an integer >= 1",
         ),
         (
             lambda m: perplexity_sliding_window(m, file_of(9), context_length=1, stride=1),

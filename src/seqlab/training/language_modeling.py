@@ -33,6 +33,8 @@ from torch import Tensor, nn
 from seqlab.data.streams import batchify_stream, stream_windows
 from seqlab.training.objectives import LossOutput
 
+WINDOW_BATCH_TOKENS = 4096  # perplexity_sliding_window: tokens per forward pass when batch_size is None
+
 
 class LanguageModelLoss(NamedTuple):
     """What ``language_model_loss`` returns: ``output`` LossOutput(loss, num_tokens), the trainer's objective
@@ -147,6 +149,7 @@ def perplexity_sliding_window(
     context_length: int,
     stride: int,
     num_characters: int | None = None,
+    batch_size: int | None = None,
 ) -> Perplexity:
     """Perplexity of a fixed-context language model over a whole file by a strided sliding window.
 
@@ -159,7 +162,9 @@ def perplexity_sliding_window(
     disjoint chunks whose first tokens go unscored; with stride 1 every token t >= 1 is scored with the
     min(t, context_length - 1) tokens before it. Unlike the guide's code, which weights each window's mean loss
     by its number of targets minus one, the losses of the scored tokens are summed exactly. The model runs in
-    eval mode (restored afterwards) without gradients, each window as a fresh batch of one (state None).
+    eval mode (restored afterwards) without gradients; the windows are independent (state None), so
+    ``batch_size`` of them go through one forward pass as the rows of a batch (the last, shorter window, if the
+    file ends inside one, in a batch of its own): the same scores as one window at a time, up to rounding.
 
     Args:
         model: a language model (module docstring), e.g. GPT.
@@ -168,33 +173,53 @@ def perplexity_sliding_window(
         stride: tokens the window moves by, in [1, context_length]; smaller scores with more context but runs
             about context_length / stride times as many windows.
         num_characters: the file's characters, for bits per character; None to leave it out.
+        batch_size: windows per forward pass; None = max(1, WINDOW_BATCH_TOKENS // context_length) (only speed
+            and memory depend on it).
     Returns:
         Perplexity(loss nats/token, perplexity, tokens scored, bits_per_character or None).
     Raises:
         ValueError: token_ids not 1-D or shorter than 2 tokens, context_length < 2, stride outside
-            [1, context_length], or num_characters < 1 (messages show the numbers).
+            [1, context_length], batch_size < 1, or num_characters < 1 (messages show the numbers).
     """
     _check_file(token_ids, num_characters)
     if isinstance(context_length, bool) or not isinstance(context_length, int) or context_length < 2:
         raise ValueError(f"context_length ({context_length!r}) must be an integer >= 2")
     if isinstance(stride, bool) or not isinstance(stride, int) or not 1 <= stride <= context_length:
         raise ValueError(f"stride ({stride!r}) must be an integer in [1, context_length] = [1, {context_length}]")
+    if batch_size is None:
+        batch_size = max(1, WINDOW_BATCH_TOKENS // context_length)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size ({batch_size!r}) must be None or an integer >= 1")
     device = next(model.parameters()).device
-    N = token_ids.shape[0]
-    total, tokens, prev_end = 0.0, 0, 0
+    windows = _sliding_windows(token_ids.shape[0], context_length, stride)
+    total, tokens = 0.0, 0
     with _evaluating(model):
-        for begin in range(0, N, stride):
-            end = min(begin + context_length, N)
-            window = token_ids[begin:end].to(device).unsqueeze(0)  # (1, W)
-            logits = model(window, None).logits[0, :-1]  # (W - 1, V), position i scores token begin + i + 1
-            first = max(prev_end, begin + 1) - begin - 1  # the first new target, as an index into logits
-            targets = window[0, first + 1 :]  # (new targets,)
-            total += float(F.cross_entropy(logits[first:], targets, reduction="sum"))
-            tokens += targets.numel()
-            prev_end = end
-            if end == N:
-                break
+        for length in sorted({end - begin for begin, end, _ in windows}, reverse=True):
+            same = [w for w in windows if w[1] - w[0] == length]
+            for start in range(0, len(same), batch_size):
+                batch = same[start : start + batch_size]
+                inputs = torch.stack([token_ids[begin:end] for begin, end, _ in batch]).to(device)  # (B, W)
+                targets = inputs[:, 1:].clone()  # (B, W - 1), row b position i: token begin_b + i + 1
+                firsts = torch.tensor([first for _, _, first in batch], device=device)  # (B,)
+                targets[torch.arange(length - 1, device=device) < firsts[:, None]] = -100  # scored before
+                logits = model(inputs, None).logits[:, :-1]  # (B, W - 1, V)
+                loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100, reduction="sum")
+                total += float(loss)
+                tokens += int((targets != -100).sum())
     return _result(total, tokens, num_characters)
+
+
+def _sliding_windows(N: int, context_length: int, stride: int) -> list[tuple[int, int, int]]:
+    """(begin, end, first) of each window of ``perplexity_sliding_window`` over N tokens: the window is
+    token_ids[begin:end], and its logits from index ``first`` on score the tokens that no earlier window did."""
+    windows, prev_end = [], 0
+    for begin in range(0, N, stride):
+        end = min(begin + context_length, N)
+        windows.append((begin, end, max(prev_end, begin + 1) - begin - 1))
+        prev_end = end
+        if end == N:
+            break
+    return windows
 
 
 def _check_file(token_ids: Tensor, num_characters: int | None) -> None:

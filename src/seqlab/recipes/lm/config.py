@@ -54,7 +54,7 @@ class LMDataConfig:
     bptt_len: int = 35  # recurrent, tcn: k1, steps per truncated-BPTT window
     bptt_k2: int | None = None  # recurrent, tcn: k2 >= k1, steps a window's loss flows back; None = bptt_len
     batches_per_epoch: int = 250  # micro-batches between two validations
-    valid_tokens: int = 32768  # validation reads at most this many tokens of the valid split
+    valid_tokens: int = 16384  # validation reads at most this many tokens of the valid split (nanoGPT: 15,360)
 
     def __post_init__(self) -> None:
         check_real("valid_fraction", self.valid_fraction, at_least=0.0, below=0.5)
@@ -88,6 +88,8 @@ class GPTModelConfig(InitFromConfig):
     num_layers: int = 4  # L
     d_ff: int | None = None  # feed-forward inner size, 4 D if None
     positional: Literal["learned", "sinusoidal", "rotary"] = "learned"  # learned or sinusoidal absolute, or RoPE
+    activation: Literal["gelu_tanh", "gelu", "relu"] = "gelu_tanh"  # feed-forward: GPT-2's GELU | exact (nanoGPT)
+    bias: bool = True  # biases in linear layers and layer norms (nanoGPT's train.py: false)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -98,11 +100,14 @@ class GPTModelConfig(InitFromConfig):
             check_int(name, getattr(self, name), maximum=MAX_DEPTH)
         check_int("d_ff", self.d_ff, optional=True, maximum=MAX_WIDTH)
         check_choice("positional", self.positional, ("learned", "sinusoidal", "rotary"))
+        check_choice("activation", self.activation, ("gelu_tanh", "gelu", "relu"))
+        check_bool("bias", self.bias)
         self.model_config(vocab_size=2)  # the model's own checks (d_model % num_heads)
 
     def model_config(self, *, vocab_size: int) -> GPTConfig:
         """The ``GPTConfig`` of these hyperparameters for a vocabulary of ``vocab_size``."""
         fields = ("context_length", "d_model", "num_heads", "num_layers", "d_ff", "dropout", "positional")
+        fields += ("activation", "bias")
         return GPTConfig(vocab_size=vocab_size, **{k: getattr(self, k) for k in fields})
 
 
