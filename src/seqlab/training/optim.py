@@ -1,11 +1,11 @@
 """Optimizers by name, with weight decay on the weight matrices only.
 
-Weight decay shrinks the weights that multiply inputs; it is not applied to biases, to the gains and biases
-of normalisation layers (a decayed gain fights the normalisation it scales), nor to embedding tables (rare
-tokens' rows would shrink toward zero between their few updates). The rule, as in nanoGPT's
-``configure_optimizers``: a trainable parameter decays if it has two or more dimensions and is not the weight
-of an embedding (``nn.Embedding``, ``nn.EmbeddingBag`` or seqlab's ``LearnedPositionalEncoding``). A weight
-shared by an embedding and another layer (tied input and output embeddings) counts as an embedding.
+Weight decay shrinks the weights that multiply inputs; it is not applied to biases, to the gains and biases of
+normalisation layers (a decayed gain fights the normalisation it scales), nor to embedding tables (rare tokens' rows
+would shrink toward zero between their few updates). The rule: a trainable parameter decays if it has two or more
+dimensions (nanoGPT's ``configure_optimizers`` stops there, so it also decays embeddings) and is not the weight of an
+embedding (``nn.Embedding``, ``nn.EmbeddingBag`` or seqlab's ``LearnedPositionalEncoding``). A weight shared by an
+embedding and another layer (tied input and output embeddings) counts as an embedding.
 """
 
 from __future__ import annotations
