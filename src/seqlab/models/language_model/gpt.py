@@ -257,7 +257,10 @@ class GPT(PretrainedMixin, nn.Module):
         if keep_mask is not None:
             keep_mask = torch.cat([keep_mask, keep_mask.new_ones(keep_mask.shape[0], 1)], dim=1)  # (B, S + 1)
         out = fast(x.unsqueeze(1), caches=caches, keep_mask=keep_mask)
-        return StepOutput(self._project(out.output[:, 0]), GPTState(out.caches, following, keep_mask, fast))
+        h = out.output[:, 0]  # (B, D)
+        head = self.lm_head
+        logits = direct_calls.affine(h, self.wte.weight) if head is None else direct_calls.linear(head, h)  # (B, V)
+        return StepOutput(logits, GPTState(out.caches, following, keep_mask, fast))
 
     def reorder_state(self, state: GPTState, index: Tensor) -> GPTState:
         """The state of rows ``index`` (B',), in that order; the caches keep their spare capacity
