@@ -105,6 +105,8 @@ class GPT(PretrainedMixin, nn.Module):
     Raises:
         ValueError: if a row would reach past ``config.context_length`` positions with learned positions (one
             line with the numbers), or input_ids / keep_mask have the wrong shape.
+        TypeError / ConfigError: for input_ids that are not integers in [0, V) (``check_token_ids``, one line;
+            checked once per call, so ``step`` leaves it to ``prefill``).
     """
 
     config_class: ClassVar[type] = GPTConfig
@@ -218,6 +220,8 @@ class GPT(PretrainedMixin, nn.Module):
     def forward(
         self, input_ids: Tensor, state: GPTState | None = None, *, keep_mask: Tensor | None = None
     ) -> LanguageModelOutput:
+        if not torch.compiler.is_exporting():  # ids are data in an exported graph: its caller checks them
+            check_token_ids(input_ids, self.config.vocab_size)
         h, new_state = self._hidden(input_ids, state, keep_mask)
         return LanguageModelOutput(self._project(h), new_state)
 
