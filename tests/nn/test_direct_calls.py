@@ -69,7 +69,8 @@ def test_affine_equals_f_linear_for_any_number_of_rows(rows, bias):
     torch.testing.assert_close(y, F.linear(x, weight, b), rtol=1e-12, atol=1e-12)
     linear = nn.Linear(5, 6, bias=bias)
     x = x.float()
-    torch.testing.assert_close(direct_calls.linear(linear, x), linear(x))
+    torch.testing.assert_close(direct_calls.linear(linear, x, few=direct_calls.few_rows(x)), linear(x))
+    assert direct_calls.few_rows(x) == (1 < rows <= direct_calls.FEW_ROWS)
 
 
 class Recording(torch.Tensor):

@@ -56,20 +56,25 @@ def affine(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     rows keep ``F.linear``, as does a tensor-subclass weight (torchao's int8 ones), whose class defines its own
     product.
     """
-    rows = x.shape[:-1].numel()
-    if 1 < rows <= FEW_ROWS and x.device.type == "cpu" and type(weight) in _PLAIN_TENSORS:
-        flat = x.reshape(rows, x.shape[-1]).t()  # (in, rows)
+    if few_rows(x) and type(weight) in _PLAIN_TENSORS:
+        flat = x.reshape(-1, x.shape[-1]).t()  # (in, rows)
         y = torch.mm(weight, flat) if bias is None else torch.addmm(bias.unsqueeze(1), weight, flat)  # (out, rows)
         return y.t().contiguous().view(*x.shape[:-1], weight.shape[0])
     return F.linear(x, weight, bias)
 
 
-def linear(module: nn.Module, x: Tensor) -> Tensor:
-    """module(x) for a Linear-like module (``affine`` on its parameters when it is plain); x (..., in) ->
-    (..., out)."""
+def few_rows(x: Tensor) -> bool:
+    """Whether ``affine`` may take its few-row orientation for x (..., in): 2 to ``FEW_ROWS`` rows on the CPU.
+    A step asks once for all its products: at one row, asking per product cost a char GPT ~5% of its step."""
+    return 1 < x.shape[:-1].numel() <= FEW_ROWS and x.device.type == "cpu"
+
+
+def linear(module: nn.Module, x: Tensor, *, few: bool = False) -> Tensor:
+    """module(x) for a Linear-like module; x (..., in) -> (..., out). few: ``few_rows(x)``, so that a plain module's
+    product is ``affine``'s (else ``F.linear``'s, as ``nn.Linear.forward``)."""
     if is_plain(module, nn.Linear):
         params = module._parameters
-        return affine(x, params["weight"], params["bias"])
+        return affine(x, params["weight"], params["bias"]) if few else F.linear(x, params["weight"], params["bias"])
     return module(x)
 
 

@@ -262,8 +262,10 @@ class GPT(PretrainedMixin, nn.Module):
             keep_mask = torch.cat([keep_mask, keep_mask.new_ones(keep_mask.shape[0], 1)], dim=1)  # (B, S + 1)
         out = fast(x.unsqueeze(1), caches=caches, keep_mask=keep_mask)
         h = out.output[:, 0]  # (B, D)
-        head = self.lm_head
-        logits = direct_calls.affine(h, self.wte.weight) if head is None else direct_calls.linear(head, h)  # (B, V)
+        if self.lm_head is not None:
+            logits = direct_calls.linear(self.lm_head, h, few=direct_calls.few_rows(h))  # (B, V)
+        else:
+            logits = direct_calls.affine(h, self.wte.weight) if direct_calls.few_rows(h) else self._project(h)
         return StepOutput(logits, GPTState(out.caches, following, keep_mask, fast))
 
     def reorder_state(self, state: GPTState, index: Tensor) -> GPTState:
