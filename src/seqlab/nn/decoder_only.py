@@ -219,19 +219,20 @@ def _layer_step(
     projections, ff_modules = attn._modules, feed_forward._modules
     B, _, D = x.shape
     N, Dh = attn.num_heads, attn.head_dim
+    few = direct_calls.few_rows(x)  # the products' orientation (direct_calls.affine)
     h = direct_calls.layer_norm(norm1, x) if norm_first else x
     # With T = 1, (B, 1, D) and (B, N, 1, Dh) have the same layout: the heads split by a view, no transpose.
-    q = direct_calls.linear(projections["q_proj"], h).view(B, N, 1, Dh)  # (B, N, 1, Dh)
-    k = direct_calls.linear(projections["k_proj"], h).view(B, N, 1, Dh)
-    v = direct_calls.linear(projections["v_proj"], h).view(B, N, 1, Dh)
+    q = direct_calls.linear(projections["q_proj"], h, few=few).view(B, N, 1, Dh)  # (B, N, 1, Dh)
+    k = direct_calls.linear(projections["k_proj"], h, few=few).view(B, N, 1, Dh)
+    v = direct_calls.linear(projections["v_proj"], h, few=few).view(B, N, 1, Dh)
     if attn.rotary is not None:
         q, k = attn.rotary(q, offset=cache.length), attn.rotary(k, offset=cache.length)
     cache = cache.append(k, v)
     attended = F.scaled_dot_product_attention(q, cache.keys, cache.values, attn_mask=mask)  # (B, N, 1, Dh)
-    x = x + direct_calls.linear(projections["out_proj"], attended.view(B, 1, D))  # heads merged, (B, 1, D)
+    x = x + direct_calls.linear(projections["out_proj"], attended.view(B, 1, D), few=few)  # heads merged, (B, 1, D)
     x = x if norm_first else direct_calls.layer_norm(norm1, x)
     h = direct_calls.layer_norm(norm2, x) if norm_first else x
-    inner = ACTIVATIONS[feed_forward.activation](direct_calls.linear(ff_modules["linear1"], h))
-    x = x + direct_calls.linear(ff_modules["linear2"], inner)
+    inner = ACTIVATIONS[feed_forward.activation](direct_calls.linear(ff_modules["linear1"], h, few=few))
+    x = x + direct_calls.linear(ff_modules["linear2"], inner, few=few)
     x = x if norm_first else direct_calls.layer_norm(norm2, x)
     return x, cache

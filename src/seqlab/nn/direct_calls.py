@@ -13,6 +13,10 @@ The checks run at every call, so they read what they need from the module's own 
 ``_parameters``) rather than through ``nn.Module.__getattr__``, a Python call per attribute that would cost a
 decoding step more than the module calls it saves. An exact ``nn.Linear`` / ``nn.LayerNorm`` / ``nn.Embedding``
 holds its weight and bias there: ``Module.__setattr__`` refuses a plain tensor in a parameter's place.
+
+A Linear's product is ``affine``: ``F.linear`` except for a few rows (a beam search's K rows), where the same sums
+in the other orientation run about 1.6 times as fast on the CPU (see ``affine``), so the result may differ from
+the module's in the last bit.
 """
 
 from __future__ import annotations
@@ -37,11 +41,40 @@ def is_plain(module: nn.Module, kind: type[nn.Module]) -> bool:
     )
 
 
-def linear(module: nn.Module, x: Tensor) -> Tensor:
-    """module(x) for a Linear-like module; x (..., in) -> (..., out)."""
+FEW_ROWS = 8  # the most rows of x that ``affine`` computes as (W x^T)^T
+_PLAIN_TENSORS = (nn.Parameter, Tensor)  # weight classes whose product is the BLAS's (not a tensor subclass's)
+
+
+def affine(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x W^T + b, what ``F.linear(x, weight, bias)`` computes; x (..., in), weight (out, in), bias (out,) or None
+    -> (..., out).
+
+    For 2 to ``FEW_ROWS`` rows of x on the CPU with a plain tensor weight, it is computed as (W x^T)^T + b: the same
+    sums, equal to rounding, which the BLAS runs at about 1.6 times the speed of x W^T, the orientation that
+    ``F.linear`` asks for (a beam step of a 4-layer D = 256 GPT with V = 4096 at K = 5: its 25 products take 4.1 ms
+    against 6.5 ms, one thread of an AMD EPYC with MKL). One row (a matrix-vector product either way) and more
+    rows keep ``F.linear``, as does a tensor-subclass weight (torchao's int8 ones), whose class defines its own
+    product.
+    """
+    if few_rows(x) and type(weight) in _PLAIN_TENSORS:
+        flat = x.reshape(-1, x.shape[-1]).t()  # (in, rows)
+        y = torch.mm(weight, flat) if bias is None else torch.addmm(bias.unsqueeze(1), weight, flat)  # (out, rows)
+        return y.t().contiguous().view(*x.shape[:-1], weight.shape[0])
+    return F.linear(x, weight, bias)
+
+
+def few_rows(x: Tensor) -> bool:
+    """Whether ``affine`` may take its few-row orientation for x (..., in): 2 to ``FEW_ROWS`` rows on the CPU.
+    A step asks once for all its products: at one row, asking per product cost a char GPT ~5% of its step."""
+    return 1 < x.shape[:-1].numel() <= FEW_ROWS and x.device.type == "cpu"
+
+
+def linear(module: nn.Module, x: Tensor, *, few: bool = False) -> Tensor:
+    """module(x) for a Linear-like module; x (..., in) -> (..., out). few: ``few_rows(x)``, so that a plain module's
+    product is ``affine``'s (else ``F.linear``'s, as ``nn.Linear.forward``)."""
     if is_plain(module, nn.Linear):
         params = module._parameters
-        return F.linear(x, params["weight"], params["bias"])
+        return affine(x, params["weight"], params["bias"]) if few else F.linear(x, params["weight"], params["bias"])
     return module(x)
 
 

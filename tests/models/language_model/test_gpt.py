@@ -226,3 +226,15 @@ def test_dropout_is_active_in_training_and_off_in_eval():
 def test_generate_refuses_a_token_id_outside_the_vocabulary_in_one_line():
     with pytest.raises(ConfigError, match=rf"^input_ids holds token id {V}, outside the vocabulary \[0, {V}\)$"):
         generate(tiny(), torch.tensor([[1, V]]), max_new_tokens=2)
+
+
+@pytest.mark.parametrize("positional", POSITIONALS)
+def test_forward_refuses_a_token_id_outside_the_vocabulary_in_one_line(positional):
+    """The embedding lookup would raise a bare IndexError (or, for a negative id, read no row at all)."""
+    model = tiny(positional)
+    with pytest.raises(ConfigError, match=rf"^input_ids holds token id {V}, outside the vocabulary \[0, {V}\)$"):
+        model(torch.tensor([[1, V]]))
+    with pytest.raises(ConfigError, match=r"^input_ids holds token id -1; token ids are >= 0$"):
+        model(torch.tensor([[-1, 2]]), model(tokens(1, 2)).state)
+    with pytest.raises(TypeError, match=r"^input_ids must be an integer tensor of token ids, got torch.float32$"):
+        model(torch.zeros(1, 2))

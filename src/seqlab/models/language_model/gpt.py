@@ -109,6 +109,8 @@ class GPT(PretrainedMixin, nn.Module):
     Raises:
         ValueError: if a row would reach past ``config.context_length`` positions with learned positions (one
             line with the numbers), or input_ids / keep_mask have the wrong shape.
+        TypeError / ConfigError: for input_ids that are not integers in [0, V) (``check_token_ids``, one line;
+            checked once per call, so ``step`` leaves it to ``prefill``).
     """
 
     config_class: ClassVar[type] = GPTConfig
@@ -227,6 +229,8 @@ class GPT(PretrainedMixin, nn.Module):
     def forward(
         self, input_ids: Tensor, state: GPTState | None = None, *, keep_mask: Tensor | None = None
     ) -> LanguageModelOutput:
+        if not torch.compiler.is_exporting():  # ids are data in an exported graph: its caller checks them
+            check_token_ids(input_ids, self.config.vocab_size)
         h, new_state = self._hidden(input_ids, state, keep_mask)
         return LanguageModelOutput(self._project(h), new_state)
 
@@ -268,7 +272,12 @@ class GPT(PretrainedMixin, nn.Module):
         if keep_mask is not None:
             keep_mask = torch.cat([keep_mask, keep_mask.new_ones(keep_mask.shape[0], 1)], dim=1)  # (B, S + 1)
         out = fast(x.unsqueeze(1), caches=caches, keep_mask=keep_mask)
-        return StepOutput(self._project(out.output[:, 0]), GPTState(out.caches, following, keep_mask, fast))
+        h = out.output[:, 0]  # (B, D)
+        if self.lm_head is not None:
+            logits = direct_calls.linear(self.lm_head, h, few=direct_calls.few_rows(h))  # (B, V)
+        else:
+            logits = direct_calls.affine(h, self.wte.weight) if direct_calls.few_rows(h) else self._project(h)
+        return StepOutput(logits, GPTState(out.caches, following, keep_mask, fast))
 
     def reorder_state(self, state: GPTState, index: Tensor) -> GPTState:
         """The state of rows ``index`` (B',), in that order; the caches keep their spare capacity
