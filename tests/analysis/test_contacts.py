@@ -60,3 +60,22 @@ def test_true_contacts_are_pairs_closer_than_eight_angstroms():
 def test_a_chain_without_a_scored_pair_is_refused():
     with pytest.raises(ValueError, match=r"^a chain of 6 residues has no pair with \|i - j\| >= 6$"):
         contacts.precision_at_l(torch.zeros(6, 6), torch.zeros(6, 6, dtype=torch.bool))
+
+
+def test_the_fitted_head_weights_rank_the_contacts_first_when_one_head_marks_them():
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.rand(200, generator=generator) < 0.2
+    marking = labels.double() * 0.5 + 0.1 * torch.rand(200, generator=generator, dtype=torch.float64)
+    noise = torch.rand(200, generator=generator, dtype=torch.float64)
+    features = torch.stack([noise, 1000.0 * marking], dim=1)  # the raw scale of a feature does not matter
+    weights = contacts.fit_head_weights(features, labels)
+    order = torch.argsort(features @ weights, descending=True)
+    assert labels[order[: int(labels.sum())]].all()
+    with pytest.raises(ValueError, match=r"^fitting the head weights needs both contacts and non-contacts$"):
+        contacts.fit_head_weights(features, torch.zeros(200, dtype=torch.bool))
+
+
+def test_pair_features_lists_each_heads_value_of_the_scored_pairs():
+    features = torch.arange(2 * 8 * 8, dtype=torch.float64).reshape(2, 8, 8)
+    # L = 8: pairs (0,6) (0,7) (1,7) -> flat indices 6, 7, 15 of each head.
+    assert contacts.pair_features(features).tolist() == [[6.0, 70.0], [7.0, 71.0], [15.0, 79.0]]

@@ -51,7 +51,7 @@ def test_the_command_scores_the_attention_against_the_true_contacts(runs, tmp_pa
     out = tmp_path / "out"
     result = run_cli("analyze", "contacts", runs / "masked", "--structures", runs / "hairpin.pdb", "--out", out)
     assert result.code == 0, result.err
-    assert "random pairs (contact density)" in result.out and "1 chains (0 cropped" in result.out
+    assert "random pairs (contact density)" in result.out and "1 chains scored (0 cropped" in result.out
     record = json.loads((out / "contacts.json").read_text())
     (chain,) = record["chains"]
     assert chain["residues"] == chain["residues_used"] == 8
@@ -67,6 +67,25 @@ def test_the_command_scores_the_attention_against_the_true_contacts(runs, tmp_pa
     assert torch.equal(system.residue_attention("MGALKGVS"), inner)
     top = torch.sort(contacts.attention_contacts(inner)[[0, 0, 1], [6, 7, 7]], descending=True, stable=True)
     assert chain["precision_at_l5"] == (0.0 if top.indices[0] == 0 else 1.0)
+
+
+def test_fit_heads_fits_on_the_first_half_and_scores_the_second(runs, tmp_path):
+    hairpin, out = runs / "hairpin.pdb", tmp_path / "out"
+    result = run_cli(
+        "analyze", "contacts", runs / "masked", "--structures", hairpin, hairpin, "--fit-heads", "--out", out
+    )
+    assert result.code == 0, result.err
+    assert "logistic regression over heads" in result.out
+    record = json.loads((out / "contacts.json").read_text())
+    assert record["fitted_on"] == [str(hairpin)] and len(record["chains"]) == 1
+    assert len(record["head_weights"]) == 4
+    assert record["chains"][0]["fitted_precision_at_l5"] in (0.0, 1.0)
+    assert_error(
+        run_cli(
+            "analyze", "contacts", runs / "masked", "--structures", hairpin, "--fit-heads", "--out", tmp_path / "a"
+        ),
+        "--structures: two chains with a residue pair |i - j| >= 6 needed",
+    )
 
 
 def test_bad_inputs_get_one_line(runs, tmp_path):

@@ -4,7 +4,8 @@ Rao et al. (2021), "Transformer protein language models are unsupervised structu
 self-attention map A (L x L, over the residues) is symmetrized, F = A + A^T, and corrected by the average product
 correction of Dunn et al. (2008), APC(F)_ij = F_ij - F_i F_j / F (F_i the row sum, F the total), which removes the
 background that every row and column shares. Here the corrected maps are averaged over every head of every layer
-(the paper fits a logistic regression over the heads instead, which needs labelled structures). True contacts:
+or weighted by a logistic regression over the heads fitted on labelled structures (the paper's predictor, which
+uses an L1 penalty; here unpenalized, fitted by L-BFGS). True contacts:
 residues whose Cβ atoms (Cα for glycine) lie closer than 8 Å, |i - j| >= 6 (the paper's medium and long range).
 Precision at L/k: the share of true contacts among the L/k highest-scored pairs with |i - j| >= 6.
 """
@@ -42,13 +43,55 @@ def apc(maps: Tensor) -> Tensor:
     return maps - rows * columns / total
 
 
+def head_features(maps: Tensor) -> Tensor:
+    """apc(symmetrize(A)) of every head: the features of each residue pair.
+
+    Args: maps: (H, L, L), every layer's heads stacked, each row a distribution over the residues.
+    Outputs: (H, L, L) float64, each symmetric.
+    """
+    return apc(symmetrize(maps.double()))
+
+
 def attention_contacts(maps: Tensor) -> Tensor:
     """Contact scores of one sequence: the mean over heads and layers of apc(symmetrize(A)).
 
-    Args: maps: (H, L, L), every layer's heads stacked, each row a distribution over the residues.
+    Args: maps: (H, L, L), as ``head_features`` reads them.
     Outputs: (L, L) symmetric scores, higher meaning a likelier contact.
     """
-    return apc(symmetrize(maps.double())).mean(dim=0)
+    return head_features(maps).mean(dim=0)
+
+
+def pair_features(features: Tensor, *, min_separation: int = MIN_SEPARATION) -> Tensor:
+    """The features of the scored pairs (``scored_pairs`` order). Args: features: (H, L, L). Outputs: (P, H)."""
+    rows, columns = scored_pairs(features.shape[-1], min_separation=min_separation)
+    return features[:, rows, columns].T
+
+
+def fit_head_weights(features: Tensor, labels: Tensor, *, steps: int = 100) -> Tensor:
+    """The weights of a logistic regression P(contact) = sigmoid(features w + b), fitted by L-BFGS on the mean
+    binary cross-entropy, each feature standardized first (the weights returned apply to the raw features).
+
+    Args: features: (N, H) pairs of every training chain. labels: (N,) bool, the true contacts.
+    Outputs: (H,) float64 weights (the bias, which does not change a ranking, left out).
+    Raises: ValueError if ``labels`` are all true or all false.
+    """
+    if bool(labels.all()) or not bool(labels.any()):
+        raise ValueError("fitting the head weights needs both contacts and non-contacts")
+    x = features.double()
+    mean, std = x.mean(dim=0), x.std(dim=0).clamp_min(1e-12)
+    x = (x - mean) / std
+    y = labels.double()
+    weights = torch.zeros(x.shape[1] + 1, dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.LBFGS([weights], max_iter=steps, line_search_fn="strong_wolfe")
+
+    def closure() -> Tensor:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(x @ weights[1:] + weights[0], y)
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    return weights.detach()[1:] / std
 
 
 def true_contacts(coordinates: Tensor, *, distance: float = CONTACT_DISTANCE) -> Tensor:

@@ -480,46 +480,71 @@ def _contacts_arguments(parser: argparse.ArgumentParser) -> None:
         "--structures", type=Path, nargs="+", required=True, metavar="FILE",
         help="PDB or mmCIF files (gzipped or not); the first protein chain of each is read",
     )  # fmt: skip
+    parser.add_argument(
+        "--fit-heads", action="store_true",
+        help="fit a logistic regression over the heads on the first half of the chains; score on the second half",
+    )  # fmt: skip
 
 
 def _contacts(args: argparse.Namespace, out_dir: Path) -> str:
     """Precision at L/5 of the attention's contacts against each chain's true contacts, the first max_residues()
-    residues of a longer chain (the model's context); chains with no pair |i - j| >= 6 are listed as skipped."""
+    residues of a longer chain (the model's context); chains with no pair |i - j| >= 6 are listed as skipped. With
+    --fit-heads, a logistic regression over the heads is fitted on the first half of the chains and every predictor
+    is scored on the second half."""
     system: ContactSource = _offering(args.checkpoint, ContactSource, "predicting contacts")
     chains = [(path, read_chain(path)) for path in args.structures]  # every file read before the model runs
-    limit, rows, skipped, figure = system.max_residues(), [], [], None
+    limit, measured, skipped = system.max_residues(), [], []
     for path, chain in chains:
         sequence, coordinates = chain.sequence[:limit], chain.coordinates[:limit]
         if len(sequence) <= contacts.MIN_SEPARATION:
             skipped.append(f"{path} ({len(sequence)} residues)")
-            continue
-        scores = contacts.attention_contacts(system.residue_attention(sequence))
-        truth = contacts.true_contacts(coordinates)
-        separation = contacts.separation_scores(len(sequence))
-        rows.append({
-            "file": str(path), "chain": chain.name, "residues": len(chain.sequence), "residues_used": len(sequence),
+        else:
+            features = contacts.head_features(system.residue_attention(sequence))
+            measured.append((path, chain, len(sequence), features, contacts.true_contacts(coordinates)))
+    if len(measured) < (2 if args.fit_heads else 1):
+        needed = "two chains" if args.fit_heads else "a chain"
+        raise ConfigError(f"--structures: {needed} with a residue pair |i - j| >= {contacts.MIN_SEPARATION} needed")
+    tested, weights = measured, None
+    if args.fit_heads:
+        fitted, tested = measured[: len(measured) // 2], measured[len(measured) // 2 :]
+        x = torch.cat([contacts.pair_features(features) for *_, features, _ in fitted])
+        y = torch.cat([truth[contacts.scored_pairs(truth.shape[0])] for *_, truth in fitted])
+        weights = contacts.fit_head_weights(x, y)
+    rows = []
+    for path, chain, length, features, truth in tested:
+        scores = features.mean(dim=0)
+        row = {
+            "file": str(path), "chain": chain.name, "residues": len(chain.sequence), "residues_used": length,
             "precision_at_l5": contacts.precision_at_l(scores, truth),
-            "separation_precision_at_l5": contacts.precision_at_l(separation, truth),
+            "separation_precision_at_l5": contacts.precision_at_l(contacts.separation_scores(length), truth),
             "contact_density": contacts.contact_density(truth),
-        })  # fmt: skip
-        if figure is None:
-            figure = f"{path.name} chain {chain.name}, residues 1-{len(sequence)}"
-            contacts.plot_contacts(scores, truth, out_dir / "contacts.png", title=figure)
-    if not rows:
-        raise ConfigError(f"--structures: no chain has a residue pair with |i - j| >= {contacts.MIN_SEPARATION}")
-    keys = ("precision_at_l5", "separation_precision_at_l5", "contact_density")
+        }  # fmt: skip
+        if weights is not None:
+            row["fitted_precision_at_l5"] = contacts.precision_at_l(torch.einsum("h,hij->ij", weights, features), truth)
+        rows.append(row)
+    path, chain, length, features, truth = tested[0]
+    figure = f"{path.name} chain {chain.name}, residues 1-{length}"
+    contacts.plot_contacts(features.mean(dim=0), truth, out_dir / "contacts.png", title=figure)
+    keys = [key for key in rows[0] if key.endswith(("l5", "density"))]
     means = {key: sum(row[key] for row in rows) / len(rows) for key in keys}
     write_csv(out_dir / "contacts.csv", list(rows[0]), [list(row.values()) for row in rows])
-    record = {"checkpoint": str(args.checkpoint), "max_residues": limit, "chains": rows, "skipped": skipped,
-              "mean": means, "figure": figure}  # fmt: skip
+    record = {
+        "checkpoint": str(args.checkpoint), "max_residues": limit, "chains": rows, "skipped": skipped, "mean": means,
+        "figure": figure, "fitted_on": [str(p) for p, *_ in measured[: len(measured) - len(tested)]],
+        "head_weights": None if weights is None else weights.tolist(),
+    }  # fmt: skip
     atomic_write(out_dir / "contacts.json", json.dumps(record, indent=2) + "\n")
+    names = {
+        "precision_at_l5": "attention (APC, mean of heads and layers)",
+        "fitted_precision_at_l5": "attention (APC, logistic regression over heads)",
+        "separation_precision_at_l5": "sequence separation (nearest pairs)",
+        "contact_density": "random pairs (contact density)",
+    }
+    summary = [[names[key], f"{means[key]:.3f}"] for key in names if key in means]
     cropped = sum(row["residues_used"] < row["residues"] for row in rows)
-    summary = [
-        ["attention (APC, mean of heads and layers)", f"{means['precision_at_l5']:.3f}"],
-        ["sequence separation (nearest pairs)", f"{means['separation_precision_at_l5']:.3f}"],
-        ["random pairs (contact density)", f"{means['contact_density']:.3f}"],
-    ]
-    notes = f"{len(rows)} chains ({cropped} cropped to their first {limit} residues)"
+    notes = f"{len(rows)} chains scored ({cropped} cropped to their first {limit} residues)"
+    if weights is not None:
+        notes += f"; the regression fitted on the {len(measured) - len(tested)} chains before them"
     if skipped:
         notes += f"; skipped, too short: {', '.join(skipped)}"
     return table(["predictor", "mean precision at L/5"], summary) + f"\n{notes}"
