@@ -10,6 +10,7 @@ import torch
 from cli_helpers import assert_error, run_cli
 
 from seqlab.analysis import contacts
+from seqlab.errors import DataError
 from seqlab.recipes import load_system
 
 pytest.importorskip("gemmi", reason="gemmi is not installed (pip install 'seqlab[proteins]')")
@@ -109,3 +110,16 @@ def test_bad_inputs_get_one_line(runs, tmp_path):
         run_cli("analyze", "contacts", G2P, "--structures", hairpin, "--out", tmp_path / "b"),
         f"{G2P}: a g2p run; predicting contacts needs a run of protein",
     )
+
+
+def test_the_protein_runs_offer_their_attention_maps_with_residue_labels(runs):
+    masked, causal = load_system(runs / "masked"), load_system(runs / "causal")
+    labelled = masked.attention_maps("mgal")
+    assert labelled.labels["bert", "self"] == (["[CLS]", "M", "G", "A", "L", "[SEP]"],) * 2
+    assert all(m.weights.shape == (6, 6) for m in labelled.maps)
+    labelled = causal.attention_maps("MGAL")
+    (labels,) = labelled.labels.values()
+    assert labels == (["[SEP]", "M", "G", "A", "L"],) * 2
+    assert masked.max_residues() == 14 and causal.max_residues() == 15  # context 16
+    with pytest.raises(DataError, match=r"^sequence 'MMMMMMMMMMMMMMMMMMMM': 30 residues, more than the model's 14$"):
+        masked.residue_attention("M" * 30)
