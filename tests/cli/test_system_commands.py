@@ -31,7 +31,9 @@ def test_an_option_the_runs_system_does_not_take_is_refused_by_its_flag(tmp_path
 def test_an_analysis_the_runs_system_does_not_offer_is_refused_naming_those_that_do(tmp_path):
     out = tmp_path / "maps"
     result = run_cli("analyze", "attention", CLASSIFY, "--input", "Ivanov", "--out", out)
-    assert_error(result, f"{CLASSIFY}: a classify run; drawing attention maps needs a run of g2p, lm, translate")
+    assert_error(
+        result, f"{CLASSIFY}: a classify run; drawing attention maps needs a run of g2p, lm, protein, translate"
+    )
     assert not out.exists()
 
 

@@ -3,7 +3,8 @@
 gradients: ||d h_T / d h_k|| against T - k beside the bound gamma^(T-k) and the gated paths' gate products.
 regimes: W_hh scaled to a spectral norm or radius S (vanishing, edge, exploding), the bound both ways, the LSTM's
 direct path, and training with and without gradient clipping.
-attention: every attention map of an RNN encoder-decoder, Transformer encoder-decoder or GPT on one input.
+attention: every attention map of an RNN encoder-decoder, Transformer encoder-decoder, GPT or BERT on one input.
+contacts: residue contacts from a protein model's attention (symmetrized, APC) scored by precision at L/5.
 positional: the sinusoidal encoding's shift-by-rotation and distance-only dot products.
 complexity: one layer's time and peak memory against T, with fitted exponents beside the asymptotic cost table
 (memory: the CPU and CUDA counters it uses). curves: training curves from a run's ``metrics.jsonl``.

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from seqlab.analysis.figures import save_figure
 from seqlab.errors import CheckpointError
-from seqlab.models import GPT, RNNSeq2Seq, TransformerSeq2Seq
+from seqlab.models import GPT, BertForMaskedLM, RNNSeq2Seq, TransformerSeq2Seq
 from seqlab.nn import MultiHeadAttention
 
 
@@ -94,9 +94,9 @@ def attention_maps(model: nn.Module, source: Sequence[int], target: Sequence[int
     """The attention maps of ``model`` on one input, in eval mode (no dropout).
 
     Args:
-        model: RNNSeq2Seq (with attention), TransformerSeq2Seq or GPT.
-        source: source token ids (S,) for seq2seq; the GPT's input ids (T,).
-        target: seq2seq decoder input ids (T,), BOS first (teacher forcing); None for GPT.
+        model: RNNSeq2Seq (with attention), TransformerSeq2Seq, GPT or BertForMaskedLM.
+        source: source token ids (S,) for seq2seq; the GPT's or BERT's input ids (T,).
+        target: seq2seq decoder input ids (T,), BOS first (teacher forcing); None for GPT and BERT.
     Outputs: a list of AttentionMap: one for an RNNSeq2Seq (target x source), one per head and attention module
         otherwise.
     Raises: CheckpointError if the model is of another kind, an RNNSeq2Seq has no attention (fixed context), or a
@@ -104,11 +104,12 @@ def attention_maps(model: nn.Module, source: Sequence[int], target: Sequence[int
     """
     model.eval()
     src = torch.tensor([list(source)], dtype=torch.long)  # (1, S)
-    if isinstance(model, GPT):
+    if isinstance(model, GPT | BertForMaskedLM):
         return _collect(model, lambda: model(src))
     if not isinstance(model, RNNSeq2Seq | TransformerSeq2Seq):
         raise CheckpointError(
-            f"attention maps need an RNNSeq2Seq, TransformerSeq2Seq or GPT; this is a {type(model).__name__}"
+            "attention maps need an RNNSeq2Seq, TransformerSeq2Seq, GPT or BertForMaskedLM; "
+            f"this is a {type(model).__name__}"
         )
     if target is None:
         raise ValueError("a seq2seq model needs the decoder input (target ids, BOS first)")

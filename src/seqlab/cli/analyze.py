@@ -1,5 +1,6 @@
-"""``seqlab analyze gradients | attention | positional | complexity`` and ``seqlab plot``: measure what the textbooks
-claim, on fresh layers or the user's checkpoint; each writes a PNG and its numbers (CSV or JSON) into ``--out``.
+"""``seqlab analyze gradients | attention | positional | complexity | exposure | contacts`` and ``seqlab plot``:
+measure what the textbooks claim, on fresh layers or the user's checkpoint; each writes a PNG and its numbers (CSV
+or JSON) into ``--out``.
 
 A new analysis is an ``Analysis(name, help, add_arguments, run)`` entry in ANALYSES: ``add_arguments(parser)`` adds
 its options, ``run(args, out_dir)`` writes its files and returns the table printed.
@@ -18,13 +19,14 @@ from typing import Any, NamedTuple
 
 import torch
 
-from seqlab.analysis import attention, complexity, curves, exposure, gradients, positional, regimes
+from seqlab.analysis import attention, complexity, contacts, curves, exposure, gradients, positional, regimes
 from seqlab.cli.tables import table
+from seqlab.data.structures import read_chain
 from seqlab.errors import ConfigError
 from seqlab.files import atomic_write, output_directory
 from seqlab.models import load_pretrained
 from seqlab.recipes import RECIPES, recipe_of_checkpoint
-from seqlab.recipes.system import AttentionSource, ExposureSource, SystemOptions
+from seqlab.recipes.system import AttentionSource, ContactSource, ExposureSource, SystemOptions
 from seqlab.training.clipping import clip_grad_norm
 from seqlab.validation import MAX_WIDTH
 
@@ -90,10 +92,12 @@ def free_directory(base: Path) -> Path:
 def input_paths(args: argparse.Namespace) -> list[Path]:
     """The files and directories a command reads (its checkpoint, run, data and input), which ``--out`` must not
     hold."""
-    return [Path(value) for name in INPUT_ARGUMENTS if (value := getattr(args, name, None)) is not None]
+    values = [getattr(args, name, None) for name in INPUT_ARGUMENTS]
+    return [Path(v) for value in values if value is not None for v in (value if isinstance(value, list) else [value])]
 
 
-INPUT_ARGUMENTS = ("checkpoint", "run_dir", "data", "runs", "ensemble", "rescore")  # the Namespace names of inputs
+# The Namespace names of inputs.
+INPUT_ARGUMENTS = ("checkpoint", "run_dir", "data", "runs", "ensemble", "rescore", "structures")
 
 
 def write_csv(path: Path, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
@@ -466,10 +470,91 @@ def _exposure(args: argparse.Namespace, out_dir: Path) -> str:
     return table(["", "teacher-forced", "free-running"], rows) + f"\ngap: {result.loss_gap:.4f} nats/token"
 
 
+# contacts ----------------------------------------------------------------------------------------------------------
+
+
+def _contacts_arguments(parser: argparse.ArgumentParser) -> None:
+    offering = ", ".join(_recipes_offering(ContactSource))
+    parser.add_argument("checkpoint", type=Path, help=f"a masked protein model (a run of {offering})")
+    parser.add_argument(
+        "--structures", type=Path, nargs="+", required=True, metavar="FILE",
+        help="PDB or mmCIF files (gzipped or not); the first protein chain of each is read",
+    )  # fmt: skip
+    parser.add_argument(
+        "--fit-heads", action="store_true",
+        help="fit a logistic regression over the heads on the first half of the chains; score on the second half",
+    )  # fmt: skip
+
+
+def _contacts(args: argparse.Namespace, out_dir: Path) -> str:
+    """Precision at L/5 of the attention's contacts against each chain's true contacts, the first max_residues()
+    residues of a longer chain (the model's context); chains with no pair |i - j| >= 6 are listed as skipped. With
+    --fit-heads, a logistic regression over the heads is fitted on the first half of the chains and every predictor
+    is scored on the second half."""
+    system: ContactSource = _offering(args.checkpoint, ContactSource, "predicting contacts")
+    chains = [(path, read_chain(path)) for path in args.structures]  # every file read before the model runs
+    limit, measured, skipped = system.max_residues(), [], []
+    for path, chain in chains:
+        sequence, coordinates = chain.sequence[:limit], chain.coordinates[:limit]
+        if len(sequence) <= contacts.MIN_SEPARATION:
+            skipped.append(f"{path} ({len(sequence)} residues)")
+        else:
+            features = contacts.head_features(system.residue_attention(sequence))
+            measured.append((path, chain, len(sequence), features, contacts.true_contacts(coordinates)))
+    if len(measured) < (2 if args.fit_heads else 1):
+        needed = "two chains" if args.fit_heads else "a chain"
+        raise ConfigError(f"--structures: {needed} with a residue pair |i - j| >= {contacts.MIN_SEPARATION} needed")
+    tested, weights = measured, None
+    if args.fit_heads:
+        fitted, tested = measured[: len(measured) // 2], measured[len(measured) // 2 :]
+        x = torch.cat([contacts.pair_features(features) for *_, features, _ in fitted])
+        y = torch.cat([truth[contacts.scored_pairs(truth.shape[0])] for *_, truth in fitted])
+        weights = contacts.fit_head_weights(x, y)
+    rows = []
+    for path, chain, length, features, truth in tested:
+        scores = features.mean(dim=0)
+        row = {
+            "file": str(path), "chain": chain.name, "residues": len(chain.sequence), "residues_used": length,
+            "precision_at_l5": contacts.precision_at_l(scores, truth),
+            "separation_precision_at_l5": contacts.precision_at_l(contacts.separation_scores(length), truth),
+            "contact_density": contacts.contact_density(truth),
+        }  # fmt: skip
+        if weights is not None:
+            row["fitted_precision_at_l5"] = contacts.precision_at_l(torch.einsum("h,hij->ij", weights, features), truth)
+        rows.append(row)
+    path, chain, length, features, truth = tested[0]
+    figure = f"{path.name} chain {chain.name}, residues 1-{length}"
+    contacts.plot_contacts(features.mean(dim=0), truth, out_dir / "contacts.png", title=figure)
+    keys = [key for key in rows[0] if key.endswith(("l5", "density"))]
+    means = {key: sum(row[key] for row in rows) / len(rows) for key in keys}
+    write_csv(out_dir / "contacts.csv", list(rows[0]), [list(row.values()) for row in rows])
+    record = {
+        "checkpoint": str(args.checkpoint), "max_residues": limit, "chains": rows, "skipped": skipped, "mean": means,
+        "figure": figure, "fitted_on": [str(p) for p, *_ in measured[: len(measured) - len(tested)]],
+        "head_weights": None if weights is None else weights.tolist(),
+    }  # fmt: skip
+    atomic_write(out_dir / "contacts.json", json.dumps(record, indent=2) + "\n")
+    names = {
+        "precision_at_l5": "attention (APC, mean of heads and layers)",
+        "fitted_precision_at_l5": "attention (APC, logistic regression over heads)",
+        "separation_precision_at_l5": "sequence separation (nearest pairs)",
+        "contact_density": "random pairs (contact density)",
+    }
+    summary = [[names[key], f"{means[key]:.3f}"] for key in names if key in means]
+    cropped = sum(row["residues_used"] < row["residues"] for row in rows)
+    notes = f"{len(rows)} chains scored ({cropped} cropped to their first {limit} residues)"
+    if weights is not None:
+        notes += f"; the regression fitted on the {len(measured) - len(tested)} chains before them"
+    if skipped:
+        notes += f"; skipped, too short: {', '.join(skipped)}"
+    return table(["predictor", "mean precision at L/5"], summary) + f"\n{notes}"
+
+
 ANALYSES = (
     Analysis("gradients", "||dh_T/dh_k|| against T - k for RNN, GRU, LSTM", _gradient_arguments, _gradients),
     Analysis("attention", "attention maps of a checkpoint on one input", _attention_arguments, _attention),
     Analysis("complexity", "time and memory of one layer against T", _complexity_arguments, _complexity),
     Analysis("positional", "the sinusoidal encoding and its shift check", _positional_arguments, _positional),
     Analysis("exposure", "teacher-forced against free-running loss of a seq2seq run", _exposure_arguments, _exposure),
+    Analysis("contacts", "a protein model's attention as residue contacts", _contacts_arguments, _contacts),
 )

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
+from torch import Tensor
+
 from seqlab.analysis.attention import LabelledAttention
 from seqlab.analysis.exposure import ExposureBias
 from seqlab.data.files import check_typed_text
@@ -221,6 +223,25 @@ class AttentionSource(Protocol):
         """Every attention map of the model on ``text`` (the model's own output teacher-forced where it decodes).
 
         Raises: DataError for an input the model cannot read, ConfigError if this model has no attention.
+        """
+        ...
+
+
+@runtime_checkable
+class ContactSource(Protocol):
+    """A protein model that reads a sequence both ways, whose attention can predict residue contacts
+    (``seqlab analyze contacts``)."""
+
+    def max_residues(self) -> int:
+        """The most residues the model reads at once."""
+        ...
+
+    def residue_attention(self, sequence: str) -> Tensor:
+        """(H, L, L) float32: every head of every layer's self-attention over the L residues of ``sequence`` (one
+        letter each), the special tokens' rows and columns left out.
+
+        Raises: ConfigError for a model that reads one way only; DataError for a residue the model never saw or a
+            sequence longer than ``max_residues()``.
         """
         ...
 

@@ -11,6 +11,7 @@ from typing import ClassVar
 
 import torch
 
+from seqlab.analysis.attention import LabelledAttention, attention_maps
 from seqlab.data.proteins import read_fasta
 from seqlab.data.tokenizers import CharTokenizer, load_tokenizer
 from seqlab.data.wordpiece import WordPieceTokenizer
@@ -153,6 +154,53 @@ class ProteinSystem:
         with torch.no_grad():
             input_ids[selected] = model(input_ids).logits[selected].argmax(dim=-1)
         return tokenizer.decode(input_ids[0, 1:-1].tolist()).replace(" ", "")
+
+    def attention_maps(self, text: str) -> LabelledAttention:
+        """Every head's self-attention of the model on the residues ``text`` (causal for a GPT, both ways for a
+        BERT), the residues and the separators ([CLS] and [SEP]; a causal model's leading [SEP]) as both axes' labels.
+
+        Raises: DataError for a residue the model never saw or a protein longer than the model's context.
+        """
+        ids = self._ids(text, source="--input")
+        residues = list(text.strip().upper())
+        tokens = ["[SEP]", *residues] if isinstance(self.model, GPT) else ["[CLS]", *residues, "[SEP]"]
+        maps = attention_maps(self.model, ids)
+        stacks = {m.module.split(".")[0] for m in maps}
+        return LabelledAttention(maps, {(stack, "self"): (tokens, tokens) for stack in stacks}, repr(text), [])
+
+    def max_residues(self) -> int:
+        """The most residues the model reads at once: its context less [CLS] and [SEP] (masked) or the leading
+        separator (causal)."""
+        if isinstance(self.model, GPT):
+            return self.model.config.context_length - 1
+        return self.model.config.max_positions - 2
+
+    def residue_attention(self, sequence: str) -> torch.Tensor:
+        """(H, L, L): every head of every layer of a masked model on ``sequence``, the rows and columns of [CLS]
+        and [SEP] left out (``seqlab.recipes.system.ContactSource``).
+
+        Raises: ConfigError for a causal model; DataError for an unseen residue or a sequence too long.
+        """
+        if isinstance(self.model, GPT):
+            raise ConfigError("contacts need a masked (bidirectional) protein model; this run is causal")
+        ids = self._ids(sequence, source=f"sequence {sequence[:20]!r}")
+        maps = attention_maps(self.model, ids)
+        return torch.stack([m.weights[1:-1, 1:-1] for m in maps])
+
+    def _ids(self, text: str, *, source: str) -> list[int]:
+        """The model's input ids of one protein: [CLS] residues [SEP] (masked) or separator residues (causal).
+
+        Raises: DataError for an unseen residue or a protein longer than ``max_residues()``.
+        """
+        residues = text.strip().upper()
+        if not residues:
+            raise DataError(f"{source}: no residues")
+        if len(residues) > self.max_residues():
+            raise DataError(f"{source}: {len(residues)} residues, more than the model's {self.max_residues()}")
+        if isinstance(self.model, GPT):
+            return stream(self.tokenizer, [residues], source=source)[:-1].tolist()
+        ids = masked_stream(self.tokenizer, [residues], source=source)[:-1].tolist()
+        return [self.tokenizer.cls_id, *ids, self.tokenizer.sep_id]
 
     def generate(self, request: GenerationRequest) -> Iterator[GenerationChunk]:
         """``request.num_return_sequences`` proteins that start with the residues ``request.prompt`` (causal
