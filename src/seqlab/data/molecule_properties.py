@@ -29,6 +29,7 @@ import numpy as np
 from rdkit import Chem
 from rdkit.Chem import QED, Crippen, Descriptors
 
+from seqlab.data.files import read_json_file
 from seqlab.errors import DataError
 from seqlab.files import atomic_write
 
@@ -138,10 +139,10 @@ class PropertyBins:
         Raises: DataError for a missing or malformed file.
         """
         target = Path(directory) / BINS_FILE
+        payload = read_json_file(target)
         try:
-            payload = json.loads(target.read_text(encoding="utf-8"))
             name, edges = payload["property"], tuple(float(e) for e in payload["edges"])
-        except (OSError, ValueError, KeyError, TypeError) as error:
+        except (ValueError, KeyError, TypeError) as error:
             raise DataError(f"{target}: not a property bins file ({error})") from None
         if name not in PROPERTIES or any(not a < b for a, b in pairwise(edges)):
             raise DataError(f"{target}: not a property bins file (property {name!r}, edges {list(edges)})")

@@ -32,7 +32,7 @@ from typing import ClassVar, NamedTuple
 import selfies
 from rdkit import Chem, RDLogger
 
-from seqlab.data.files import TextFormat, iter_lines
+from seqlab.data.files import TextFormat, iter_lines, read_json_file
 from seqlab.errors import DataError
 from seqlab.files import atomic_write
 
@@ -225,10 +225,10 @@ class MoleculeTokenizer:
         Raises: DataError for a missing or malformed file.
         """
         target = Path(path) / SYMBOLS_FILE
+        payload = read_json_file(target)
         try:
-            payload = json.loads(target.read_text(encoding="utf-8"))
             representation, symbols = payload["representation"], payload["symbols"]
-        except (OSError, ValueError, KeyError, TypeError) as error:
+        except (KeyError, TypeError) as error:
             raise DataError(f"{target}: not a molecule tokenizer file ({error})") from None
         if representation not in REPRESENTATIONS or not all(isinstance(s, str) and s for s in symbols):
             raise DataError(f"{target}: not a molecule tokenizer file")
