@@ -96,10 +96,10 @@ def test_save_and_load_give_the_same_forecast(tmp_path):
 
 
 def test_bad_inputs_and_sizes_are_refused_with_the_numbers():
-    model = tiny(max_length=4)
+    model = tiny(context_length=4)
     with pytest.raises(ValueError, match=r"x must be \(B, T, 2, 8, 12\) floating, got shape \(1, 2, 2, 8, 8\)"):
         model(torch.randn(1, 2, 2, 8, 8))
-    with pytest.raises(ValueError, match=r"window of 5 steps exceeds max_length \(4\)"):
+    with pytest.raises(ValueError, match=r"window of 5 steps exceeds context_length \(4\)"):
         model(torch.randn(1, 5, 2, 8, 12))
     with pytest.raises(ConfigError, match=r"width \(10\) must be a multiple of patch_size \(4\)"):
         FieldTransformerConfig(height=8, width=10, horizon=1, patch_size=4)

@@ -48,6 +48,7 @@ from seqlab.models import (
     load_pretrained,
 )
 from seqlab.models.denoiser import SequenceDenoiser, SequenceDenoiserConfig
+from seqlab.models.field_forecaster import FieldTransformer, FieldTransformerConfig
 from seqlab.models.forecaster import Forecaster, ForecasterConfig
 from seqlab.models.language_model.ssm import SSMLanguageModel, SSMLanguageModelConfig
 from seqlab.models.pretrained import LEGACY_MODEL_TYPES, PretrainedMixin
@@ -79,6 +80,9 @@ TINY = {
     "tcn_classifier": TCNClassifierConfig(7, 3, embedding_size=4, hidden_size=4, num_levels=2),
     "ssm_language_model": SSMLanguageModelConfig(7, d_model=4, num_layers=1, state_size=4),
     "sequence_denoiser": SequenceDenoiserConfig(frame_size=4, hidden_size=4, num_layers=1),
+    "field_transformer": FieldTransformerConfig(
+        height=4, width=4, horizon=2, patch_size=2, d_model=8, num_heads=2, d_ff=12, num_layers=1, context_length=3
+    ),
 }
 CLASSES = {
     "elmo": ELMo,
@@ -102,6 +106,7 @@ CLASSES = {
     "tcn_classifier": TCNClassifier,
     "ssm_language_model": SSMLanguageModel,
     "sequence_denoiser": SequenceDenoiser,
+    "field_transformer": FieldTransformer,
 }
 
 

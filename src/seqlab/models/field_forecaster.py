@@ -47,7 +47,7 @@ class FieldTransformerConfig:
     num_heads: int = 4  # N
     d_ff: int = 128  # feed-forward inner size
     num_layers: int = 2  # L blocks, each a space and a time layer
-    max_length: int = 64  # longest window (steps) the time positions cover
+    context_length: int = 64  # longest window (steps) the time positions cover
     dropout: float = 0.0  # inside the layers
     residual: bool = True  # forecast the change from the last field
 
@@ -55,7 +55,7 @@ class FieldTransformerConfig:
         for name in ("height", "width", "horizon", "channels", "patch_size", "d_model", "num_heads", "d_ff"):
             check_int(name, getattr(self, name), maximum=8192)
         check_int("num_layers", self.num_layers, maximum=64)
-        check_int("max_length", self.max_length, maximum=8192)
+        check_int("context_length", self.context_length, maximum=8192)
         check_probability("dropout", self.dropout)
         check_bool("residual", self.residual)
         for name in ("height", "width"):
@@ -93,10 +93,10 @@ class FieldTransformer(PretrainedMixin, nn.Module):
 
     Args:
         config: FieldTransformerConfig.
-    Inputs: x (B, T, C, Y, X) floating, the last T <= max_length fields.
+    Inputs: x (B, T, C, Y, X) floating, the last T <= context_length fields.
     Outputs: (B, H, C, Y, X), the next H fields, in the units of x (the recipe standardises them).
     Raises:
-        ValueError: x is not (B, T, C, Y, X) floating with the configured C, Y, X, or T exceeds max_length.
+        ValueError: x is not (B, T, C, Y, X) floating with the configured C, Y, X, or T exceeds context_length.
     """
 
     config_class: ClassVar[type] = FieldTransformerConfig
@@ -108,7 +108,7 @@ class FieldTransformer(PretrainedMixin, nn.Module):
         D, p = config.d_model, config.patch_size
         self.patch_embedding = nn.Linear(config.channels * p * p, D)  # E
         self.space_positions = LearnedPositionalEncoding(config.num_patches, D)  # e^space
-        self.time_positions = SinusoidalPositionalEncoding(D, max_length=config.max_length)  # e^time
+        self.time_positions = SinusoidalPositionalEncoding(D, max_length=config.context_length)  # e^time
 
         def layer() -> TransformerEncoderLayer:
             return TransformerEncoderLayer(D, config.num_heads, config.d_ff, dropout=config.dropout, norm_first=True)
@@ -147,8 +147,8 @@ class FieldTransformer(PretrainedMixin, nn.Module):
             raise ValueError(
                 f"x must be (B, T, {', '.join(map(str, expected))}) floating, got shape {tuple(x.shape)} {x.dtype}"
             )
-        if x.shape[1] > c.max_length:
-            raise ValueError(f"window of {x.shape[1]} steps exceeds max_length ({c.max_length})")
+        if x.shape[1] > c.context_length:
+            raise ValueError(f"window of {x.shape[1]} steps exceeds context_length ({c.context_length})")
 
 
 def rollout_fields(model: FieldTransformer, x: Tensor, steps: int) -> Tensor:

@@ -99,7 +99,7 @@ class ModelConfig:
             num_heads=self.num_heads,
             d_ff=self.d_ff,
             num_layers=self.num_layers,
-            max_length=data.input_length,
+            context_length=data.input_length,
             dropout=self.dropout,
             residual=self.residual,
         )
