@@ -171,11 +171,15 @@ def architectures(annotation: Any) -> dict[str, type] | None:
 
 def arch_renamed(given: Mapping[str, Any], where: str | None) -> dict[str, Any]:
     """A choice section's keys with an old name of ``arch`` (``RENAMED_KEYS``: forecast's ``model.encoder``)
-    renamed, unless ``arch`` itself is given; with a FutureWarning naming ``where`` the keys came from (None: a
-    saved run's, renamed silently)."""
+    renamed, with a FutureWarning naming ``where`` the keys came from (None: a saved run's, renamed silently).
+
+    Raises: ConfigError if both the old name and ``arch`` are given.
+    """
     old = next((k for k in given if RENAMED_KEYS.get(k) == ARCH), None)
-    if old is None or ARCH in given:
+    if old is None:
         return dict(given)
+    if ARCH in given:
+        raise ConfigError(f"{where or 'the saved config'}: {old} is the old name of {ARCH}; give {ARCH} only")
     if where is not None:
         warning = f"{where}.{old} is renamed {ARCH}; the old name goes in the next release"
         warnings.warn(warning, FutureWarning, stacklevel=3)

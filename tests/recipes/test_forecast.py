@@ -190,6 +190,9 @@ def test_model_encoder_is_the_old_name_of_model_arch_and_each_arch_takes_only_it
         config = apply_overrides(forecast.Config(), {"model.encoder": "tcn", "model.num_levels": "2"})
     assert config.model == forecast.TCNArmConfig(num_levels=2)
     with pytest.raises(ConfigError) as error:
+        apply_overrides(forecast.Config(), {"model.encoder": "tcn", "model.arch": "gru"})
+    assert str(error.value) == "--set model: encoder is the old name of arch; give arch only"
+    with pytest.raises(ConfigError) as error:
         apply_overrides(forecast.Config(), {"model.num_heads": "2"})
     assert str(error.value) == (
         "--set model.num_heads: does not apply to model.arch=gru (a key of model.arch=transformer)"
