@@ -51,6 +51,22 @@ class ArchField:
     arch: str = ""
 
 
+def refuse_set(section: Any, names: tuple[str, ...], reason: str) -> None:
+    """Refuse the fields ``names`` of the dataclass ``section`` that differ from their defaults, because nothing
+    reads them in the setting ``reason`` describes (a key that is set and then ignored misleads; the package
+    refuses it instead).
+
+    Raises:
+        ConfigError: the first such field, "NAME (VALUE) REASON", e.g. "decay_factor (2.0) is used by schedule
+            'epoch_decay' only, not 'cosine'".
+    """
+    defaults = {f.name: f.default for f in dataclasses.fields(section)}
+    for name in names:
+        value = getattr(section, name)
+        if value != defaults[name]:
+            raise ConfigError(f"{name} ({value!r}) {reason}")
+
+
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a TOML configuration file into nested dicts.
 

@@ -150,3 +150,14 @@ def test_predict_with_a_missing_file_exits_2(tmp_path):
     run_training(fields, tiny(), tmp_path / "run", progress=False, log=lambda line: None)
     result = run_cli("predict", tmp_path / "run", tmp_path / "absent.txt")
     assert result.code == 2 and "absent.txt" in result.err and len(result.err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("setting", ["reynolds_number=60", "members=2", "seed=3"])
+def test_a_simulation_key_with_a_field_file_is_refused_not_ignored(tmp_path, setting):
+    name, value = setting.split("=")
+    argv = ["train", "fields", "--out", tmp_path / "run", "--set", "data.path=field.txt", f"data.{setting}"]
+    shown = repr(float(value)) if name == "reynolds_number" else value
+    assert_error(
+        run_cli(*argv), f"--set: [data] {name} ({shown}) sets the simulation, which path replaces: drop one of them"
+    )
+    assert not (tmp_path / "run").exists()

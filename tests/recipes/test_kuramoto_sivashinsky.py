@@ -148,3 +148,14 @@ def test_a_field_file_trains_with_its_given_lyapunov_exponent_and_refuses_withou
     report = run_training(ks, config, tmp_path / "run", progress=False, log=lambda line: None)
     assert report.results["lyapunov_exponent"] == 0.05
     assert load_system(tmp_path / "run").predict(["test"])[0].values.shape == (2, 8)
+
+
+@pytest.mark.parametrize("setting", ["length=30", "steps=500", "seed=3"])
+def test_a_simulation_key_with_a_field_file_is_refused_not_ignored(tmp_path, setting):
+    name, value = setting.split("=")
+    argv = ["train", "kuramoto-sivashinsky", "--out", tmp_path / "run", "--set", "data.path=f.txt", f"data.{setting}"]
+    shown = repr(float(value)) if name == "length" else value
+    assert_error(
+        run_cli(*argv), f"--set: [data] {name} ({shown}) sets the simulation, which path replaces: drop one of them"
+    )
+    assert not (tmp_path / "run").exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from seqlab.config import refuse_set
 from seqlab.errors import ConfigError
 from seqlab.nn.lora import check_lora_settings
 from seqlab.training.scheduled_sampling import TeacherForcingSchedule, TeacherForcingScheduleName
@@ -170,12 +171,9 @@ class TrainConfig:
         check_real("decay_factor", self.decay_factor, at_least=1)
         check_int("decay_after", self.decay_after, minimum=0, maximum=MAX_STEPS)
         if self.schedule != "epoch_decay":
-            for name in ("decay_factor", "decay_after"):
-                value = getattr(self, name)
-                if value != getattr(TrainConfig, name):
-                    raise ConfigError(
-                        f"{name} ({value!r}) is used by schedule 'epoch_decay' only, not {self.schedule!r}"
-                    )
+            refuse_set(
+                self, ("decay_factor", "decay_after"), f"is used by schedule 'epoch_decay' only, not {self.schedule!r}"
+            )
 
     def _check_optimizer(self) -> None:
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
@@ -189,9 +187,8 @@ class TrainConfig:
             raise ConfigError(f"betas ({self.betas!r}) are used by optimizers 'adam' and 'adamw' only, not 'sgd'")
         check_real("momentum", self.momentum, at_least=0, below=1)
         check_bool("nesterov", self.nesterov)
-        if self.optimizer != "sgd" and (self.momentum != 0 or self.nesterov):
-            name, value = ("momentum", self.momentum) if self.momentum != 0 else ("nesterov", self.nesterov)
-            raise ConfigError(f"{name} ({value!r}) is used by optimizer 'sgd' only, not {self.optimizer!r}")
+        if self.optimizer != "sgd":
+            refuse_set(self, ("momentum", "nesterov"), f"is used by optimizer 'sgd' only, not {self.optimizer!r}")
         if self.nesterov and self.momentum == 0:
             raise ConfigError(f"nesterov (True) needs momentum > 0, got momentum ({self.momentum!r})")
 

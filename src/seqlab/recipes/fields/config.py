@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from seqlab.config import refuse_set
 from seqlab.data.files import data_file
 from seqlab.data.forecasting import SERIES
 from seqlab.errors import ConfigError
@@ -15,6 +16,17 @@ from seqlab.validation import check_bool, check_int, check_probability, check_re
 
 MAX_GRID = 256
 MAX_VALUES = 50_000_000  # members x samples x grid^2 a run may simulate (8 bytes each: 0.4 GB)
+SIMULATION_KEYS = (  # data's keys a field file (data.path) replaces
+    "reynolds_number",
+    "drag",
+    "forcing_wavenumber",
+    "dt",
+    "steps_per_sample",
+    "samples",
+    "transient_samples",
+    "members",
+    "seed",
+)
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,8 @@ class DataConfig:
         check_int("horizon", self.horizon, maximum=1024)
         check_real("valid_fraction", self.valid_fraction, greater_than=0.0, below=0.5)
         check_real("test_fraction", self.test_fraction, greater_than=0.0, below=0.5)
+        if self.path is not None:
+            refuse_set(self, SIMULATION_KEYS, "sets the simulation, which path replaces: drop one of them")
 
 
 @dataclass(frozen=True)

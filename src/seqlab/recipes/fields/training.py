@@ -81,9 +81,10 @@ class FieldTraining:
         scaler = Scaler.fit(values[:, : splits.valid_start].reshape(-1, N, N))
         system = FieldSystem(model, scaler, config)
         if len(system.origins(S, splits.test_start)) == 0:
+            longer = "a longer data.path" if data.path is not None else "data.samples"
             raise DataError(
                 f"data: the test part ({S - splits.test_start} fields a trajectory) is shorter than "
-                f"T + eval.max_lead ({T + config.eval.max_lead}); raise data.samples or data.test_fraction"
+                f"T + eval.max_lead ({T + config.eval.max_lead}); raise {longer} or data.test_fraction"
             )
         scaled = torch.as_tensor(scaler.transform(values)[:, :, None], dtype=torch.float32)
         return cls(system, values, scaled, train_windows, valid_windows, splits.test_start)

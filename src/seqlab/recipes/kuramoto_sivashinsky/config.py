@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from seqlab.config import refuse_set
 from seqlab.data.files import data_file
 from seqlab.data.forecasting import SERIES
 from seqlab.errors import ConfigError
@@ -27,6 +28,7 @@ from seqlab.validation import check_int, check_real
 
 MAX_STEPS = 1_000_000  # samples a run may simulate (8 bytes x 64 points each: 0.5 GB)
 MAX_GRID = 1024
+SIMULATION_KEYS = ("length", "steps", "transient_steps", "seed")  # data's keys a field file (data.path) replaces
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ class DataConfig:
         check_int("horizon", self.horizon)
         check_real("valid_fraction", self.valid_fraction, greater_than=0.0, below=0.5)
         check_real("test_fraction", self.test_fraction, greater_than=0.0, below=0.5)
+        if self.path is not None:
+            refuse_set(self, SIMULATION_KEYS, "sets the simulation, which path replaces: drop one of them")
 
 
 ModelConfig = (
