@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from seqlab.decoding import generate
 from seqlab.errors import ConfigError
 from seqlab.models import GPT, RNNLanguageModel, SSMLanguageModel, load_pretrained
 from seqlab.models.language_model import zaremba_small
-from seqlab.recipes import lm
+from seqlab.recipes import lm, load_system
 from seqlab.recipes.base import load_recipe_config, run_training
 from seqlab.recipes.common.causal_blocks import CausalBlockTraining
 from seqlab.recipes.lm.config import GPTModelConfig, LMDataConfig, LSTMModelConfig, apply_preset
@@ -307,14 +308,26 @@ def test_the_model_section_is_a_choice_of_arch():
         assert str(error.value) == message
 
 
-def test_the_gpt_section_sets_nanogpts_architecture_and_defaults_to_gpt2s():
-    # nanoGPT's train.py: no biases, exact GELU (nn.GELU()); the defaults keep GPT-2's, as runs before issue 25
-    config = apply_overrides(lm.Config(), parse_assignments(["model.bias=false", "model.activation=gelu"]))
+def test_the_gpt_section_sets_nanogpts_architecture_and_gpt2s_tanh_gelu():
+    # nanoGPT's train.py: no biases, exact GELU (nn.GELU()), the default activation; GPT-2's tanh form on request
+    config = apply_overrides(lm.Config(), parse_assignments(["model.bias=false"]))
     model = GPT(config.model.model_config(vocab_size=6))
     assert model.config.bias is False and model.config.activation == "gelu"
     assert not [name for name, _ in model.named_parameters() if name.endswith(".bias")]
     default = GPTModelConfig().model_config(vocab_size=6)
-    assert (default.bias, default.activation) == (True, "gelu_tanh")
+    assert (default.bias, default.activation) == (True, "gelu")
+    tanh = apply_overrides(lm.Config(), parse_assignments(["model.activation=gelu_tanh"]))
+    assert tanh.model.model_config(vocab_size=6).activation == "gelu_tanh"
+
+
+def test_a_run_saved_before_the_activation_key_loads_with_gpt2s_tanh_gelu(tmp_path):
+    # The committed run predates model.activation (its recipe.json has no such key) and was trained with the tanh
+    # form, which its model config.json records: it must load as that, not as today's default.
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "lm_gpt_9a192c4", run)
+    assert "activation" not in json.loads((run / "recipe.json").read_text())["config"]["model"]
+    system = load_system(run)
+    assert system.config.model.activation == "gelu_tanh" and system.model.config.activation == "gelu_tanh"
 
 
 def test_gpt_validation_is_the_token_mean_over_the_valid_blocks():

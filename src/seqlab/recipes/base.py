@@ -437,7 +437,9 @@ def load_recipe_config(directory: Path, config_class: type[ConfigT]) -> ConfigT:
     other architectures are dropped. Runs written before ``ScheduledSamplingTrainConfig`` hold the
     ``teacher_forcing*`` fields in every train section: dropped where the section has none (they were at their
     defaults there, the only values such a recipe accepted). Keys saved under an old name (``RENAMED_KEYS``:
-    ``beam_size``) load as their new one.
+    ``beam_size``) load as their new one. A field a section's class lists in its ``OLDER_RUNS`` mapping, missing
+    from the file, loads as the value it lists (what runs saved before the field existed used; a default changed
+    since: the lm GPT's ``activation``); any other missing field loads as its default.
 
     Raises:
         CheckpointError: the file is missing or unreadable, a section is missing, or a section has unknown or
@@ -461,6 +463,7 @@ def _load_section(annotation: Any, saved: dict[str, Any]) -> Any:
     if architectures(annotation) is not None:
         saved = arch_renamed(saved, None)  # a run saved before its section became a choice (forecast's encoder)
     section = section_class(annotation, saved)
+    saved = {**getattr(section, "OLDER_RUNS", {}), **saved}  # what a run saved before a field existed meant
     known = {f.name for f in dataclasses.fields(section)}
     saved = {RENAMED_KEYS[k] if k not in known and RENAMED_KEYS.get(k) in known else k: v for k, v in saved.items()}
     dropped = set(saved) - known

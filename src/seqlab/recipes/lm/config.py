@@ -6,8 +6,9 @@ See ``seqlab.recipes.lm`` for what each setting does in training and evaluation.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from seqlab.data.files import data_file
 from seqlab.data.text import CORPUS
@@ -88,8 +89,11 @@ class GPTModelConfig(InitFromConfig):
     num_layers: int = 4  # L
     d_ff: int | None = None  # feed-forward inner size, 4 D if None
     positional: Literal["learned", "sinusoidal", "rotary"] = "learned"  # learned or sinusoidal absolute, or RoPE
-    activation: Literal["gelu_tanh", "gelu", "relu"] = "gelu_tanh"  # feed-forward: GPT-2's GELU | exact (nanoGPT)
+    activation: Literal["gelu_tanh", "gelu", "relu"] = "gelu"  # feed-forward: exact GELU (nanoGPT) | GPT-2's tanh form
     bias: bool = True  # biases in linear layers and layer norms (nanoGPT's train.py: false)
+
+    # Runs saved before ``activation`` existed used GPT-2's tanh form: their recipe.json loads with it.
+    OLDER_RUNS: ClassVar[Mapping[str, Any]] = {"activation": "gelu_tanh"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
