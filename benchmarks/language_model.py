@@ -12,6 +12,11 @@ unless --device says otherwise.
               ``generate(num_beams=K, do_sample=False)``, no EOS, so every beam runs --new-tokens steps; tokens/s =
               new tokens of the best beam / seconds.
 Both sides of greedy and beam must pick the same tokens (checked and printed).
+    products  with --products, a third row under greedy and beam, timed in the same rounds: the matrix products of
+              those --new-tokens steps alone (each step's 6 L block products and its V x D head, at 1 or K rows,
+              through ``seqlab.nn.direct_calls`` as the step computes them, on the model's weights). Its ratio,
+              transformers' time over the products' time, is the most seqlab could reach at that shape with no
+              per-step cost besides the products (no attention, norms, cache, search or Python).
 RNN row: seqlab's ``RNNLanguageModel`` (fused LSTM) against a bare torch.nn language model (Embedding ->
 torch.nn.LSTM -> Linear) with the same weights, at Zaremba et al.'s small shape by default (2 x 200, V = 10000,
 batch 20, bptt 35): forward from the previous batch's detached state, cross-entropy, backward, gradient clipping at
@@ -25,6 +30,7 @@ Times are wall time, or with --clock cpu this process's CPU time, which other pr
 far less (with one thread it is the time the work took; with more, it sums the threads).
 
     python benchmarks/language_model.py --threads 1              # 4 layers, D = 256, context 256: 1-2 minutes
+    python benchmarks/language_model.py --threads 1 --rows greedy,beam --products --clock cpu   # what bounds them
     python benchmarks/language_model.py --layers 1 --d-model 8 --heads 2 --context 8 --batch 2 --new-tokens 4 \\
         --vocab 16 --beams 2 --rnn-size 4 --rnn-vocab 16 --rnn-batch 2 --bptt 3 --repeats 1   # smoke test, seconds
 """
@@ -44,6 +50,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from seqlab.decoding import generate
 from seqlab.models import GPT, RNNLanguageModel, RNNLanguageModelConfig
+from seqlab.nn import direct_calls
 
 PROMPT_LENGTH = 16
 
@@ -125,6 +132,21 @@ def hf_generate(model: GPT2LMHeadModel, prompt: Tensor, new_tokens: int, beams: 
     return out[:, prompt.shape[1] :]
 
 
+@torch.inference_mode()
+def step_products(model: GPT, rows: int, steps: int) -> None:
+    """The matrix products of ``steps`` decoding steps of ``rows`` rows alone: each Linear of the decoder's layers and
+    the tied V x D head, computed as ``GPT.step`` computes them (``direct_calls``), on constant inputs."""
+    weight = model.wte.weight
+    linears = [m for m in model.decoder.modules() if isinstance(m, nn.Linear)]
+    inputs = {m.in_features: torch.ones(rows, m.in_features, device=weight.device) for m in linears}
+    h = torch.ones(rows, model.config.d_model, device=weight.device)
+    few = direct_calls.few_rows(h)
+    for _ in range(steps):
+        for m in linears:
+            direct_calls.linear(m, inputs[m.in_features], few=few)
+        direct_calls.affine(h, weight) if few else F.linear(h, weight)
+
+
 def time_pair(
     runs: list[Callable[[], object]], *, repeats: int, sync: Callable[[], None], clock: Callable[[], float]
 ) -> list[list[float]]:
@@ -149,10 +171,15 @@ def median_and_iqr(values: list[float]) -> tuple[float, float, float]:
     return median, q1, q3
 
 
-def print_rows(kind: str, names: tuple[str, str], tokens: int, seconds: list[list[float]]) -> None:
+def print_rows(
+    kind: str, names: tuple[str, str], tokens: int, seconds: list[list[float]], *, reference: bool = True
+) -> None:
+    """One line per run: tokens/s and, for the first, the ratio of times against the second (the reference), whose
+    own line is printed only if ``reference``."""
     ours, theirs = seconds
     ratio, r1, r3 = median_and_iqr([t / o for o, t in zip(ours, theirs, strict=True)])
-    for name, row in zip(names, seconds, strict=True):
+    shown = 2 if reference else 1
+    for name, row in zip(names[:shown], seconds[:shown], strict=True):
         tps, q1, q3 = median_and_iqr([tokens / s for s in row])
         shown = f"{ratio:>7.2f}x {f'{r1:.2f}-{r3:.2f}':>11}" if row is ours else f"{'1.00x':>8} {'':>11}"
         print(f"{kind:<8} {name:<20} {tps:>11,.0f} {f'{q1:,.0f}-{q3:,.0f}':>21} {shown}", flush=True)
@@ -179,6 +206,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rnn-batch", type=int, default=20, help="parallel streams of the RNN rows")
     parser.add_argument("--bptt", type=int, default=35, help="truncated-BPTT length of the RNN rows")
     parser.add_argument("--rows", default="train,greedy,beam,rnn", help="comma-separated row kinds to run")
+    parser.add_argument(
+        "--products", action="store_true", help="also time greedy's and beam's matrix products alone (see above)"
+    )
     parser.add_argument("--repeats", type=int, default=7, help="timed rounds (median and quartiles are shown)")
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's choice)")
@@ -255,8 +285,14 @@ def gpt_rows(args: argparse.Namespace, device: torch.device, sync: Callable[[], 
             lambda b=beams: seqlab_generate(ours, prompt, args.new_tokens, b),
             lambda b=beams: hf_generate(hf, prompt, args.new_tokens, b),
         ]
+        if args.products:
+            runs.append(lambda b=beams: step_products(ours, b, args.new_tokens))
         label = kind if beams == 1 else f"beam K={beams}"
-        print_rows(kind, GPT_NAMES, args.new_tokens, time_pair(runs, repeats=args.repeats, sync=sync, clock=args.clock))
+        seconds = time_pair(runs, repeats=args.repeats, sync=sync, clock=args.clock)
+        print_rows(kind, GPT_NAMES, args.new_tokens, seconds[:2])
+        if args.products:
+            names = ("products alone", GPT_NAMES[1])
+            print_rows(kind, names, args.new_tokens, [seconds[2], seconds[1]], reference=False)
         notes.append(f"same {label} tokens: {'yes' if same else 'no'}")
     return notes
 

@@ -25,14 +25,19 @@ SMOKE = {
         ["shape (B,T,E,H,L)", "tokens/s IQR", "ratio IQR"],
     ),
     "language_model.py": (
-        flags(
-            {"--layers": 1, "--d-model": 8, "--heads": 2, "--context": 8, "--batch": 2, "--new-tokens": 4}
-            | {"--vocab": 16, "--beams": 2, "--rnn-size": 4, "--rnn-vocab": 16, "--rnn-batch": 2, "--bptt": 3}
-            | {"--repeats": 1, "--threads": 1}
-        ),
+        [
+            *flags(
+                {"--layers": 1, "--d-model": 8, "--heads": 2, "--context": 8, "--batch": 2, "--new-tokens": 4}
+                | {"--vocab": 16, "--beams": 2, "--rnn-size": 4, "--rnn-vocab": 16, "--rnn-batch": 2, "--bptt": 3}
+                | {"--repeats": 1, "--threads": 1}
+            ),
+            "--products",
+        ],
         [
             "row      model",
             "train    seqlab GPT",
+            "greedy   products alone",
+            "beam     products alone",
             "greedy   transformers GPT-2",
             "beam     seqlab GPT",
             "rnn      seqlab RNN LM",
