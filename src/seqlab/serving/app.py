@@ -11,10 +11,11 @@ Concurrency: at most ``limits.max_concurrency`` requests run at once (a stream h
 generation has stopped; a predict batch holds one place for all its requests); the others wait in arrival order.
 
 Batching: predict requests for one model with the same ``num_beams`` and ``nbest`` that arrive within
-``limits.batch_wait_ms`` of each other, or while a place is awaited, are answered by one ``System.predict`` call of
-at most ``limits.max_batch_size`` inputs (``seqlab.serving.batching``); a bad input still fails only its own
-request. Generations are not batched: each has its own settings, seed and stream, and a decoding step shared by
-requests of different lengths and stops would need a scheduler of its own.
+``limits.batch_wait_ms`` of each other, or while the model's previous batch runs or a place is awaited, are
+answered by one ``System.predict`` call of at most ``limits.max_batch_size`` inputs (``seqlab.serving.batching``);
+a bad input still fails only its own request, and a client that disconnects first is dropped (499). Generations
+are not batched: each has its own settings, seed and stream, and a decoding step shared by requests of different
+lengths and stops would need a scheduler of its own.
 """
 
 from __future__ import annotations

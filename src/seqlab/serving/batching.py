@@ -100,9 +100,10 @@ class PredictBatcher:
             await asyncio.wait((entry.future, watcher), return_when=asyncio.FIRST_COMPLETED)
         finally:
             watcher.cancel()
-            if not entry.future.done():  # disconnected, or this request was cancelled
+            answered = entry.future.done()
+            if not answered:  # disconnected, or this request was cancelled
                 self._drop(entry)
-        if not entry.future.done():
+        if not answered:
             raise RequestError(499, "client disconnected before its prediction")
         return entry.future.result()
 
@@ -132,6 +133,7 @@ class PredictBatcher:
 
     def _drop(self, entry: _Entry) -> None:
         """Take a request out of its batch if the batch has not started (else its answer is thrown away)."""
+        entry.future.cancel()  # nobody awaits it any more
         batch = entry.batch
         if not batch.started:
             batch.entries.remove(entry)
@@ -155,6 +157,8 @@ class PredictBatcher:
             finally:
                 self.gate.leave()
                 self._running[batch.key] -= 1
+                if not self._running[batch.key]:
+                    del self._running[batch.key]
                 self._finished.pop(batch.key, asyncio.Event()).set()
         except Exception as error:  # the gate's 503, or a failure outside System.predict
             for entry in batch.entries:
