@@ -1,24 +1,30 @@
-"""Throughput and latency of ``seqlab serve``, and streaming speed against the same generation in process.
+"""Throughput and latency of ``seqlab serve``, with predict batching off and on, and streaming speed against the
+same generation in process.
 
-A ``seqlab serve G2P LM`` subprocess (fork + exec, on a free port of 127.0.0.1) is driven by asyncio clients
-(httpx), each sending its requests one after the other:
+Two ``seqlab serve`` subprocesses (fork + exec, on free ports of 127.0.0.1) are driven by asyncio clients (httpx),
+each client sending its requests one after the other: one serves G2P and LM with batching on (--max-batch-size,
+--batch-wait-ms), the other G2P with batching off (``--max-batch-size 1``).
 
-Table 1: for 1, 8 and 32 concurrent clients, --requests requests in all of each kind: ``POST /v1/predict`` of
-one word on the g2p run (its n-best: beam --nbest), and ``POST /v1/generate`` of --new-tokens tokens (greedy, so
-every request does the same work) on the lm run, read to its ``done`` event. Columns: requests/s (all requests
-over the wall-clock time), p50 and p95 latency in milliseconds (a generation's until its last event), and for
-generation the p50 time to first token (the first chunk with text) and tokens/s summed over clients.
+Table 1: for 1, 8 and 32 concurrent clients, --requests ``POST /v1/predict`` of one word each on the g2p run (its
+n-best: beam --nbest; client c's request r asks for word c + r of --words), batching off then on, --rounds times
+taking turns (each row pools its rounds). Columns:
+requests/s (all requests over the wall-clock time) and its ratio on/off, p50 and p95 latency in milliseconds, and
+requests per ``System.predict`` call (the server's ``/healthz`` counters).
 
-Table 2: tokens/s of one client streaming, against ``System.generate`` of the same request in this process
+Table 2: for the same levels, --requests ``POST /v1/generate`` of --new-tokens tokens (greedy, so every request
+does the same work; never batched) on the lm run, read to its ``done`` event: requests/s, p50 and p95 latency
+until the last event, p50 time to first token (the first chunk with text) and tokens/s summed over clients.
+
+Table 3: tokens/s of one client streaming, against ``System.generate`` of the same request in this process
 (every chunk consumed), each the median of --repeats runs taking turns; the ratio is streaming
 over in-process (target >= 0.9).
 
-The server runs with --max-concurrency (default 4): requests beyond it wait. Both processes share the machine's
-cores, so the absolute numbers depend on its load; the ratio is measured in one run.
+The servers run with --max-concurrency (default 4): requests beyond it wait. The processes share the machine's
+cores, so the absolute numbers depend on its load; ratios are measured in one run, off and on taking turns.
 
-    nice python benchmarks/serve.py --g2p /work/runs/g2p --lm /work/runs/lm
+    nice python benchmarks/serve.py --g2p /work/runs/pronouncer20k --lm /work/runs/lm
     python benchmarks/serve.py --g2p tests/fixtures/checkpoints/g2p_v0_1 \\
-        --lm tests/fixtures/checkpoints/lm_gpt_9a192c4 --word cat --requests 16 --new-tokens 16 --repeats 1
+        --lm tests/fixtures/checkpoints/lm_gpt_9a192c4 --words cat,dog --requests 16 --new-tokens 16 --repeats 1
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import functools
 import json
 import socket
 import statistics
@@ -33,38 +40,48 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 
 from seqlab.recipes import load_system
 from seqlab.recipes.system import GenerationRequest
 
+WORDS = "pronunciation,cat,thoroughly,seqlab,water,alphabet,knight,encyclopedia"
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--g2p", type=Path, required=True, help="a g2p run directory")
     parser.add_argument("--lm", type=Path, required=True, help="an lm run directory (a GPT)")
-    parser.add_argument("--word", default="pronunciation", help="the word to predict")
+    parser.add_argument("--words", default=WORDS, help="the words to predict, comma-separated")
     parser.add_argument("--prompt", default="The ", help="the prompt to continue")
     parser.add_argument("--requests", type=int, default=64, help="requests of each kind per concurrency level")
     parser.add_argument("--new-tokens", type=int, default=64, help="max_new_tokens of each generation")
     parser.add_argument("--repeats", type=int, default=5, help="runs of each side of table 2")
     parser.add_argument("--max-concurrency", type=int, default=4, help="the server's --max-concurrency")
-    parser.add_argument("--nbest", type=int, default=5, help="the server's --nbest")
+    parser.add_argument("--nbest", type=int, default=5, help="the servers' --nbest")
+    parser.add_argument("--max-batch-size", type=int, default=32, help="--max-batch-size of the batching server")
+    parser.add_argument("--batch-wait-ms", type=int, default=2, help="--batch-wait-ms of the batching server")
+    parser.add_argument("--rounds", type=int, default=1, help="turns of off and on at each level of table 1")
     args = parser.parse_args()
 
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "seqlab", "serve", str(args.g2p), str(args.lm), "--port", str(port),
-         "--max-concurrency", str(args.max_concurrency), "--nbest", str(args.nbest)],
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    shared = ["--max-concurrency", str(args.max_concurrency), "--nbest", str(args.nbest)]
+    batching = ["--max-batch-size", str(args.max_batch_size), "--batch-wait-ms", str(args.batch_wait_ms)]
+    servers, urls = [], []
     try:
-        wait_for(url, server)
-        asyncio.run(measure(args, url))
+        for runs, settings in (([args.g2p], ["--max-batch-size", "1"]), ([args.g2p, args.lm], batching)):
+            port = free_port()
+            command = [sys.executable, "-m", "seqlab", "serve", *map(str, runs), "--port", str(port), *shared]
+            servers.append(subprocess.Popen([*command, *settings]))
+            urls.append(f"http://127.0.0.1:{port}")
+        for url, server in zip(urls, servers, strict=True):
+            wait_for(url, server)
+        asyncio.run(measure(args, off=urls[0], on=urls[1]))
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        for server in servers:
+            server.terminate()
+            server.wait(timeout=30)
 
 
 def free_port() -> int:
@@ -86,23 +103,44 @@ def wait_for(url: str, server: subprocess.Popen, seconds: float = 300) -> None:
     raise SystemExit("seqlab serve did not answer in time")
 
 
-async def measure(args: argparse.Namespace, url: str) -> None:
+async def measure(args: argparse.Namespace, *, off: str, on: str) -> None:
     g2p, lm = args.g2p.resolve().name, args.lm.resolve().name
+    words = args.words.split(",")
     generation = {"model": lm, "prompt": args.prompt, "max_new_tokens": args.new_tokens, "do_sample": False}
-    limits = httpx.Limits(max_connections=64)
-    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
-        await predict_once(client, {"model": g2p, "inputs": [args.word]})  # warm up both models
+    # idle connections are dropped before uvicorn closes them (its keep-alive is 5 s): while one server is measured
+    # the other idles, and a reused connection that the server has just closed fails with ReadError
+    limits = httpx.Limits(max_connections=64, keepalive_expiry=1)
+    async with (
+        httpx.AsyncClient(base_url=off, timeout=600, limits=limits) as unbatched,
+        httpx.AsyncClient(base_url=on, timeout=600, limits=limits) as client,
+    ):
+        for server in (unbatched, client):  # warm up every model
+            await predict_once(server, {"model": g2p, "inputs": words[:1]})
         await generate_once(client, generation)
-        rows = []
+        predicts, generations = [], []
         for clients in (1, 8, 32):
-            rows.append(await level("g2p predict", clients, args.requests, predict_once, client,
-                                    {"model": g2p, "inputs": [args.word]}, args.new_tokens))  # fmt: skip
-            rows.append(await level("gpt generate", clients, args.requests, generate_once, client, generation,
-                                    args.new_tokens))  # fmt: skip
-        print("Table 1: seqlab serve, requests from concurrent clients")
+            body = {"model": g2p, "inputs": words[:1]}
+            rounds = [
+                [await predict_level(server, clients, args.requests, body, words) for server in (unbatched, client)]
+                for _ in range(args.rounds)
+            ]  # off and on taking turns
+            predicts += [functools.reduce(Level.merged, column) for column in zip(*rounds, strict=True)]
+            generations.append(await level(clients, args.requests, generate_once, client, generation))
+        print(f"Table 1: seqlab serve, g2p predict of one word, batching off (--max-batch-size 1) and on "
+              f"(--max-batch-size {args.max_batch_size} --batch-wait-ms {args.batch_wait_ms})")  # fmt: skip
+        print(f"{'batching':<10}{'clients':>8}{'req/s':>9}{'on/off':>8}{'p50 ms':>9}{'p95 ms':>9}{'req/call':>10}")
+        for row_off, row_on in zip(predicts[::2], predicts[1::2], strict=True):
+            for name, row in (("off", row_off), ("on", row_on)):
+                ratio = row.rate / row_off.rate
+                print(f"{name:<10}{row.clients:>8}{row.rate:>9.1f}{ratio:>8.2f}{1000 * row.p50:>9.1f}"
+                      f"{1000 * row.p95:>9.1f}{len(row.latencies) / row.calls:>10.1f}")  # fmt: skip
+        print("\nTable 2: seqlab serve, gpt generate (greedy, never batched)")
         print(f"{'kind':<14}{'clients':>8}{'req/s':>9}{'p50 ms':>9}{'p95 ms':>9}{'TTFT ms':>9}{'tok/s':>9}")
-        for row in rows:
-            print(row)
+        for row in generations:
+            ttft = 1000 * statistics.median(row.firsts)
+            tokens = len(row.latencies) * args.new_tokens / row.elapsed
+            print(f"{'gpt generate':<14}{row.clients:>8}{row.rate:>9.1f}{1000 * row.p50:>9.1f}"
+                  f"{1000 * row.p95:>9.1f}{ttft:>9.1f}{tokens:>9.0f}")  # fmt: skip
 
         system = load_system(args.lm)
         request = GenerationRequest(**{k: v for k, v in generation.items() if k != "model"})
@@ -117,7 +155,7 @@ async def measure(args: argparse.Namespace, url: str) -> None:
             direct.append(time.perf_counter() - started)
     stream_rate = args.new_tokens / statistics.median(streamed)
     direct_rate = args.new_tokens / statistics.median(direct)
-    print(f"\nTable 2: one client, {args.new_tokens} tokens, median of {args.repeats}")
+    print(f"\nTable 3: one client, {args.new_tokens} tokens, median of {args.repeats}")
     print(f"{'path':<28}{'tok/s':>10}{'ratio':>8}")
     print(f"{'System.generate in process':<28}{direct_rate:>10.1f}{1.0:>8.2f}")
     print(f"{'POST /v1/generate (SSE)':<28}{stream_rate:>10.1f}{stream_rate / direct_rate:>8.2f}")
@@ -128,6 +166,13 @@ async def predict_once(client: httpx.AsyncClient, body: dict) -> tuple[float, fl
     response = await client.post("/v1/predict", json=body)
     response.raise_for_status()
     return time.perf_counter() - started, None
+
+
+async def predict_level(client: httpx.AsyncClient, clients: int, total: int, body: dict, words: list[str]) -> Level:
+    """``total`` predicts from ``clients`` clients, with the System.predict calls the server made for them."""
+    before = (await client.get("/healthz")).json()["predict_calls"]
+    row = await level(clients, total, predict_once, client, body, words)
+    return row._replace(calls=(await client.get("/healthz")).json()["predict_calls"] - before)
 
 
 async def generate_once(client: httpx.AsyncClient, body: dict) -> tuple[float, float | None]:
@@ -147,27 +192,53 @@ async def generate_once(client: httpx.AsyncClient, body: dict) -> tuple[float, f
     return time.perf_counter() - started, first
 
 
-async def level(kind, clients, total, once, client, body, new_tokens) -> str:
-    """One row of table 1: ``total`` requests from ``clients`` clients."""
+class Level(NamedTuple):
+    """What requests from ``clients`` clients measured: each one's latency and time to first token (s), the
+    seconds they took in all, and (predict) the System.predict calls that answered them."""
+
+    clients: int
+    latencies: list[float]
+    firsts: list[float]
+    elapsed: float
+    calls: int = 0
+
+    @property
+    def rate(self) -> float:
+        """Requests per second."""
+        return len(self.latencies) / self.elapsed
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.latencies)
+
+    @property
+    def p95(self) -> float:
+        return statistics.quantiles(self.latencies, n=20, method="inclusive")[18]
+
+    def merged(self, other: Level) -> Level:
+        """Both measurements as one (another round of the same level)."""
+        return Level(self.clients, self.latencies + other.latencies, self.firsts + other.firsts,
+                     self.elapsed + other.elapsed, self.calls + other.calls)  # fmt: skip
+
+
+async def level(clients, total, once, client, body, words=None) -> Level:
+    """``total`` requests from ``clients`` clients, each sending its requests one after the other (with
+    ``words``, client c's request r predicts word c + r)."""
     latencies: list[float] = []
     firsts: list[float] = []
     per_client = [total // clients + (i < total % clients) for i in range(clients)]
 
-    async def run_client(count: int) -> None:
-        for _ in range(count):
-            latency, first = await once(client, body)
+    async def run_client(index: int, count: int) -> None:
+        for request in range(count):
+            sent = body if words is None else {**body, "inputs": [words[(index + request) % len(words)]]}
+            latency, first = await once(client, sent)
             latencies.append(latency)
             if first is not None:
                 firsts.append(first)
 
     started = time.perf_counter()
-    await asyncio.gather(*(run_client(n) for n in per_client if n))
-    elapsed = time.perf_counter() - started
-    quantiles = statistics.quantiles(latencies, n=20, method="inclusive")
-    p50, p95 = statistics.median(latencies), quantiles[18]
-    ttft = f"{1000 * statistics.median(firsts):>9.1f}" if firsts else f"{'':>9}"
-    tokens = f"{len(latencies) * new_tokens / elapsed:>9.0f}" if firsts else f"{'':>9}"
-    return f"{kind:<14}{clients:>8}{len(latencies) / elapsed:>9.1f}{1000 * p50:>9.1f}{1000 * p95:>9.1f}{ttft}{tokens}"
+    await asyncio.gather(*(run_client(i, n) for i, n in enumerate(per_client) if n))
+    return Level(clients, latencies, firsts, time.perf_counter() - started)
 
 
 if __name__ == "__main__":

@@ -76,9 +76,15 @@ SMOKE = {
         flags(
             {"--g2p": ROOT / "tests/fixtures/checkpoints/g2p_v0_1"}
             | {"--lm": ROOT / "tests/fixtures/checkpoints/lm_gpt_9a192c4"}
-            | {"--word": "cat", "--requests": 8, "--new-tokens": 4, "--repeats": 1}
+            | {"--words": "cat,dog", "--requests": 8, "--new-tokens": 4, "--repeats": 1, "--max-batch-size": 4}
         ),
-        ["Table 1: seqlab serve", "g2p predict", "gpt generate", "POST /v1/generate (SSE)"],
+        [
+            "Table 1: seqlab serve, g2p predict",
+            f"{'off':<10}{1:>8}",  # the rows of batching off and on
+            f"{'on':<10}{32:>8}",
+            "gpt generate",
+            "POST /v1/generate (SSE)",
+        ],
     ),
     "quantize.py": (
         flags(
@@ -106,7 +112,7 @@ def test_benchmark_runs_and_prints_its_table(script):
         capture_output=True,
         text=True,
         env=env,
-        timeout=120,
+        timeout=300 if script == "serve.py" else 120,  # serve.py starts two servers (batching off and on)
         check=False,
     )
     assert result.returncode == 0, result.stderr

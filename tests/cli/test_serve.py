@@ -35,12 +35,22 @@ def test_host_and_port_are_passed_on(started: dict) -> None:
     assert (started["host"], started["port"]) == ("0.0.0.0", 8123)
 
 
+def test_batching_settings_are_passed_on(started: dict) -> None:
+    assert run_cli("serve", G2P, "--max-batch-size", "1", "--batch-wait-ms", "0").code == 0
+    batcher = started["app"].state.batcher
+    assert (batcher.max_batch_size, batcher.batch_wait_ms) == (1, 0)
+    assert run_cli("serve", G2P).code == 0
+    assert (started["app"].state.batcher.max_batch_size, started["app"].state.batcher.batch_wait_ms) == (32, 2)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["serve", FIXTURES / "missing"], f"{FIXTURES / 'missing'}: no such checkpoint directory"),
         (["serve", GPT, "--port", "70000"], "--port (70000) must be in [1, 65535]"),
         (["serve", GPT, "--max-concurrency", "0"], "--max-concurrency: max_concurrency (0) must be an integer >= 1"),
+        (["serve", GPT, "--max-batch-size", "0"], "--max-batch-size: max_batch_size (0) must be an integer >= 1"),
+        (["serve", GPT, "--batch-wait-ms", "-1"], "--batch-wait-ms: batch_wait_ms (-1) must be an integer >= 0"),
         (["serve", GPT, GPT], f"{GPT}: two runs are named {GPT.name!r}; serve runs from directories of distinct names"),
         (["serve", G2P, "--nbest", "0"], "--nbest (0) must be in [1, 16]"),
     ],

@@ -10,6 +10,7 @@ from seqlab.recipes import load_system
 from seqlab.recipes.system import (
     MAX_BEAMS,
     GenerationRequest,
+    NBestSource,
     SystemOptions,
     nbest_within_beam,
     refuse_options,
@@ -87,3 +88,24 @@ def test_requests_and_options_are_frozen_values():
 def test_load_system_takes_a_string_as_a_path():
     run = Path(__file__).parents[1] / "fixtures" / "checkpoints" / "g2p_v0_1"
     assert load_system(str(run)).predict(["cat"]) == load_system(run).predict(["cat"])
+
+
+def test_with_search_equals_loading_the_run_with_those_options():
+    """``NBestSource.with_search`` on a loaded g2p run predicts what the run loaded with the same options does; an
+    nbest not given is cut to the beam; a bad count is refused as ``SystemOptions`` refuses it."""
+    run = Path(__file__).parents[1] / "fixtures" / "checkpoints" / "g2p_v0_1"
+    served = load_system(run, SystemOptions(num_beams=5, nbest=5))
+    assert isinstance(served, NBestSource)
+    words = ["cat", "withdraw"]
+    for given, loaded in [
+        ({"num_beams": 3, "nbest": 2}, {"num_beams": 3, "nbest": 2}),
+        ({"nbest": 1}, {"num_beams": 5, "nbest": 1}),
+        ({"num_beams": 2}, {"num_beams": 2, "nbest": 2}),
+        ({}, {"num_beams": 5, "nbest": 5}),
+    ]:
+        assert served.with_search(**given).predict(words) == load_system(run, SystemOptions(**loaded)).predict(words)
+    assert served.with_search(num_beams=2).model is served.model  # the weights are shared, not loaded again
+    with pytest.raises(ConfigError, match=r"^nbest \(3\) cannot exceed the beam width num_beams \(2\)$"):
+        served.with_search(num_beams=2, nbest=3)
+    with pytest.raises(ConfigError, match=r"^num_beams \(0\) must be >= 1$"):
+        served.with_search(num_beams=0)

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from seqlab.recipes.system import GenerationRequest
 from seqlab.serving import ServedModel
-from seqlab.serving.app import RequestError, _Gate
+from seqlab.serving.gate import Gate, RequestError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
 G2P, GPT, CLASSIFY, FORECAST = "g2p_v0_1", "lm_gpt_9a192c4", "classify_9a192c4", "forecast_tiny"
@@ -36,7 +36,9 @@ def events(body: str) -> list[tuple[str, dict]]:
 
 
 def test_healthz(client: TestClient) -> None:
-    assert client.get("/healthz").json() == {"status": "ok", "active": 0, "waiting": 0}
+    health = client.get("/healthz").json()
+    assert list(health) == ["status", "active", "waiting", "predict_calls", "predict_requests"]
+    assert (health["status"], health["active"], health["waiting"]) == ("ok", 0, 0)
 
 
 def test_models_describe_each_run(client: TestClient, models: dict[str, ServedModel]) -> None:
@@ -185,7 +187,7 @@ def test_unknown_path_is_a_json_404(client: TestClient) -> None:
 
 def test_gate_bounds_running_and_waiting_requests() -> None:
     async def scenario() -> None:
-        gate = _Gate(capacity=1, max_waiting=1)
+        gate = Gate(capacity=1, max_waiting=1)
         await gate.enter()
         second = asyncio.create_task(gate.enter())
         await asyncio.sleep(0)

@@ -25,6 +25,18 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--max-concurrency", type=int, default=4, help="requests worked on at once; others wait (default: 4)"
     )
     serve.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=32,
+        help="most inputs of one batched predict call; 1 runs each request alone (default: 32)",
+    )
+    serve.add_argument(
+        "--batch-wait-ms",
+        type=int,
+        default=2,
+        help="how long a predict batch waits for more requests after its first, in ms (default: 2)",
+    )
+    serve.add_argument(
         "--nbest", type=int, default=5, help="hypotheses per word, and beam width, of runs that take it (default: 5)"
     )
     serve.set_defaults(handler=_serve)
@@ -44,9 +56,12 @@ def _serve(args: argparse.Namespace) -> int:
             f"seqlab serve needs the serve extra ({e.name} is missing): pip install 'seqlab[serve]'"
         ) from None
     try:
-        limits = ServeLimits(max_concurrency=args.max_concurrency)
-    except ConfigError as e:
-        raise ConfigError(f"--max-concurrency: {e}") from None
+        limits = ServeLimits(
+            max_concurrency=args.max_concurrency, max_batch_size=args.max_batch_size, batch_wait_ms=args.batch_wait_ms
+        )
+    except ConfigError as e:  # "max_batch_size (0) must be an integer >= 1", with its flag
+        flag = "--" + str(e).split(" ", 1)[0].replace("_", "-")
+        raise ConfigError(f"{flag}: {e}") from None
     if not 1 <= args.nbest <= limits.max_beams:
         raise ConfigError(f"--nbest ({args.nbest}) must be in [1, {limits.max_beams}]")
     app = create_app(load_models(args.runs, nbest=args.nbest), limits=limits)

@@ -216,6 +216,20 @@ class TextGenerator(Protocol):
 
 
 @runtime_checkable
+class NBestSource(Protocol):
+    """A system whose predictions are the n-best of a beam search, whose beam width and n-best count a caller may
+    change per call without loading the run again (a served request's ``num_beams`` and ``nbest``)."""
+
+    def with_search(self, *, num_beams: int | None = None, nbest: int | None = None) -> System:
+        """This system, sharing its models, predicting the ``nbest`` best of a beam of ``num_beams`` (None: this
+        system's own; an ``nbest`` not given is cut to the beam width).
+
+        Raises: ConfigError for a count below 1, or an ``nbest`` above the beam width (named).
+        """
+        ...
+
+
+@runtime_checkable
 class AttentionSource(Protocol):
     """A system whose model attends, and can show its attention maps on one input (``seqlab analyze attention``)."""
 

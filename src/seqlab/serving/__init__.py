@@ -3,6 +3,7 @@ self-contained web page (``static/index.html``: no CDN, no build step). Needs th
 uvicorn).
 
 ``catalog``: the runs served (``load_models``, ``ServedModel``); ``schemas``: request bodies and ``ServeLimits``;
+``gate``: the bound on work at once; ``batching``: predict requests that arrive together answered by one call;
 ``streaming``: server-sent events from a generation running in a worker thread; ``app``: ``create_app``.
 """
 

@@ -8,13 +8,18 @@ answer (an unseen character, a value out of range), 404 an unknown model or path
 unexpected failure is a 500 with one line, never a traceback.
 
 Concurrency: at most ``limits.max_concurrency`` requests run at once (a stream holds its place until its
-generation has stopped); the others wait in arrival order. Requests are not batched together: one bad input
-would fail the others' batch, and a generation's settings and seed are its own.
+generation has stopped; a predict batch holds one place for all its requests); the others wait in arrival order.
+
+Batching: predict requests for one model with the same ``num_beams`` and ``nbest`` that arrive within
+``limits.batch_wait_ms`` of each other, or while the model's previous batch runs or a place is awaited, are
+answered by one ``System.predict`` call of at most ``limits.max_batch_size`` inputs (``seqlab.serving.batching``);
+a bad input still fails only its own request, and a client that disconnects first is dropped (499). Generations
+are not batched: each has its own settings, seed and stream, and a decoding step shared by requests of different
+lengths and stops would need a scheduler of its own.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import math
 from collections.abc import Awaitable, Callable, Mapping
@@ -25,7 +30,6 @@ from typing import Any
 import numpy as np
 import torch
 from fastapi import FastAPI, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
@@ -33,19 +37,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from seqlab.errors import ConfigError, SeqlabError
 from seqlab.recipes import system as system_protocol
+from seqlab.recipes.system import NBestSource, System
+from seqlab.serving.batching import PredictBatcher
 from seqlab.serving.catalog import ServedModel
+from seqlab.serving.gate import Gate, RequestError
 from seqlab.serving.schemas import AttentionBody, ForecastBody, GenerateBody, PredictBody, ServeLimits
 from seqlab.serving.streaming import chunk_events, error_line
 
 PAGE = files("seqlab.serving") / "static" / "index.html"
-
-
-class RequestError(Exception):
-    """A request the server refuses, with its HTTP status and one-line message."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def create_app(models: Mapping[str, ServedModel], *, limits: ServeLimits | None = None) -> FastAPI:
@@ -56,9 +55,11 @@ def create_app(models: Mapping[str, ServedModel], *, limits: ServeLimits | None 
     if not models:
         raise ConfigError("no model to serve; give at least one run directory")
     limits = limits or ServeLimits()
-    gate = _Gate(limits.max_concurrency, limits.max_waiting)
+    gate = Gate(limits.max_concurrency, limits.max_waiting)
+    batcher = PredictBatcher(gate, max_batch_size=limits.max_batch_size, batch_wait_ms=limits.batch_wait_ms)
     app = FastAPI(title="seqlab", summary="Trained seqlab runs: predict, generate, attention maps.")
     app.state.gate = gate
+    app.state.batcher = batcher
     _add_error_handlers(app)
     app.add_middleware(_BodyLimit, max_bytes=limits.max_body_bytes)
 
@@ -71,14 +72,34 @@ def create_app(models: Mapping[str, ServedModel], *, limits: ServeLimits | None 
             raise RequestError(400, f"model {name!r} ({model.recipe}) does not {capability}; it offers {offered}")
         return model
 
+    def searched(model: ServedModel, body: PredictBody) -> System:
+        """The model's system with the request's ``num_beams`` and ``nbest`` (neither given: the served one)."""
+        given = {name: getattr(body, name) for name in ("num_beams", "nbest") if getattr(body, name) is not None}
+        if not given:
+            return model.system
+        if not isinstance(model.system, NBestSource):
+            raise RequestError(400, f"model {model.name!r} ({model.recipe}) takes no {' or '.join(given)}")
+        for name, value in given.items():
+            if value > limits.max_beams:
+                raise ConfigError(f"{name} ({value}) is above this server's limit of {limits.max_beams}")
+        return model.system.with_search(**given)
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page() -> HTMLResponse:
         return HTMLResponse(PAGE.read_text(encoding="utf-8"))
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
-        """``ok``, with the requests running (``active``) and waiting (``waiting``)."""
-        return {"status": "ok", "active": gate.active, "waiting": gate.waiting}
+        """``ok``, with the requests (or predict batches) running (``active``) and waiting (``waiting``), and the
+        ``System.predict`` calls made so far (``predict_calls``) for the predict requests they answered
+        (``predict_requests``)."""
+        return {
+            "status": "ok",
+            "active": gate.active,
+            "waiting": gate.waiting,
+            "predict_calls": batcher.calls,
+            "predict_requests": batcher.requests,
+        }
 
     @app.get("/v1/models")
     def list_models() -> dict[str, Any]:
@@ -86,13 +107,15 @@ def create_app(models: Mapping[str, ServedModel], *, limits: ServeLimits | None 
         return {"models": [model.describe() for model in models.values()]}
 
     @app.post("/v1/predict")
-    async def predict(body: PredictBody) -> dict[str, Any]:
+    async def predict(body: PredictBody, request: Request) -> dict[str, Any]:
         """One prediction per input: its type, its fields (n-best with scores, probabilities, tags, ...) and the
-        lines ``seqlab predict`` prints."""
+        lines ``seqlab predict`` prints. Requests that arrive together share one batched call."""
         model = served(body.model, "predict")
         limits.check_inputs(body.inputs)
         system_protocol.check_inputs(body.inputs, source="inputs")
-        predictions = await gate.run(model.system.predict, body.inputs)
+        system = searched(model, body)
+        key = (model.name, body.num_beams, body.nbest)
+        predictions = await batcher.predict(key, system, body.inputs, disconnected=lambda: _disconnected(request))
         return {"model": model.name, "predictions": [_prediction_json(p) for p in predictions]}
 
     @app.post("/v1/forecast")
@@ -151,39 +174,10 @@ def create_app(models: Mapping[str, ServedModel], *, limits: ServeLimits | None 
     return app
 
 
-class _Gate:
-    """At most ``capacity`` requests at work, at most ``max_waiting`` waiting (then 503), served in order."""
-
-    def __init__(self, capacity: int, max_waiting: int) -> None:
-        self.semaphore = asyncio.Semaphore(capacity)
-        self.capacity = capacity
-        self.max_waiting = max_waiting
-        self.active = 0
-        self.waiting = 0
-
-    async def enter(self) -> None:
-        """Wait for a place. Raises: RequestError 503 if ``max_waiting`` requests wait already."""
-        if self.semaphore.locked() and self.waiting >= self.max_waiting:
-            raise RequestError(503, f"server busy: {self.active} requests running, {self.waiting} waiting")
-        self.waiting += 1
-        try:
-            await self.semaphore.acquire()
-        finally:
-            self.waiting -= 1
-        self.active += 1
-
-    def leave(self) -> None:
-        """Give the place back (on the event loop's thread)."""
-        self.active -= 1
-        self.semaphore.release()
-
-    async def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``function(*args, **kwargs)`` in a worker thread, once a place is free."""
-        await self.enter()
-        try:
-            return await run_in_threadpool(function, *args, **kwargs)
-        finally:
-            self.leave()
+async def _disconnected(request: Request) -> None:
+    """Return once the client of ``request`` (whose body has been read) has disconnected."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 class _BodyLimit:

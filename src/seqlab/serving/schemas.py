@@ -21,9 +21,11 @@ class ServeLimits:
         max_prompt_chars: characters of a prompt.  max_new_tokens: of a generation (given or not, the run's
             own default may be lower).  max_beams: ``num_beams``.  max_return_sequences: ``num_return_sequences``.
         max_steps: steps of a series to forecast from.
-        max_concurrency: requests worked on at once (a stream counts until it ends).
+        max_concurrency: requests worked on at once (a stream counts until it ends, a predict batch once).
         max_waiting: requests waiting for a place; past it a request gets 503 at once.
-    Raises: ConfigError for a limit below 1 (named).
+        max_batch_size: most inputs of one batched ``System.predict`` call (1: every request runs alone).
+        batch_wait_ms: how long a predict batch waits for more requests after its first (ms, 0: no wait).
+    Raises: ConfigError for a limit below 1, or a negative ``batch_wait_ms`` (named).
     """
 
     max_body_bytes: int = 64 * 1024
@@ -36,11 +38,14 @@ class ServeLimits:
     max_steps: int = 10_000
     max_concurrency: int = 4
     max_waiting: int = 64
+    max_batch_size: int = 32
+    batch_wait_ms: int = 2
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} ({value!r}) must be an integer >= 1")
+            minimum = 0 if name == "batch_wait_ms" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ConfigError(f"{name} ({value!r}) must be an integer >= {minimum}")
 
     def check_inputs(self, inputs: list[str]) -> None:
         """Raises: ConfigError for no inputs, too many, an empty or blank one, or one too long (named by index)."""
@@ -85,6 +90,8 @@ class PredictBody(_Body):
 
     model: str = Field(description="the model's name, as GET /v1/models lists it")
     inputs: list[str] = Field(description="one prediction per text, in order")
+    num_beams: int | None = Field(None, description="beam width of models that search (left out: the server's)")
+    nbest: int | None = Field(None, description="hypotheses per input of those models (left out: the server's)")
 
 
 class AttentionBody(_Body):

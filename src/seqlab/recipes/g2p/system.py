@@ -193,6 +193,18 @@ class G2PSystem:
         hypotheses = self.transcribe(words, source="command line", num_beams=self.num_beams, nbest=self.nbest)
         return [G2PPrediction(w, tuple(h)) for w, h in zip(words, hypotheses, strict=True)]
 
+    def with_search(self, *, num_beams: int | None = None, nbest: int | None = None) -> G2PSystem:
+        """This system with the beam width ``num_beams`` and ``nbest`` hypotheses per word (None: this system's;
+        an ``nbest`` not given is cut to the beam width), sharing its models (``NBestSource``).
+
+        Raises: ConfigError for a count below 1 or above ``system.MAX_BEAMS``, or an ``nbest`` above the beam width.
+        """
+        SystemOptions(num_beams=num_beams, nbest=nbest)  # the range of each count
+        num_beams = self.num_beams if num_beams is None else num_beams
+        width = self.config.decode.num_beams if num_beams is None else num_beams
+        nbest = nbest_within_beam(SystemOptions(nbest=min(self.nbest, width) if nbest is None else nbest), width)
+        return dataclasses.replace(self, num_beams=num_beams, nbest=nbest)
+
     def evaluate(self, data_path: str) -> dict[str, float]:
         """PER and WER (%) of the best hypothesis of each word of a CMUdict-format file against all of its
         references, with the run's decode settings, the number of words and WER by category (``score``); with
