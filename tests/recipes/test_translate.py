@@ -22,7 +22,7 @@ from seqlab.errors import CheckpointError, ConfigError, DataError
 from seqlab.recipes import load_system, translate
 from seqlab.recipes.base import run_training
 from seqlab.recipes.system import AttentionSource, SystemOptions
-from seqlab.training.train_config import TrainConfig
+from seqlab.training.train_config import Seq2SeqTrainConfig
 
 LEXICON = {
     "the": "ka",
@@ -70,7 +70,7 @@ def tiny_config(src: Path, tgt: Path, **data) -> translate.Config:
             dropout=0.0,
             label_smoothing=0.0,
         ),
-        train=TrainConfig(lr=3e-3, batch_size=32, max_epochs=40, patience=None, seed=0),
+        train=Seq2SeqTrainConfig(lr=3e-3, batch_size=32, max_epochs=40, patience=None, seed=0),
         decode=translate.DecodeConfig(num_beams=3, max_length=24),
     )
 
@@ -162,7 +162,7 @@ def test_separate_bpe_vocabularies_train_and_reload(tmp_path):
     src, tgt = write_pair(tmp_path, *toy_pairs(20))
     config = tiny_config(src, tgt, shared_bpe=False)
     config = translate.Config(
-        data=config.data, model=config.model, decode=config.decode, train=TrainConfig(max_steps=2, patience=None)
+        data=config.data, model=config.model, decode=config.decode, train=Seq2SeqTrainConfig(max_steps=2, patience=None)
     )
     run_training(translate, config, tmp_path / "run", progress=False, log=lambda line: None)
     system = translate.System.load(tmp_path / "run")
@@ -187,7 +187,9 @@ def test_a_tokenizer_of_another_size_than_the_weights_is_refused(trained, tmp_pa
 def test_a_small_rnn_trains_and_reloads_as_its_arch(tmp_path):
     src, tgt = write_pair(tmp_path, *toy_pairs(20))
     model = translate.RNNModelConfig(embedding_size=8, hidden_size=8, encoder_layers=1, decoder_layers=1)
-    config = dataclasses.replace(tiny_config(src, tgt), model=model, train=TrainConfig(max_steps=2, patience=None))
+    config = dataclasses.replace(
+        tiny_config(src, tgt), model=model, train=Seq2SeqTrainConfig(max_steps=2, patience=None)
+    )
     run_training(translate, config, tmp_path / "run", progress=False, log=lambda line: None)
     system = translate.System.load(tmp_path / "run")
     assert type(system.model).__name__ == "RNNSeq2Seq" and system.config.model == config.model
