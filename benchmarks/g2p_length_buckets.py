@@ -10,6 +10,8 @@ For each run, on the recipe's test split:
 - ``WER`` by bucket, decoded with the run's decode section, on every test word of 11+ letters and a fixed random
   ``--short-words`` of each shorter bucket (seed 0, the same words for every run); the ``WER`` column estimates
   the whole split's from the bucket WERs weighted by the buckets' shares of the split;
+- ``dropped``: % of the decoded 11+ / 15+ words whose hypothesis is shorter than 70% of its closest reference (the
+  end of the word left unsaid; ``seqlab.metrics.length_coverage``);
 - ``tokens``: target tokens the run trained on (the sum of its steps' tokens in ``metrics.jsonl``), to compare
   runs at equal tokens seen rather than equal steps; ``valid``: its last valid loss.
 """
@@ -77,7 +79,7 @@ def main() -> None:
         + " ".join(f"{'WER ' + n:>10}" for n in names)
         + " "
         + " ".join(f"{'nll ' + n:>10}" for n in names)
-        + f" {'growth':>6}"
+        + f" {'growth':>6} {'dropped 11+/15+':>15}"
     )
     for run in args.runs:
         system = load_system(run)
@@ -100,7 +102,8 @@ def main() -> None:
             + " ".join(f"{scores[f'wer_letters_{n}']:10.1f}" for n in names)
             + " "
             + " ".join(f"{nll[n]:10.3f}" for n in names)
-            + f" {nll['15_up'] / nll['5_7']:6.2f}",
+            + f" {nll['15_up'] / nll['5_7']:6.2f}"
+            + f" {scores['dropped_ends_letters_11_up']:7.1f}/{scores['dropped_ends_letters_15_up']:<7.1f}",
             flush=True,
         )
 
