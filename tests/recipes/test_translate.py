@@ -251,3 +251,17 @@ def test_the_split_is_deterministic_and_disjoint(tmp_path):
     assert first == again
     assert [len(part.src) for part in first] == [28, 4, 8]
     assert sorted(line for part in first for line in part.src) == sorted(src.read_text().splitlines())
+
+
+def test_token_batches_hold_at_most_batch_size_target_tokens(trained):
+    """``train.batch_type=token``: the training batches hold every pair once, each at most batch_size target tokens
+    (BPE tokens + EOS)."""
+    loaded = translate.System.load(trained[0])
+    config = dataclasses.replace(loaded.config, train=dataclasses.replace(loaded.config.train, batch_type="token"))
+    system = translate.System(loaded.model, loaded.source, loaded.target, config)
+    pairs = system.encode(translate.Parallel(*toy_pairs(30)))
+    parts = translate.TranslateTraining(system, pairs, pairs, translate.Parallel([], []))
+    batches = list(parts.train_batches(1, torch.Generator().manual_seed(0), 16))
+    assert sorted(i for batch in batches for i in batch.indices.tolist()) == list(range(len(pairs)))
+    assert max(int(batch.tgt_lengths.sum()) for batch in batches) <= 16
+    assert len(batches) < len(pairs) / 2  # several pairs a batch
