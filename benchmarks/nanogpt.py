@@ -188,7 +188,8 @@ def main() -> None:
     print(f"text: {args.text or 'the default corpus'}, {len(splits.train):,} / {len(splits.valid):,} train / valid")
     order = "one side after the other" if args.one_at_a_time else "both sides at the same time"
     print(f"characters, {len(stoi)} symbols; {args.threads} thread(s) per side, {order}")
-    rows = []
+    print("valid loss: nats/char over the whole valid split, one evaluator; wall: the whole training process")
+    print(f"{'iters':>6} {'side':<8} {'valid loss':>10} {'wall (s)':>9}", flush=True)  # a row as each pair ends
     for iters in args.iters:
         nano_out, seqlab_out = work / f"nanogpt-{iters}", work / f"seqlab-{iters}"
         nano_command = [
@@ -217,17 +218,13 @@ def main() -> None:
         nano_loss = mean_block_loss(nanogpt_logits(args.nanogpt_dir, nano_out / "ckpt.pt"), nanogpt_ids, block)
         logits_of, encode = seqlab_logits(seqlab_out)
         seqlab_loss = mean_block_loss(logits_of, encode(splits.valid), block)
-        rows.append((iters, nano_loss, nano_seconds, seqlab_loss, seqlab_seconds, loads))
-    print()
-    print("valid loss: nats/char over the whole valid split, one evaluator; wall: the whole training process")
-    print(f"{'iters':>6} {'side':<8} {'valid loss':>10} {'wall (s)':>9}")
-    for iters, nano_loss, nano_seconds, seqlab_loss, seqlab_seconds, loads in rows:
         print(f"{iters:>6} {'nanoGPT':<8} {nano_loss:>10.4f} {nano_seconds:>9.1f}")
         print(f"{iters:>6} {'seqlab':<8} {seqlab_loss:>10.4f} {seqlab_seconds:>9.1f}")
         print(
             f"{iters:>6} {'seqlab - nanoGPT loss':<21} {seqlab_loss - nano_loss:+.4f} nats/char;"
             f" wall seqlab / nanoGPT {seqlab_seconds / nano_seconds:.2f}x;"
-            f" 1-minute load average {loads[0]:.2f} before, {loads[1]:.2f} after"
+            f" 1-minute load average {loads[0]:.2f} before, {loads[1]:.2f} after",
+            flush=True,
         )
     print(f"runs and logs: {work}")
 
