@@ -18,12 +18,12 @@ import traceback
 import warnings
 from collections.abc import Sequence
 
-from seqlab.cli import analyze, average, compare, core, embed, export, lora, pronounce, quantize, serve
+from seqlab.cli import analyze, average, compare, core, distill, embed, export, lora, pronounce, quantize, serve
 from seqlab.errors import ConfigError, SeqlabError
 
 EXIT_INTERNAL = 1
 # Modules whose ``register(commands)`` adds subcommands, in the order ``seqlab --help`` lists them.
-COMMAND_MODULES = (core, pronounce, average, embed, analyze, compare, lora, serve, export, quantize)
+COMMAND_MODULES = (core, pronounce, average, embed, analyze, compare, lora, serve, export, quantize, distill)
 
 
 class _Parser(argparse.ArgumentParser):
