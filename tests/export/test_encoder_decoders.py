@@ -1,8 +1,8 @@
 """``--backend onnxruntime`` for the encoder-decoder recipes beyond g2p: T5 (``t5-g2p``), exported as encoder +
-decoder prefill + step with its relative position biases computed inside the graphs, and the Transformer of
-``translate``. The graphs compute what the modules compute (float32, within 1e-5, on shapes other than the export's
-and past the T5's exact relative distances), greedy and beam search through them choose the module's tokens, and
-``seqlab predict`` prints through them what it prints in torch. Each run is exported once."""
+decoder prefill + step with its relative position biases computed inside the graphs, and ``translate``'s
+Transformer and RNN. The graphs compute what the modules compute (float32, within 1e-5, on shapes other than the
+export's and past the T5's exact relative distances), greedy and beam search through them choose the module's
+tokens, and ``seqlab predict`` prints through them what it prints in torch. Each run is exported once."""
 
 import importlib.util
 
@@ -124,21 +124,29 @@ def test_t5_g2p_predicts_through_onnxruntime_what_it_predicts_in_torch(t5_run, n
 SENTENCES = ["the cat sees a dog", "a bird", "the small dog sees the big cat"]
 
 
-@pytest.fixture(scope="module")
-def translate_run(tmp_path_factory):
-    """A translate run of an untrained Transformer (rotary positions, one layer each side) over a BPE tokenizer
-    trained on a few sentences, exported."""
-    run = tmp_path_factory.mktemp("translate")
+TRANSLATE_MODELS = {
+    "transformer": translate.TransformerModelConfig(
+        d_model=16, num_heads=2, d_ff=24, encoder_layers=1, decoder_layers=1
+    ),
+    "rnn": translate.RNNModelConfig(embedding_size=8, hidden_size=8, encoder_layers=1, decoder_layers=1),
+}
+
+
+@pytest.fixture(scope="module", params=list(TRANSLATE_MODELS))
+def translate_run(request, tmp_path_factory):
+    """A translate run of an untrained Transformer (rotary positions, one layer each side) or RNN encoder-decoder
+    (LSTM, additive attention) over a BPE tokenizer trained on a few sentences, exported."""
+    run = tmp_path_factory.mktemp(f"translate_{request.param}")
     tokenizer = BPETokenizer.train(SENTENCES * 3, vocab_size=300, min_frequency=1)
     config = translate.Config(
-        model=translate.TransformerModelConfig(d_model=16, num_heads=2, d_ff=24, encoder_layers=1, decoder_layers=1),
-        decode=translate.DecodeConfig(num_beams=3, max_length=12),
+        model=TRANSLATE_MODELS[request.param], decode=translate.DecodeConfig(num_beams=3, max_length=12)
     )
     torch.manual_seed(0)
     vocab_size = tokenizer.vocab_size + SPECIALS
     model = config.model.model_class(config.model.model_config(src_vocab_size=vocab_size, tgt_vocab_size=vocab_size))
-    with torch.no_grad():  # else the untrained model, its output tied to the embeddings, repeats BOS (printed as "")
-        model.tgt_embedding.weight[model.config.bos_id].mul_(0.1)
+    if request.param == "transformer":
+        with torch.no_grad():  # else the untrained model, its output tied to the embeddings, repeats BOS (printed "")
+            model.tgt_embedding.weight[model.config.bos_id].mul_(0.1)
     translate.System(model, tokenizer, tokenizer, config).save(run)
     save_recipe_file(run, "translate", config)
     export_onnx(run, run / "onnx")
