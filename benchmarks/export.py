@@ -8,22 +8,30 @@ transformer one g2p Transformer word (encoder, BOS through the prefill graph, gr
             (--g2p-transformer, default the committed fixture), ``TransformerSeq2Seq`` against
             ``OnnxTransformerSeq2Seq``; microseconds per call. The torch step is called on the same state each
             round, as the GPT step row's, so its cache is copied into a new buffer every call (a few KB here).
+seq2seq     one translate sentence (--sentence-tokens source and target BPE tokens) and one t5-g2p word
+            (--word: its letters in, as many phonemes out) at the recipes' default model sizes (translate: the
+            Transformer, D256 3+3 layers over 2,003 ids; t5-g2p: D128 Dh32 3+3 layers over 100 ids), untrained:
+            encoder, then a fixed number of greedy steps (the first through the prefill graph), so an untrained
+            model's early or missing EOS does not change the work; ``TransformerSeq2Seq`` / ``T5`` against
+            ``OnnxTransformerSeq2Seq``; microseconds per sentence or word.
 generation  ``seqlab.decoding.generate`` over the torch GPT (torch backend) and over its exported graphs
             (onnxruntime backend) against transformers' ``generate`` on GPT2LMHeadModel with the same weights,
             greedy and beam (K = --beams), --new-tokens tokens after a 16-token prompt, at language_model.py's
             default shape (L4 D256 N4 V4096) and the char shape (GPTConfig's defaults: L4 D128 N4 V65).
             Ratios are tokens/s against transformers (the median of per-round time ratios).
-All three must choose the same tokens (checked and printed). One thread by default (--threads), float32, CPU; the
+All of them must choose the same tokens (checked and printed). One thread by default (--threads), float32, CPU; the
 times are this process's CPU time (--clock wall for wall time). Exports go to a temporary directory first.
 
     python benchmarks/export.py                    # minutes (exports included)
     python benchmarks/export.py --parts transformer    # the g2p Transformer rows only
+    python benchmarks/export.py --parts seq2seq        # translate and t5-g2p
     python benchmarks/export.py --new-tokens 8 --repeats 1 --shapes char    # smoke test
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import tempfile
 import time
@@ -32,14 +40,17 @@ from pathlib import Path
 import torch
 from language_model import PROMPT_LENGTH, gpt_pair, hf_generate, median_and_iqr, time_pair
 
+from seqlab.data.vocab import Vocabulary
 from seqlab.decoding import generate, greedy_search
 from seqlab.export import export_onnx, load_step_model
 from seqlab.models import RNNSeq2Seq, TransformerSeq2Seq
+from seqlab.models.t5 import T5
+from seqlab.recipes import t5_g2p, translate
 
 SHAPES = {"default": (4, 256, 4, 4096), "char": (4, 128, 4, 65)}  # L, D, N, V
 FIXTURES = Path(__file__).parents[1] / "tests" / "fixtures" / "checkpoints"
 G2P_FIXTURE, G2P_TRANSFORMER_FIXTURE = FIXTURES / "g2p_v0_1", FIXTURES / "g2p_transformer_v0_1"
-PARTS = ("steps", "transformer", "generation")
+PARTS = ("steps", "transformer", "seq2seq", "generation")
 
 
 def parse_args() -> argparse.Namespace:
@@ -53,6 +64,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--cache-steps", type=int, default=4, help="target tokens cached before the timed step")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated: {', '.join(PARTS)}")
     parser.add_argument("--word", default="pronunciation", help="the g2p word")
+    parser.add_argument("--sentence-tokens", type=int, default=20, help="BPE tokens of the translate sentence")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of torch and onnxruntime")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="cpu")
@@ -142,6 +154,49 @@ def transformer_rows(args: argparse.Namespace, directory: Path) -> None:
     print(f"same g2p Transformer tokens: {'yes' if same else 'no'}")
 
 
+def fixed_greedy(model, src: torch.Tensor, lengths: torch.Tensor, start: int, steps: int) -> torch.Tensor:
+    """Encode, then ``steps`` greedy steps from ``start`` whatever the tokens: (1, steps) chosen tokens."""
+    state, token, chosen = model.encode(src, lengths), torch.tensor([start]), []
+    for _ in range(steps):
+        out = model.step(token, state)
+        token, state = out.logits.argmax(dim=-1), out.state
+        chosen.append(token)
+    return torch.stack(chosen, dim=1)
+
+
+def seq2seq_rows(args: argparse.Namespace, directory: Path) -> None:
+    """One translate sentence and one t5-g2p word, torch against onnxruntime (reference: torch)."""
+    torch.manual_seed(0)
+    tx = translate.TransformerModelConfig()
+    vocab = 2000 + 3  # the default bpe_size and PAD, BOS, EOS
+    t5_config = t5_g2p.T5G2PModelConfig(dropout=0.0)
+    cases = [
+        ("translate sentence", TransformerSeq2Seq(tx.model_config(src_vocab_size=vocab, tgt_vocab_size=vocab)),
+         args.sentence_tokens, args.sentence_tokens, 1),
+        ("t5-g2p word", T5(t5_config.model_config(t5_g2p_vocabulary())), len(args.word) + 2, len(args.word), 0),
+    ]  # fmt: skip
+    for label, model, source, target, start in cases:
+        model = model.eval()
+        onnx = exported(model, directory / label.replace(" ", "_"))
+        src = torch.randint(3, 90, (1, source), generator=torch.Generator().manual_seed(3))
+        lengths = torch.tensor([source])
+        runs = [functools.partial(fixed_greedy, m, src, lengths, start, target) for m in (model, onnx)]
+        with torch.inference_mode():
+            same = torch.equal(runs[0](), runs[1]())
+            seconds = time_pair(runs, repeats=args.repeats * 4, sync=lambda: None, clock=args.clock)
+        unit = "us/" + label.split()[1]
+        row(label, "torch", seconds[0], None, 1, unit)
+        row(label, "onnxruntime", seconds[1], seconds[0], 1, unit)
+        print(f"same {label} tokens: {'yes' if same else 'no'}")
+
+
+def t5_g2p_vocabulary() -> Vocabulary:
+    """A t5-g2p vocabulary of the default data's size: the two prefixes, 26 letters, the specials and 69 phonemes
+    (CMUdict's 39 with stress marks)."""
+    phonemes = [f"P{i}" for i in range(69)]
+    return Vocabulary([*t5_g2p.PREFIXES.values(), *"abcdefghijklmnopqrstuvwxyz", *phonemes])
+
+
 def generation_rows(args: argparse.Namespace, name: str, directory: Path) -> None:
     """Greedy and beam generation: torch backend, onnxruntime backend, transformers (reference)."""
     L, D, N, V = SHAPES[name]
@@ -180,6 +235,8 @@ def main() -> None:
             step_rows(args, Path(tmp))
         if "transformer" in parts:
             transformer_rows(args, Path(tmp))
+        if "seq2seq" in parts:
+            seq2seq_rows(args, Path(tmp))
         for name in args.shapes.split(",") if "generation" in parts else ():
             generation_rows(args, name, Path(tmp))
 

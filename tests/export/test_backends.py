@@ -1,6 +1,7 @@
-"""``--backend onnxruntime`` for the recipes whose models are exported whole (classify, tagger, forecast, vowels): an
-``OnnxModel`` called as the module gives the module's output type and values (float32, within 1e-5, on shapes other
-than the export's), and each system predicts through it what it predicts in torch. Each run is exported once."""
+"""``--backend onnxruntime`` for the recipes whose models are exported whole (classify, tagger, forecast, vowels,
+bert-mlm, chirps, protein): an ``OnnxModel`` called as the module gives the module's output type and values
+(float32, within 1e-5, on shapes other than the export's), and each system predicts through it what it predicts in
+torch. Each run is exported once."""
 
 import importlib.util
 import shutil
@@ -16,15 +17,22 @@ if importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("
 from cli_helpers import assert_error, run_cli
 
 from seqlab.data.forecasting import Scaler
+from seqlab.data.tokenizers import CharTokenizer
 from seqlab.data.vocab import Vocabulary
+from seqlab.data.wordpiece import WordPieceTokenizer
 from seqlab.export import MANIFEST_FILE, OnnxModel, export_onnx, load_onnx_model
 from seqlab.models import load_pretrained
-from seqlab.models.bert import BertConfig, BertForTokenClassification
+from seqlab.models.bert import BertConfig, BertForMaskedLM, BertForPreTraining, BertForTokenClassification
+from seqlab.models.bert.heads import MaskedLMOutput, PreTrainingOutput
 from seqlab.models.classifier import ClassifierOutput, Seq2VecClassifier
+from seqlab.models.denoiser import SequenceDenoiser
 from seqlab.models.forecaster import Forecaster, ForecasterConfig
+from seqlab.models.language_model.gpt import GPT
 from seqlab.models.tagger import TaggerOutput
-from seqlab.recipes import forecast, load_system, tagger, vowels
+from seqlab.recipes import bert_mlm, chirps, forecast, load_system, protein, tagger, vowels
 from seqlab.recipes.base import save_recipe_file
+from seqlab.recipes.protein.config import ProteinModelConfig
+from seqlab.recipes.protein.system import residue_tokenizer
 from seqlab.recipes.system import SystemOptions
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
@@ -167,4 +175,109 @@ def test_classify_with_the_onnxruntime_backend_and_no_export_says_how_to_make_on
     assert_error(
         run_cli("predict", run, "Ivanov", "--backend", "onnxruntime"),
         f"{run / 'onnx' / MANIFEST_FILE}: missing; make the export with `seqlab export RUN --format onnx`",
+    )
+
+
+TEXT = "the cat sat on the mat and the dog sat on the log while the bird sang in the tree by the house"
+
+
+@pytest.fixture(scope="module", params=["mlm", "nsp"])
+def bert_mlm_run(request, tmp_path_factory):
+    """A bert-mlm run of an untrained BERT over a WordPiece vocabulary of one sentence: the MLM head alone, or with
+    NSP (``BertForPreTraining``), exported."""
+    run = tmp_path_factory.mktemp(f"bert_mlm_{request.param}")
+    tokenizer = WordPieceTokenizer.train(TEXT, vocab_size=40)
+    nsp = request.param == "nsp"
+    config = bert_mlm.Config(
+        data=bert_mlm.DataConfig(context_length=32, nsp=nsp),
+        model=bert_mlm.ModelConfig(d_model=8, num_heads=2, num_layers=1, d_ff=16),
+    )
+    torch.manual_seed(0)
+    model_config = config.model.model_config(vocab_size=tokenizer.vocab_size, max_positions=32, pooler=nsp)
+    model = (BertForPreTraining if nsp else BertForMaskedLM)(model_config)
+    bert_mlm.System(model, tokenizer, config).save(run)
+    save_recipe_file(run, "bert-mlm", config)
+    return _exported(run)
+
+
+def test_the_mlm_heads_called_through_onnxruntime_give_the_modules_output(bert_mlm_run):
+    model, onnx = load_pretrained(bert_mlm_run).eval(), load_onnx_model(bert_mlm_run)
+    ids = torch.randint(5, model.config.vocab_size, (3, 11), generator=torch.Generator().manual_seed(8))
+    keep_mask = torch.arange(11) < torch.tensor([11, 5, 8])[:, None]  # the export traced 2 x 4
+    with torch.no_grad():
+        expected, got = model(ids, keep_mask=keep_mask), onnx(ids, keep_mask=keep_mask)
+    if isinstance(model, BertForPreTraining):
+        assert isinstance(got, PreTrainingOutput)
+        torch.testing.assert_close(got.nsp_logits, expected.nsp_logits, **TOLERANCE)
+        torch.testing.assert_close(got.mlm_logits, expected.mlm_logits, **TOLERANCE)
+    else:
+        assert isinstance(got, MaskedLMOutput) and got.hidden is None
+        torch.testing.assert_close(got.logits, expected.logits, **TOLERANCE)
+
+
+def test_bert_mlm_fills_masks_through_onnxruntime_as_in_torch(bert_mlm_run):
+    inputs = ["the [MASK] sat on the mat", "[MASK] dog sat on the [MASK] by the tree"]  # 32 positions
+    torch_run = run_cli("predict", bert_mlm_run, *inputs)
+    onnx_run = run_cli("predict", bert_mlm_run, *inputs, "--backend", "onnxruntime")
+    assert onnx_run.code == 0 and onnx_run.out == torch_run.out
+
+
+@pytest.fixture(scope="module")
+def chirps_run(tmp_path_factory):
+    """A chirps run of an untrained 1-layer bi-GRU denoiser over frames of 8 samples (series of 64), exported,
+    and a strain file of 80 samples (the export traced 2 series of 32)."""
+    run = tmp_path_factory.mktemp("chirps")
+    config = chirps.Config(
+        data=chirps.DataConfig(samples=64, cut_time_min=0.1, cut_time_max=0.2),
+        model=chirps.GRUDenoiserConfig(frame_size=8, hidden_size=4, num_layers=1),
+    )
+    torch.manual_seed(0)
+    power = np.random.default_rng(5).uniform(0.1, 1.0, 64 // 2 + 1)
+    chirps.System(SequenceDenoiser(config.model.model_config()), power, config).save(run)
+    save_recipe_file(run, "chirps", config)
+    strain = run.parent / "strain.txt"
+    strain.write_text("".join(f"{v:.6e}\n" for v in np.random.default_rng(6).normal(0.0, 1e-21, 80)))
+    return _exported(run), strain
+
+
+def test_chirps_denoises_through_onnxruntime_what_it_denoises_in_torch(chirps_run):
+    run, strain = chirps_run
+    torch_system, onnx_system = load_system(run), load_system(run, ONNX)
+    noisy = np.random.default_rng(7).normal(size=(3, 72))  # 9 frames
+    np.testing.assert_allclose(onnx_system.denoise(noisy), torch_system.denoise(noisy), rtol=0, atol=1e-5)
+    (expected,), (got,) = torch_system.predict([str(strain)]), onnx_system.predict([str(strain)])
+    np.testing.assert_allclose(got.values, expected.values, rtol=0, atol=1e-5)
+
+
+PROTEINS = "ACDEFGHIKLMNPQRSTVWY"  # the residues the tokenizers know
+
+
+def _protein_run(directory, objective: str):
+    """A protein run of an untrained model of the objective (a BERT for masked, a GPT for causal)."""
+    tokenizer = residue_tokenizer(PROTEINS) if objective == "masked" else CharTokenizer.train(PROTEINS)
+    config = protein.Config(
+        model=ProteinModelConfig(objective=objective, context_length=24, d_model=8, num_heads=2, num_layers=1, d_ff=16)
+    )
+    torch.manual_seed(0)
+    model_config = config.model.config_for(vocab_size=tokenizer.vocab_size)
+    model = BertForMaskedLM(model_config) if objective == "masked" else GPT(model_config)
+    protein.System(model, tokenizer, config).save(directory)
+    save_recipe_file(directory, "protein", config)
+    return directory
+
+
+def test_protein_fills_residues_through_onnxruntime_as_in_torch(tmp_path):
+    run = _exported(_protein_run(tmp_path, "masked"))
+    inputs = ["MKT_YIAK_RQ", "_" * 5 + "LEERLG"]
+    torch_run = run_cli("predict", run, *inputs)
+    onnx_run = run_cli("predict", run, *inputs, "--backend", "onnxruntime")
+    assert onnx_run.code == 0 and onnx_run.out == torch_run.out
+
+
+def test_a_causal_protein_run_with_the_onnxruntime_backend_is_refused_in_one_line(tmp_path):
+    run = _protein_run(tmp_path, "causal")
+    assert_error(
+        run_cli("predict", run, "MKTAYIAK", "--backend", "onnxruntime"),
+        f"--backend onnxruntime: {run} is a causal protein run; the protein recipe runs masked "
+        "(model.objective=masked) runs in onnxruntime, causal ones in torch only",
     )

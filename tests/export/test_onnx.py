@@ -263,7 +263,7 @@ def test_a_model_without_graphs_is_refused_naming_those_that_have_them(tmp_path)
     exported = (
         "bert, bert_mean_pooled_classification, bert_mlm, bert_pretraining, bert_sequence_classification, "
         "bert_token_classification, forecaster, gpt, rnn_seq2seq, rnn_sequence_tagger, seq2vec_classifier, "
-        "transformer_seq2seq"
+        "sequence_denoiser, t5, transformer_seq2seq"
     )
     with pytest.raises(
         ConfigError, match=rf"a rnn_language_model model cannot be exported yet; exported types: {exported}$"

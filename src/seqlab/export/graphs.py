@@ -18,6 +18,8 @@ and come out of the graph:
   memory -> the next token's logits and the self-attention caches ``present.{l}.*`` (B, N, T, Dh)) and ``step``
   (one token per row over the memory and the caches ``past.{l}.*`` -> logits and ``present.{l}.*``, one step
   longer).
+- T5 (``t5``): the same three graphs with the same names, Dh being ``d_kv``; the relative position biases are
+  computed inside the graphs from the cached length, as ``T5.step`` computes them.
 
 Whole models (classifiers, BERT, the tagger, the forecaster) are one graph each: ``seqlab.export.whole_models``.
 Each graph calls the model's own ``forward`` / ``encode`` / ``step``, so the exported equations are the modules'.
@@ -35,8 +37,14 @@ from torch import Tensor, nn
 from seqlab.models.language_model.gpt import GPT, GPTState
 from seqlab.models.seq2seq.rnn import RNNDecoderState, RNNSeq2Seq
 from seqlab.models.seq2seq.transformer import TransformerDecoderState, TransformerSeq2Seq
+from seqlab.models.t5 import T5, T5DecoderState
 from seqlab.nn.cells import LSTMState
 from seqlab.nn.kv_cache import KVCache
+
+# The encoder-decoders with a self-attention KV cache, and their decoding states (same fields: memory_kv,
+# src_keep_mask, caches).
+EncoderDecoder = TransformerSeq2Seq | T5
+EncoderDecoderState = TransformerDecoderState | T5DecoderState
 
 # The state fields of RNNDecoderState that a decoder step changes; the others are the encoder's, fixed per source.
 RECURRENT_FIELDS = ("hidden.h", "hidden.c", "feed")
@@ -213,9 +221,9 @@ def _flat(pairs: list[tuple[Tensor, Tensor]] | list[KVCache]) -> tuple[Tensor, .
 
 class TransformerEncoderGraph(nn.Module):
     """encoder(src (B, S), src_lengths (B,)) -> (src_keep_mask (B, S), then per decoder layer the cross-attention
-    key and value (B, N, S, Dh)), by ``TransformerSeq2Seq.encode``."""
+    key and value (B, N, S, Dh)), by the model's ``encode`` (``TransformerSeq2Seq`` or ``T5``)."""
 
-    def __init__(self, model: TransformerSeq2Seq) -> None:
+    def __init__(self, model: EncoderDecoder) -> None:
         super().__init__()
         self.model = model
 
@@ -227,43 +235,77 @@ class TransformerEncoderGraph(nn.Module):
 class TransformerPrefillGraph(nn.Module):
     """prefill(tgt_in (B, T), src_keep_mask (B, S), memory (per layer key then value, (B, N, S, Dh))) ->
     (logits (B, V) of the token after tgt_in, then per layer the self-attention key and value (B, N, T, Dh)), by
-    ``TransformerSeq2Seq.prefill`` from empty caches."""
+    the model's ``prefill`` from empty caches; ``state_class`` is the type of its ``encode``'s state."""
 
-    def __init__(self, model: TransformerSeq2Seq) -> None:
+    def __init__(self, model: EncoderDecoder, state_class: type[EncoderDecoderState]) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.state_class = model, state_class
 
     def forward(self, tgt_in: Tensor, src_keep_mask: Tensor, memory: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         caches = self.model.decoder.empty_caches(tgt_in.shape[0], dtype=memory[0].dtype, device=memory[0].device)
-        out = self.model.prefill(tgt_in, TransformerDecoderState(_pairs(memory), src_keep_mask, caches))
+        out = self.model.prefill(tgt_in, self.state_class(_pairs(memory), src_keep_mask, caches))
         return (out.logits, *_flat(out.state.caches))
 
 
 class TransformerStepGraph(nn.Module):
     """step(tokens (B,), src_keep_mask (B, S), memory as ``prefill``'s, past (per layer key then value,
-    (B, N, T, Dh))) -> (logits (B, V), present (B, N, T + 1, Dh) per layer), by ``TransformerSeq2Seq.step``."""
+    (B, N, T, Dh))) -> (logits (B, V), present (B, N, T + 1, Dh) per layer), by the model's ``step``."""
 
-    def __init__(self, model: TransformerSeq2Seq) -> None:
+    def __init__(self, model: EncoderDecoder, state_class: type[EncoderDecoderState]) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.state_class = model, state_class
 
     def forward(
         self, tokens: Tensor, src_keep_mask: Tensor, memory: tuple[Tensor, ...], past: tuple[Tensor, ...]
     ) -> tuple[Tensor, ...]:
         caches = [KVCache(k, v) for k, v in _pairs(past)]
-        out = self.model.step(tokens, TransformerDecoderState(_pairs(memory), src_keep_mask, caches))
+        out = self.model.step(tokens, self.state_class(_pairs(memory), src_keep_mask, caches))
         return (out.logits, *_flat(out.state.caches))
 
 
 def transformer_seq2seq_graphs(model: TransformerSeq2Seq) -> list[Graph]:
     """The Transformer seq2seq's ``encoder``, ``prefill`` and ``step`` graphs (module docstring), traced on a batch
-    of 2 sources of 4 and 3 steps and 3 target steps."""
+    of 2 sources of 4 and 3 steps and 3 target steps; sources and targets at most ``max_length`` long."""
     config = model.config
-    L, N, Dh = config.decoder_layers, config.num_heads, config.d_model // config.num_heads
-    batch, source = torch.export.Dim("batch"), torch.export.Dim("source", max=config.max_length)
-    steps, past = torch.export.Dim("steps", max=config.max_length), torch.export.Dim("past", max=config.max_length - 1)
+    return _encoder_decoder_graphs(
+        model,
+        TransformerDecoderState,
+        shape=(config.decoder_layers, config.num_heads, config.d_model // config.num_heads),
+        token=config.bos_id,
+        max_length=config.max_length,
+    )
+
+
+def t5_graphs(model: T5) -> list[Graph]:
+    """T5's ``encoder``, ``prefill`` and ``step`` graphs, named and shaped as the Transformer seq2seq's (module
+    docstring; Dh is ``d_kv``), traced as those; the relative position biases are computed inside the graphs from
+    the cached length, so sources and targets have no length limit."""
+    config = model.config
+    return _encoder_decoder_graphs(
+        model,
+        T5DecoderState,
+        shape=(config.num_decoder_layers, config.num_heads, config.d_kv),
+        token=config.eos_id,
+        max_length=None,
+    )
+
+
+def _encoder_decoder_graphs(
+    model: EncoderDecoder,
+    state_class: type[EncoderDecoderState],
+    *,
+    shape: tuple[int, int, int],
+    token: int,
+    max_length: int | None,
+) -> list[Graph]:
+    """The ``encoder``, ``prefill`` and ``step`` graphs of an encoder-decoder whose decoder has ``shape`` (L, N, Dh),
+    traced on sources and targets of ``token``; ``max_length`` bounds sources and targets (None: no bound)."""
+    L, N, Dh = shape
+    batch, source = torch.export.Dim("batch"), torch.export.Dim("source", max=max_length)
+    steps = torch.export.Dim("steps", max=max_length)
+    past = torch.export.Dim("past", max=None if max_length is None else max_length - 1)
     B, S, T = 2, 4, 3
-    src, lengths = torch.full((B, S), config.bos_id), torch.tensor([S, S - 1])
+    src, lengths = torch.full((B, S), token), torch.tensor([S, S - 1])
     with torch.no_grad():
         encoded = TransformerEncoderGraph(model)(src, lengths)
     names = [f"{{}}.{layer}.{part}" for layer in range(L) for part in ("key", "value")]
@@ -280,8 +322,8 @@ def transformer_seq2seq_graphs(model: TransformerSeq2Seq) -> list[Graph]:
     )
     prefill = Graph(
         "prefill",
-        TransformerPrefillGraph(model),
-        (torch.full((B, T), config.bos_id), encoded[0], encoded[1:]),
+        TransformerPrefillGraph(model, state_class),
+        (torch.full((B, T), token), encoded[0], encoded[1:]),
         ["tgt_in", "src_keep_mask", *memory_names],
         ["logits", *present],
         ({0: batch, 1: steps}, mask_axes, memory_axes),
@@ -289,8 +331,8 @@ def transformer_seq2seq_graphs(model: TransformerSeq2Seq) -> list[Graph]:
     caches = tuple(torch.zeros(B, N, T, Dh) for _ in names)
     step = Graph(
         "step",
-        TransformerStepGraph(model),
-        (torch.full((B,), config.bos_id), encoded[0], encoded[1:], caches),
+        TransformerStepGraph(model, state_class),
+        (torch.full((B,), token), encoded[0], encoded[1:], caches),
         ["tokens", "src_keep_mask", *memory_names, *(name.format("past") for name in names)],
         ["logits", *present],
         ({0: batch}, mask_axes, memory_axes, tuple({0: batch, 2: past} for _ in caches)),
@@ -303,4 +345,5 @@ STEP_GRAPHS: dict[str, Callable[[Any], list[Graph]]] = {
     GPT.model_type: gpt_graphs,
     RNNSeq2Seq.model_type: rnn_seq2seq_graphs,
     TransformerSeq2Seq.model_type: transformer_seq2seq_graphs,
+    T5.model_type: t5_graphs,
 }

@@ -146,10 +146,10 @@ class OnnxTransformerSeq2SeqState(NamedTuple):
 
 
 class OnnxTransformerSeq2Seq:
-    """A Transformer encoder-decoder's ``encoder``, ``prefill`` and ``step`` graphs as a ``StepModel`` with
-    ``encode``. Its arguments, directory and manifest, are as ``OnnxGPT``'s.
+    """A Transformer encoder-decoder's (``TransformerSeq2Seq`` or ``T5``) ``encoder``, ``prefill`` and ``step``
+    graphs as a ``StepModel`` with ``encode``. Its arguments, directory and manifest, are as ``OnnxGPT``'s.
 
-    Inputs and outputs: as ``TransformerSeq2Seq.encode`` / ``prefill`` / ``step``, with an
+    Inputs and outputs: as the model's ``encode`` / ``prefill`` / ``step``, with an
     ``OnnxTransformerSeq2SeqState``.
     """
 
@@ -209,7 +209,12 @@ class OnnxModel:
         return self.call.output([outputs[name] for name in self.graph.outputs])
 
 
-STEP_MODELS = {"gpt": OnnxGPT, "rnn_seq2seq": OnnxRNNSeq2Seq, "transformer_seq2seq": OnnxTransformerSeq2Seq}
+STEP_MODELS = {
+    "gpt": OnnxGPT,
+    "rnn_seq2seq": OnnxRNNSeq2Seq,
+    "transformer_seq2seq": OnnxTransformerSeq2Seq,
+    "t5": OnnxTransformerSeq2Seq,  # the same three graphs (``seqlab.export.graphs``)
+}
 
 
 def load_step_model(run: Path) -> OnnxGPT | OnnxRNNSeq2Seq | OnnxTransformerSeq2Seq:

@@ -12,6 +12,8 @@
   ``keep_mask`` (B, T).
 - Forecaster (``forecaster``): ``window`` (B, T, C), the last T steps -> ``forecast`` (B, H, C), the next H; T is at
   most ``max_length`` for the Transformer encoder. The autoregressive head's H steps are unrolled in the graph.
+- Sequence denoiser (``sequence_denoiser``): ``x`` (B, T, C) -> ``denoised`` (B, T, C); T is a multiple of the
+  frame size F (the time axis is F times a dynamic frame count).
 - A recurrent layer of ``seqlab.nn`` (``RNN``, ``GRU``, ``LSTM``; not a run's model, so it is exported with
   ``export_graph(recurrent_layer_graph(layer), directory)``): ``x`` (B, T, E) (or (T, B, E) unless batch-first),
   ``lengths`` (B,), ``h_0`` (and ``c_0`` for an LSTM), (L*C, B, H) -> ``outputs``, ``h_n`` (and ``c_n``).
@@ -41,8 +43,10 @@ from seqlab.models.bert import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
+from seqlab.models.bert.heads import MaskedLMOutput, PreTrainingOutput
 from seqlab.models.bert.model import BertOutput
 from seqlab.models.classifier import ClassifierOutput, Seq2VecClassifier
+from seqlab.models.denoiser import SequenceDenoiser
 from seqlab.models.forecaster import Forecaster
 from seqlab.models.tagger import RNNSequenceTagger, TaggerOutput
 from seqlab.nn.cells import LSTMState
@@ -194,6 +198,34 @@ def forecaster_graphs(model: Forecaster) -> list[Graph]:
     ]
 
 
+class DenoiserGraph(nn.Module):
+    """model(x (B, T, C)) -> (denoised (B, T, C),), by ``SequenceDenoiser.forward``."""
+
+    def __init__(self, model: SequenceDenoiser) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: Tensor) -> tuple[Tensor]:
+        return (self.model(x),)
+
+
+def denoiser_graphs(model: SequenceDenoiser) -> list[Graph]:
+    """The sequence denoiser's ``model`` graph (module docstring), traced on 2 series of 4 frames; the time axis
+    is F times a dynamic frame count, so the module's check that T is a multiple of F holds for every T traced."""
+    config = model.config
+    batch, frames = torch.export.Dim("batch"), torch.export.Dim("frames")
+    return [
+        Graph(
+            "model",
+            DenoiserGraph(model),
+            (torch.zeros(2, 4 * config.frame_size, config.channels),),
+            ["x"],
+            ["denoised"],
+            ({0: batch, 1: config.frame_size * frames},),
+        )
+    ]
+
+
 class RecurrentLayerGraph(nn.Module):
     """layer(x, lengths (B,), state: (h_0,) or, for an LSTM, (h_0, c_0), each (L*C, B, H)) -> (outputs, h_n) or
     (outputs, h_n, c_n), by the layer's ``forward``."""
@@ -243,6 +275,7 @@ WHOLE_MODEL_GRAPHS: dict[str, Callable[[Any], list[Graph]]] = {
     Seq2VecClassifier.model_type: classifier_graphs,
     RNNSequenceTagger.model_type: tagger_graphs,
     Forecaster.model_type: forecaster_graphs,
+    SequenceDenoiser.model_type: denoiser_graphs,
     **{bert.model_type: bert_graphs for bert in BERT_MODELS},
 }
 
@@ -282,7 +315,11 @@ MODEL_CALLS: dict[str, ModelCall] = {
     Seq2VecClassifier.model_type: ModelCall(_same, lambda values: ClassifierOutput(*values)),
     RNNSequenceTagger.model_type: ModelCall(_same, lambda values: TaggerOutput(*values)),
     Forecaster.model_type: ModelCall(_same, lambda values: values[0]),
+    SequenceDenoiser.model_type: ModelCall(_same, lambda values: values[0]),
     Bert.model_type: ModelCall(_bert_inputs, _bert_output),
+    # The MLM head's logits at every position (no ``select``); the body's states are not graph outputs.
+    BertForMaskedLM.model_type: ModelCall(_bert_inputs, lambda values: MaskedLMOutput(values[0], None)),
+    BertForPreTraining.model_type: ModelCall(_bert_inputs, lambda values: PreTrainingOutput(*values)),
     **{
         head.model_type: ModelCall(_bert_inputs, lambda values: ClassifierOutput(values[0]))
         for head in (BertForSequenceClassification, BertForMeanPooledClassification, BertForTokenClassification)

@@ -33,6 +33,7 @@ from seqlab.data.text import CORPUS, load_corpus, read_text
 from seqlab.data.tokenizers import TOKENIZER_FILE, load_tokenizer
 from seqlab.data.wordpiece import MASK, WordPieceTokenizer
 from seqlab.errors import CheckpointError, DataError
+from seqlab.export import OnnxModel, load_onnx_model
 from seqlab.models import BertConfig, BertForMaskedLM, BertForPreTraining, load_pretrained
 from seqlab.recipes.base import Report, TrainingRun, load_recipe_config
 from seqlab.recipes.common.masked_lm import batch_at, consecutive, examples, mlm_logits, score, window
@@ -170,12 +171,18 @@ class FilledMask(NamedTuple):
 @dataclass
 class BertMLMSystem:
     """A pre-trained BERT (``BertForMaskedLM``, or ``BertForPreTraining`` with NSP) with its WordPiece tokenizer
-    and the run's config (its masking and seed): what a run directory holds."""
+    and the run's config (its masking and seed): what a run directory holds. Its one option is ``backend``.
+
+    Attributes:
+        onnx_model: what ``predict`` calls instead of ``model``: the run's exported graph under onnxruntime
+            (``--backend onnxruntime``), else None. ``evaluate`` scores selected positions in torch.
+    """
 
     model: Model
     tokenizer: WordPieceTokenizer
     config: Config
-    OPTIONS: ClassVar[frozenset[str]] = frozenset()
+    onnx_model: OnnxModel | None = None
+    OPTIONS: ClassVar[frozenset[str]] = frozenset({"backend"})
 
     def save(self, directory: Path) -> None:
         """Write the model and ``tokenizer.json`` (``run_training`` adds ``recipe.json``)."""
@@ -184,15 +191,20 @@ class BertMLMSystem:
 
     @classmethod
     def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> BertMLMSystem:
-        """The run in ``directory``. It takes no options (``OPTIONS`` is empty: callers refuse any given).
+        """The run in ``directory``; with ``options.backend`` "onnxruntime", ``predict`` runs its export in
+        ``directory/onnx``.
 
-        Raises: CheckpointError if the directory is unreadable or holds another model or tokenizer.
+        Raises:
+            CheckpointError: the directory is unreadable or holds another model or tokenizer; (onnxruntime) the
+                export is missing, stale or of another model.
+            ConfigError: (onnxruntime) onnxruntime is not installed.
         """
         config = load_recipe_config(directory, Config)
         model = load_pretrained(directory)
         if not isinstance(model, Model):
             raise CheckpointError(f"{directory}: not a bert-mlm checkpoint (model {model.model_type})")
-        return cls(model, run_tokenizer(directory), config)
+        onnx_model = load_onnx_model(directory) if options.backend == "onnxruntime" else None
+        return cls(model, run_tokenizer(directory), config, onnx_model)
 
     def evaluate(self, data_path: str) -> dict[str, float]:
         """Masked-token ``loss`` (nats/token), ``accuracy`` (%) and scored ``tokens`` of a text file (with NSP also
@@ -225,7 +237,7 @@ class BertMLMSystem:
                     f"more than the model's {positions} positions"
                 )
             selected = input_ids == self.tokenizer.mask_id
-            input_ids[selected] = mlm_logits(self.model, input_ids)[selected].argmax(dim=-1)
+            input_ids[selected] = mlm_logits(self.onnx_model or self.model, input_ids)[selected].argmax(dim=-1)
             filled.append(FilledMask(text, re.sub(r"\s+", " ", self.tokenizer.decode(input_ids[0, 1:-1].tolist()))))
         return filled
 

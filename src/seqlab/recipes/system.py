@@ -320,13 +320,22 @@ def _check_count(name: str, value: int | None, maximum: int) -> None:
 
 
 def refuse_options(system_class: type, options: SystemOptions, flags: dict[str, str], recipe: str) -> None:
-    """Refuse the ``options`` that ``system_class`` does not take, in one line naming their ``flags``.
+    """Refuse the ``options`` that ``system_class`` does not take, in one line naming their ``flags``; a backend
+    first, in the line of ``torch_only``.
 
     Raises: ConfigError ``--ensemble: the tagger recipe takes no such option``.
     """
+    if options.backend is not None and "backend" not in system_class.OPTIONS:
+        raise ConfigError(f"{flags.get('backend', 'backend')} {options.backend}: {torch_only(recipe)}")
     refused = [flags.get(name, name) for name in options.given() if name not in system_class.OPTIONS]
     if refused:
         raise ConfigError(f"{' '.join(refused)}: the {recipe} recipe takes no such option")
+
+
+def torch_only(recipe: str) -> str:
+    """Why a run of ``recipe``, whose System does not take ``backend``, is neither exported nor run in
+    onnxruntime: the end of the one-line refusal of ``--backend`` and of ``seqlab export``."""
+    return f"the {recipe} recipe runs in torch only (no onnxruntime backend, so no `seqlab export`)"
 
 
 def nbest_within_beam(options: SystemOptions, num_beams: int) -> int:

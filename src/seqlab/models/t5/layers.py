@@ -145,7 +145,12 @@ class T5Attention(nn.Module):
             q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout_p, scale=1.0
         )  # (B, N, T, Dh)
         B, _, T, _ = context.shape
-        output = self.out_proj(context.transpose(1, 2).reshape(B, T, -1))  # (B, T, N * Dh) -> (B, T, D)
+        merged = context.transpose(1, 2)  # (B, T, N, Dh)
+        if torch.compiler.is_exporting():
+            # The traced kernel's output is laid out (B, T, N, Dh), so a reshape is traced as a view; the exporter's
+            # decomposition of the kernel lays it out (B, N, T, Dh), where that view fails. A copy serves both.
+            merged = merged.clone(memory_format=torch.contiguous_format)
+        output = self.out_proj(merged.reshape(B, T, -1))  # (B, T, N * Dh) -> (B, T, D)
         return AttentionOutput(output, None, cache)
 
     def extra_repr(self) -> str:

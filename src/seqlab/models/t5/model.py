@@ -100,6 +100,16 @@ class T5Stack(nn.Module):
             new_caches.append(cache)
         return drop(self.dropout, self.final_norm(x)), new_caches if caches is not None else None
 
+    def empty_caches(
+        self, batch_size: int, *, dtype: torch.dtype | None = None, device: torch.device | None = None
+    ) -> list[KVCache]:
+        """One empty self-attention ``KVCache`` per layer (S = 0), batch_size rows."""
+        attention = self.layers[0].self_attn
+        return [
+            KVCache.empty(batch_size, attention.num_heads, attention.d_kv, dtype=dtype, device=device)
+            for _ in self.layers
+        ]
+
 
 class T5DecoderState(NamedTuple):
     """What one decoding step needs, every tensor batch-first (so ``select_rows`` reorders beams).
@@ -182,22 +192,24 @@ class T5(PretrainedMixin, nn.Module):
         """Run the encoder once: src (B, S), src_lengths (B,) -> the state that starts decoding (empty caches)."""
         memory_kv, src_keep_mask = self._encode_source(src, src_lengths)
         k = memory_kv[0][0]
-        caches = [
-            KVCache.empty(src.shape[0], self.config.num_heads, self.config.d_kv, dtype=k.dtype, device=k.device)
-            for _ in self.decoder.layers
-        ]
+        caches = self.decoder.empty_caches(src.shape[0], dtype=k.dtype, device=k.device)
         return T5DecoderState(memory_kv, src_keep_mask, caches)
 
-    def step(self, tokens: Tensor, state: T5DecoderState) -> StepOutput:
-        """One decoding step: tokens (B,) previous outputs (decoder_start_id first) -> StepOutput(logits (B, V),
-        state with every cache one position longer)."""
+    def prefill(self, tgt_in: Tensor, state: T5DecoderState) -> StepOutput:
+        """Decode T given tokens at once after the state's cached positions: tgt_in (B, T) -> StepOutput(logits
+        (B, V) of the token after the last, state with every cache T positions longer). ``step`` is T = 1."""
         h, caches = self.decoder(
-            self.shared(tokens.unsqueeze(1)),  # (B, 1, D)
+            self.shared(tgt_in),  # (B, T, D)
             memory_kv=state.memory_kv,
             memory_keep_mask=state.src_keep_mask,
             caches=state.caches,
         )
-        return StepOutput(self._output(h).squeeze(1), state._replace(caches=caches))
+        return StepOutput(self._output(h[:, -1]), state._replace(caches=caches))
+
+    def step(self, tokens: Tensor, state: T5DecoderState) -> StepOutput:
+        """One decoding step: tokens (B,) previous outputs (decoder_start_id first) -> StepOutput(logits (B, V),
+        state with every cache one position longer)."""
+        return self.prefill(tokens.unsqueeze(1), state)
 
     def reorder_state(self, state: T5DecoderState, index: Tensor) -> T5DecoderState:
         """Rows ``index`` (B',) of the state, in that order (beam expansion and reordering)."""

@@ -25,6 +25,7 @@ from seqlab.data.gravitational_waves import (
     whiten,
 )
 from seqlab.errors import CheckpointError, DataError
+from seqlab.export import OnnxModel, load_onnx_model
 from seqlab.files import atomic_write
 from seqlab.models.denoiser import SequenceDenoiser
 from seqlab.recipes.base import check_model_config, load_recipe_config, model_device
@@ -118,12 +119,15 @@ class ChirpSystem:
         signal_power: (n // 2 + 1,), P_k, the mean |rfft|^2 of the training set's whitened chirps of SNR 1 (the
             Wiener filter's signal spectrum).
         config: the recipe config of the run.
+        onnx_model: what denoising calls instead of ``model``: the run's exported graph under onnxruntime
+            (``--backend onnxruntime``, the one option), else None.
     """
 
     model: SequenceDenoiser
     signal_power: np.ndarray
     config: Config
-    OPTIONS: ClassVar[frozenset[str]] = frozenset()
+    onnx_model: OnnxModel | None = None
+    OPTIONS: ClassVar[frozenset[str]] = frozenset({"backend"})
     PREDICT_READS_FILES: ClassVar[bool] = True  # ``FileInputs``: predict's inputs are strain files
 
     def save(self, directory: Path) -> None:
@@ -133,10 +137,14 @@ class ChirpSystem:
 
     @classmethod
     def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> ChirpSystem:
-        """The run in ``directory``. It takes no options (``OPTIONS`` is empty: callers refuse any given).
+        """The run in ``directory``; with ``options.backend`` "onnxruntime", denoising runs its export in
+        ``directory/onnx``.
 
-        Raises: CheckpointError (one line naming the file) for a missing or unreadable file, or a recipe.json that
-            describes another model than config.json.
+        Raises:
+            CheckpointError: (one line naming the file) for a missing or unreadable file, or a recipe.json that
+                describes another model than config.json; (onnxruntime) the export is missing, stale or of
+                another model.
+            ConfigError: (onnxruntime) onnxruntime is not installed.
         """
         config = load_recipe_config(directory, Config)
         saved = read_json_file(directory / FILTERS_FILE, error=CheckpointError, missing="missing")
@@ -148,7 +156,8 @@ class ChirpSystem:
             raise CheckpointError(f"{directory / FILTERS_FILE}: not the spectrum of {config.data.samples} samples")
         model = SequenceDenoiser.from_pretrained(directory)
         check_model_config(directory, config.model.model_config(), model.config)
-        return cls(model, power, config)
+        onnx_model = load_onnx_model(directory) if options.backend == "onnxruntime" else None
+        return cls(model, power, config, onnx_model)
 
     def predict(self, inputs: Sequence[str]) -> list[Denoised]:
         """The denoised whitened series of each strain file of ``inputs`` (one sample a line, f_s apart, in the
@@ -184,10 +193,12 @@ class ChirpSystem:
     def denoise(self, noisy: np.ndarray) -> np.ndarray:
         """(B, n): the model's estimates of the clean whitened signals of whitened series ``noisy`` (B, n)."""
         self.model.eval()
-        device, out = model_device(self.model), []
+        forward = self.model if self.onnx_model is None else self.onnx_model
+        device = model_device(self.model) if self.onnx_model is None else torch.device("cpu")  # graphs: the CPU
+        out = []
         for start in range(0, len(noisy), EVAL_BATCH_SIZE):
             x = torch.as_tensor(noisy[start : start + EVAL_BATCH_SIZE, :, None], dtype=torch.float32, device=device)
-            out.append(self.model(x)[..., 0].cpu().double().numpy())
+            out.append(forward(x)[..., 0].cpu().double().numpy())
         return np.concatenate(out)
 
     def wiener(self, noisy: np.ndarray, snr: np.ndarray) -> np.ndarray:

@@ -15,7 +15,9 @@ import torch
 
 from seqlab.data.wordpiece import WordPieceTokenizer
 from seqlab.errors import DataError
+from seqlab.export import OnnxModel
 from seqlab.models import BertForMaskedLM, BertForPreTraining
+from seqlab.models.bert import PreTrainingOutput
 from seqlab.recipes.base import model_device
 from seqlab.training.masked_lm import IGNORE_INDEX, MaskedTokens, mask_tokens, masked_lm_loss
 from seqlab.training.next_sentence import PreTrainingBatch, pretraining_loss, sentence_pairs
@@ -125,11 +127,11 @@ def score(model: BertForMaskedLM | BertForPreTraining, batch: MaskedTokens | Pre
 
 
 def mlm_logits(
-    model: BertForMaskedLM | BertForPreTraining, input_ids: torch.Tensor, **inputs: torch.Tensor
+    model: BertForMaskedLM | BertForPreTraining | OnnxModel, input_ids: torch.Tensor, **inputs: torch.Tensor
 ) -> torch.Tensor:
-    """(B, T, V) MLM logits of either model."""
+    """(B, T, V) MLM logits of either model, or of either one's exported graph (told apart by the output type)."""
     out = model(input_ids, **inputs)
-    return out.mlm_logits if isinstance(model, BertForPreTraining) else out.logits
+    return out.mlm_logits if isinstance(out, PreTrainingOutput) else out.logits
 
 
 @torch.no_grad()

@@ -16,6 +16,7 @@ from seqlab.data.proteins import read_fasta
 from seqlab.data.tokenizers import CharTokenizer, load_tokenizer
 from seqlab.data.wordpiece import WordPieceTokenizer
 from seqlab.errors import CheckpointError, ConfigError, DataError
+from seqlab.export import OnnxModel, load_onnx_model
 from seqlab.metrics import unigram_score
 from seqlab.models import GPT, BertForMaskedLM, load_pretrained
 from seqlab.recipes.base import check_model_config, load_recipe_config
@@ -81,14 +82,19 @@ class FilledProtein:
 @dataclass
 class ProteinSystem:
     """A trained protein run: a causal GPT with a residue CharTokenizer, or a masked BERT with a residue
-    WordPiece vocabulary, and the recipe config.
+    WordPiece vocabulary, and the recipe config. Its one option is ``backend``.
+
+    Attributes:
+        onnx_model: what a masked model's ``predict`` calls instead of ``model``: the run's exported graph under
+            onnxruntime (``--backend onnxruntime``), else None. Scores are computed in torch.
     """
 
-    OPTIONS: ClassVar[frozenset[str]] = frozenset()
+    OPTIONS: ClassVar[frozenset[str]] = frozenset({"backend"})
 
     model: GPT | BertForMaskedLM
     tokenizer: CharTokenizer | WordPieceTokenizer
     config: Config
+    onnx_model: OnnxModel | None = None
 
     def save(self, directory: Path) -> None:
         """Write the model and the tokenizer (``run_training`` adds ``recipe.json``)."""
@@ -97,9 +103,14 @@ class ProteinSystem:
 
     @classmethod
     def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> ProteinSystem:
-        """The run in ``directory`` (``options``: none taken).
+        """The run in ``directory``; with ``options.backend`` "onnxruntime", a masked model's ``predict`` runs its
+        export in ``directory/onnx``.
 
-        Raises: CheckpointError if the directory holds another model or tokenizer, or its files disagree.
+        Raises:
+            CheckpointError: the directory holds another model or tokenizer, or its files disagree; (onnxruntime)
+                the export is missing, stale or of another model.
+            ConfigError: (onnxruntime) a causal run (its predictions are sliding-window losses, computed in torch
+                only), or onnxruntime is not installed.
         """
         config = load_recipe_config(directory, Config)
         model = load_pretrained(directory)
@@ -108,7 +119,14 @@ class ProteinSystem:
         if not isinstance(model, wanted[0]) or not isinstance(tokenizer, wanted[1]):
             raise CheckpointError(f"{directory}: not a {config.model.objective} protein checkpoint")
         check_model_config(directory, config.model.config_for(vocab_size=tokenizer.vocab_size), model.config)
-        return cls(model, tokenizer, config)
+        if options.backend != "onnxruntime":
+            return cls(model, tokenizer, config)
+        if config.model.objective != "masked":
+            raise ConfigError(
+                f"--backend onnxruntime: {directory} is a causal {NAME} run; the {NAME} recipe runs masked "
+                "(model.objective=masked) runs in onnxruntime, causal ones in torch only"
+            )
+        return cls(model, tokenizer, config, load_onnx_model(directory))
 
     def evaluate(self, data_path: str) -> dict[str, float]:
         """Scores of the proteins of a FASTA file: causal ``loss`` (nats/token), ``perplexity``, ``tokens``; masked
@@ -152,7 +170,7 @@ class ProteinSystem:
             raise DataError(f"input {text[:40]!r}... is longer than the model's {model.config.max_positions - 2}")
         selected = input_ids == tokenizer.mask_id
         with torch.no_grad():
-            input_ids[selected] = model(input_ids).logits[selected].argmax(dim=-1)
+            input_ids[selected] = (self.onnx_model or model)(input_ids).logits[selected].argmax(dim=-1)
         return tokenizer.decode(input_ids[0, 1:-1].tolist()).replace(" ", "")
 
     def attention_maps(self, text: str) -> LabelledAttention:

@@ -20,6 +20,7 @@ from seqlab.data.vocab import Vocabulary
 from seqlab.decoding.beam_search import beam_search
 from seqlab.decoding.greedy import greedy_search
 from seqlab.errors import DataError, UnknownSymbolError
+from seqlab.export import OnnxTransformerSeq2Seq, load_step_model
 from seqlab.metrics import phoneme_error_rate, word_error_rate
 from seqlab.models.t5 import T5
 from seqlab.recipes.base import check_vocabulary_size, load_recipe_config, model_device
@@ -62,15 +63,18 @@ class T5G2PSystem:
     """A trained T5 with its vocabulary and recipe config: what a run directory holds.
 
     Attributes:
-        options: ``num_beams`` (K, over ``config.decode.num_beams``) for predict and evaluate.
+        options: ``num_beams`` (K, over ``config.decode.num_beams``) for predict and evaluate; ``backend``.
+        step_model: what searches decode with instead of ``model``: the run's exported graphs under onnxruntime
+            (``--backend onnxruntime``), else None.
     """
 
-    OPTIONS: ClassVar[frozenset[str]] = frozenset({"num_beams"})
+    OPTIONS: ClassVar[frozenset[str]] = frozenset({"num_beams", "backend"})
 
     model: T5
     vocab: Vocabulary
     config: Config
     options: SystemOptions = field(default_factory=SystemOptions)
+    step_model: OnnxTransformerSeq2Seq | None = None
 
     def save(self, directory: Path) -> None:
         """Write the model and the vocabulary (``run_training`` adds ``recipe.json``, which ``load`` reads)."""
@@ -79,16 +83,20 @@ class T5G2PSystem:
 
     @classmethod
     def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> T5G2PSystem:
-        """The run in ``directory``.
+        """The run in ``directory``; with ``options.backend`` "onnxruntime", searches decode through its export in
+        ``directory/onnx`` (``seqlab export``).
 
-        Raises: CheckpointError (one line naming the file) for a missing or malformed file, or a vocabulary of
-            another size than the weights'.
+        Raises:
+            CheckpointError: (one line naming the file) for a missing or malformed file, or a vocabulary of
+                another size than the weights'; (onnxruntime) the export is missing, stale or of another model.
+            ConfigError: (onnxruntime) onnxruntime is not installed.
         """
         config = load_recipe_config(directory, Config)
         model = T5.from_pretrained(directory)
         vocab = Vocabulary.load(directory / VOCAB_FILE)
         check_vocabulary_size(directory / VOCAB_FILE, len(vocab), model.config.vocab_size)
-        return cls(model, vocab, config, options)
+        step_model = load_step_model(directory) if options.backend == "onnxruntime" else None
+        return cls(model, vocab, config, options, step_model)
 
     @property
     def num_beams(self) -> int:
@@ -147,19 +155,20 @@ class T5G2PSystem:
         num_beams = self.num_beams if num_beams is None else num_beams
         ids = [self.source_ids(direction, x, source=source) for x in inputs]
         self.model.eval()
-        device = model_device(self.model)
+        decoder = self.step_model or self.model
+        device = model_device(self.model) if self.step_model is None else torch.device("cpu")  # graphs: the CPU
         outputs: list[tuple[str, ...]] = []
         for start in range(0, len(ids), decode.batch_size):
             chunk = ids[start : start + decode.batch_size]
             batch = collate_seq2seq([(x, []) for x in chunk], pad_id=cfg.pad_id, bos_id=cfg.decoder_start_id).to(device)
-            state = self.model.encode(batch.src, batch.src_lengths)
+            state = decoder.encode(batch.src, batch.src_lengths)
             first = torch.full((len(chunk),), cfg.decoder_start_id, dtype=torch.long, device=device)  # (B,)
             search = {"eos_id": cfg.eos_id, "max_length": decode.max_length}
             if num_beams == 1:
-                out = greedy_search(self.model, state, first, **search)
+                out = greedy_search(decoder, state, first, **search)
             else:
                 out = beam_search(
-                    self.model, state, first, num_beams=num_beams, length_penalty=decode.length_penalty, **search
+                    decoder, state, first, num_beams=num_beams, length_penalty=decode.length_penalty, **search
                 )
             outputs.extend(tuple(self.vocab.decode(row[0])) for row in out.tokens)
         return outputs

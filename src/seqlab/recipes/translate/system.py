@@ -21,6 +21,7 @@ from seqlab.data.tokenizers import BPETokenizer, load_tokenizer
 from seqlab.decoding.beam_search import beam_search
 from seqlab.decoding.greedy import greedy_search
 from seqlab.errors import CheckpointError, DataError
+from seqlab.export import OnnxRNNSeq2Seq, OnnxTransformerSeq2Seq, load_step_model
 from seqlab.models.seq2seq.rnn import RNNSeq2Seq
 from seqlab.models.seq2seq.transformer import TransformerSeq2Seq
 from seqlab.recipes.base import check_vocabulary_size, load_recipe_config, model_device
@@ -58,16 +59,19 @@ class TranslateSystem:
     """A trained model with its two tokenizers (the same one when shared) and the recipe config.
 
     Attributes:
-        options: ``num_beams`` (K, over ``config.decode.num_beams``) for predict and evaluate.
+        options: ``num_beams`` (K, over ``config.decode.num_beams``) for predict and evaluate; ``backend``.
+        step_model: what searches decode with instead of ``model``: the run's exported graphs under onnxruntime
+            (``--backend onnxruntime``), else None.
     """
 
-    OPTIONS: ClassVar[frozenset[str]] = frozenset({"num_beams"})
+    OPTIONS: ClassVar[frozenset[str]] = frozenset({"num_beams", "backend"})
 
     model: RNNSeq2Seq | TransformerSeq2Seq
     source: BPETokenizer
     target: BPETokenizer
     config: Config
     options: SystemOptions = field(default_factory=SystemOptions)
+    step_model: OnnxRNNSeq2Seq | OnnxTransformerSeq2Seq | None = None
 
     def save(self, directory: Path) -> None:
         """Write the model and both tokenizers (``run_training`` adds ``recipe.json``, which ``load`` reads)."""
@@ -77,10 +81,14 @@ class TranslateSystem:
 
     @classmethod
     def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> TranslateSystem:
-        """The run in ``directory``.
+        """The run in ``directory``; with ``options.backend`` "onnxruntime", searches decode through its export in
+        ``directory/onnx`` (``seqlab export``).
 
-        Raises: CheckpointError (one line naming the file) for a missing or malformed file, a tokenizer that is
-            not BPE, or one whose size is not the model's vocabulary's.
+        Raises:
+            CheckpointError: (one line naming the file) for a missing or malformed file, a tokenizer that is not
+                BPE, or one whose size is not the model's vocabulary's; (onnxruntime) the export is missing, stale
+                or of another model.
+            ConfigError: (onnxruntime) onnxruntime is not installed.
         """
         config = load_recipe_config(directory, Config)
         tokenizers = [load_tokenizer(directory / name) for name in (SOURCE_TOKENIZER, TARGET_TOKENIZER)]
@@ -90,7 +98,8 @@ class TranslateSystem:
         sizes = (model.config.src_vocab_size, model.config.tgt_vocab_size)
         for name, tokenizer, size in zip((SOURCE_TOKENIZER, TARGET_TOKENIZER), tokenizers, sizes, strict=True):
             check_vocabulary_size(directory / name, tokenizer.vocab_size + SPECIALS, size)
-        return cls(model, *tokenizers, config, options)
+        step_model = load_step_model(directory) if options.backend == "onnxruntime" else None
+        return cls(model, *tokenizers, config, options, step_model)
 
     @property
     def num_beams(self) -> int:
@@ -129,20 +138,21 @@ class TranslateSystem:
         decode, eos = self.config.decode, self.model.config.eos_id
         num_beams = self.num_beams if num_beams is None else num_beams
         self.model.eval()
-        device = model_device(self.model)
+        decoder = self.step_model or self.model
+        device = model_device(self.model) if self.step_model is None else torch.device("cpu")  # graphs: the CPU
         results = []
         for start in range(0, len(sentences), decode.batch_size):
             ids = [self.source_ids(s) for s in sentences[start:][: decode.batch_size]]
             batch = collate_seq2seq([(x, []) for x in ids]).to(device)
-            state = self.model.encode(batch.src, batch.src_lengths)
+            state = decoder.encode(batch.src, batch.src_lengths)
             bos = torch.full((len(ids),), self.model.config.bos_id, dtype=torch.long, device=device)  # (B,)
             longest = max(len(x) for x in ids)
             search = dict(eos_id=eos, max_length=min(decode.max_length, int(decode.max_length_ratio * longest) + 10))
             if num_beams == 1:
-                out = greedy_search(self.model, state, bos, **search)
+                out = greedy_search(decoder, state, bos, **search)
             else:
                 out = beam_search(
-                    self.model, state, bos, **search, num_beams=num_beams, length_penalty=decode.length_penalty
+                    decoder, state, bos, **search, num_beams=num_beams, length_penalty=decode.length_penalty
                 )
             for tokens in out.tokens[:, 0].tolist():
                 results.append(tokens[: tokens.index(eos)] if eos in tokens else tokens)
