@@ -5,7 +5,7 @@ the budget, with the slow machine emulated by the trainer's clock, so the result
 
 The quiet machine ran the default's 20,000 steps and its 12 validations in ``--quiet-seconds`` (496 s, the mean of
 the three seeds in docs/recipes/g2p.md); one validation takes ``--validation-steps`` (31.6) training steps' time
-(measured in one run, /work/runs/pronouncer20k: 3.3 s against 0.105 s per step, checkpoints included). So a quiet
+(measured in one run of the default to 20,000 steps: 3.3 s against 0.105 s per step, checkpoints included). So a quiet
 step takes t = quiet_seconds / (20,000 + 12 * validation_steps) and a validation t * validation_steps; the
 emulated machine takes ``--slowdown`` times as long for each. The trainer reads a clock that advances by that much
 with every optimizer step's batch and every validation, never by the real time, so the time budget (540 s, validation
@@ -16,11 +16,11 @@ of step s is that of steps 1..s and the validations before it.
 Schedules: ``budgeted`` is the default as it is (``seqlab.training.schedules.budgeted_cosine``); ``steps`` is the
 behaviour before it, the cosine over 20,000 steps alone (``lr_schedule("cosine", total_steps=...)``), stopped by the
 same budget. Each (schedule, seed) trains into ``OUT/SCHEDULE-seedN`` (a run directory that ``seqlab evaluate``
-reads; one that has a ``results.json`` is not trained again) and is tested on the recipe's test split with its
-decode section (beam 5). The table: steps reached, the last step's learning rate as a fraction of the peak, and
-test WER / PER, overall and by word length: mean +- sample standard deviation over the seeds. ``--set`` changes the
-recipe's config (e.g. for small smoke runs). Run with ``OMP_NUM_THREADS=1``; several invocations with other seeds
-can share one ``--out``.
+reads; one that has a ``results.json`` is not trained again, an interrupted one resumes from its training
+checkpoint, saved every 500 steps) and is tested on the recipe's test split with its decode section (beam 5). The
+table: steps reached, the last step's learning rate as a fraction of the peak, and test WER / PER, overall and by
+word length: mean +- sample standard deviation over the seeds. ``--set`` changes the recipe's config (e.g. for
+small smoke runs). Run with ``OMP_NUM_THREADS=1``; several invocations with other seeds can share one ``--out``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ from seqlab.files import atomic_write
 from seqlab.recipes.base import TrainingRun, save_recipe_file
 from seqlab.recipes.g2p import training
 from seqlab.recipes.g2p.config import DEFAULT_STEPS, Config
+from seqlab.training.callbacks import MetricsLog
+from seqlab.training.checkpoint import STATE_FILE, load_training_state, save_training_state
 from seqlab.training.objectives import LossOutput
 from seqlab.training.schedules import LRScheduler, lr_schedule
 from seqlab.training.seeding import seed_everything
@@ -114,19 +116,28 @@ def emulated_trainer(run: TrainingRun, schedule: str, clock: EmulatedClock, **op
 
 
 def train_and_test(config: Config, schedule: str, clock: EmulatedClock, out: Path) -> dict[str, float | str]:
-    """Train the recipe's model with ``config`` on ``clock`` into the run directory ``out``, test it, and return
-    the results row (test scores, steps, the stop reason, the emulated seconds and the last learning rate)."""
+    """Train the recipe's model with ``config`` on ``clock`` into the run directory ``out`` (resumed from its
+    training checkpoint if it has one: bit for bit, since the clock is emulated), test it, and return the results
+    row (test scores, steps, the stop reason, the emulated seconds and the last learning rate)."""
     seed_everything(config.train.seed)
     run = training.prepare(config)
     out.mkdir(parents=True, exist_ok=True)
+    state_file = out / STATE_FILE
+    resume_from = load_training_state(state_file) if state_file.exists() else None
 
     def log(line: str) -> None:
         print(f"{out.name}: {line}", flush=True)
 
-    trainer = emulated_trainer(run, schedule, clock, run_dir=out, log=log)
-    last = {}
-    trainer.optimizer.register_step_pre_hook(lambda opt, args, kwargs: last.update(lr=opt.param_groups[0]["lr"]))
-    result = trainer.fit()
+    trainer = emulated_trainer(
+        run, schedule, clock, run_dir=out, log=log, checkpoint=lambda state: save_training_state(state_file, state)
+    )
+    if resume_from is not None:
+        log(f"resumed at step {resume_from['run']['step']}")
+        for callback in trainer.callbacks:
+            if isinstance(callback, MetricsLog):
+                callback.rewind(step=resume_from["run"]["step"], validated_at=resume_from["run"]["validated_at"])
+    result = trainer.fit(resume_from=resume_from)
+    last_lr = trainer.optimizer.param_groups[0]["lr"]  # set for the last step, not since
     run.save(out)
     save_recipe_file(out, "g2p", config)
     scores = run.test().results
@@ -135,8 +146,8 @@ def train_and_test(config: Config, schedule: str, clock: EmulatedClock, out: Pat
         "schedule": schedule,
         "steps": result.steps,
         "stopped_by": result.stopped_by,
-        "emulated_seconds": clock.now,
-        "last_lr_ratio": last["lr"] / config.train.lr,
+        "emulated_seconds": result.seconds,
+        "last_lr_ratio": last_lr / config.train.lr,
         "valid_loss": result.best["valid_loss"],
     }
     atomic_write(out / "results.json", json.dumps(row, indent=2) + "\n")

@@ -1,11 +1,10 @@
 """benchmarks/g2p_slow_machine.py: its emulated clock gives the schedules a slow machine's wall clock would, and the
 script trains, tests and tabulates end to end."""
 
+import copy
 import importlib.util
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -93,28 +92,52 @@ def test_micro_batches_share_their_step_s_time():
     assert (result.steps, clock.now) == (24, 6.0)
 
 
-def test_the_script_trains_tests_and_tabulates_both_schedules(tmp_path):
+def test_a_run_resumed_on_a_fresh_emulated_clock_goes_on_bit_for_bit():
+    config = budget_config(checkpoint_every=5)
+    whole, whole_rates = fit_on(slow.EmulatedClock(0.25, 0.0), config, "budgeted")
+    states = []
+    first = slow.emulated_trainer(linear_regression_run(config), "budgeted", slow.EmulatedClock(0.25, 0.0), log=None)
+    first.checkpoint = lambda state: states.append(copy.deepcopy(state))
+    first.fit()
+    state = next(s for s in states if s["run"]["step"] == 10)
+    resumed = slow.emulated_trainer(linear_regression_run(config), "budgeted", slow.EmulatedClock(0.25, 0.0), log=None)
+    rates = []
+    resumed.optimizer.register_step_pre_hook(lambda opt, args, kwargs: rates.append(opt.param_groups[0]["lr"]))
+    assert resumed.fit(resume_from=state).steps == whole.steps == 24
+    assert rates == whole_rates[10:]
+
+
+def run_script(monkeypatch, capsys, *arguments):
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), *arguments])
+    threads = torch.get_num_threads()
+    try:
+        slow.main()
+    finally:
+        torch.set_num_threads(threads)
+    return capsys.readouterr().out
+
+
+def test_the_script_trains_tests_and_tabulates_both_schedules_and_resumes_an_interrupted_run(
+    tmp_path, monkeypatch, capsys
+):
     words = ROOT / "tests" / "fixtures" / "checkpoints" / "train.dict"
     sets = [f"data.{split}_path={words}" for split in ("train", "valid", "test")]
     sets += ["train.batch_size=4", "train.time_budget=0.5", "train.checkpoint_every=none", "train.device=cpu"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--seed", "0", "--set", *sets],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
+    out = run_script(monkeypatch, capsys, "--out", str(tmp_path), "--seed", "0", "--set", *sets)
     # 496 s / (20,000 + 12 x 31.6) x 3 = 0.07302 s a step: 0.5 s of budget end in step 7 of the first epoch's 10.
-    assert "0.07302 s per step, 2.307 s per validation; time budget 0.5 s" in result.stdout
-    for schedule in ("budgeted", "steps"):
-        row = json.loads((tmp_path / f"{schedule}-seed0" / "results.json").read_text())
+    assert "0.07302 s per step, 2.307 s per validation; time budget 0.5 s" in out
+    rows = {s: json.loads((tmp_path / f"{s}-seed0" / "results.json").read_text()) for s in ("budgeted", "steps")}
+    for schedule, row in rows.items():
         assert (row["steps"], row["stopped_by"]) == (7, "time_budget")
-        assert f"\n{schedule:<9} 1      7 " in result.stdout
-    last = {
-        s: json.loads((tmp_path / f"{s}-seed0" / "results.json").read_text())["last_lr_ratio"]
-        for s in ("budgeted", "steps")
-    }
+        assert f"\n{schedule:<9} 1      7 " in out
+    last = {schedule: row["last_lr_ratio"] for schedule, row in rows.items()}
     assert last == {"budgeted": 0.0, "steps": pytest.approx(warmup_cosine(0, 20_000)(7), rel=1e-12)}
+    # Interrupted after training (its results lost): it resumes from its checkpoint, to the same results.
+    budgeted = tmp_path / "budgeted-seed0" / "results.json"
+    before = budgeted.read_text()
+    budgeted.unlink()
+    again = run_script(
+        monkeypatch, capsys, "--out", str(tmp_path), "--seed", "0", "--schedule", "budgeted", "--set", *sets
+    )
+    assert "budgeted-seed0: resumed at step 7" in again
+    assert budgeted.read_text() == before
