@@ -20,7 +20,6 @@ import os
 from typing import NamedTuple
 
 import numpy as np
-import statsmodels.api as sm
 from scipy.integrate import solve_ivp
 
 from seqlab.data.files import Column, TableFormat, read_table
@@ -88,15 +87,19 @@ def load_series(name: str, *, lorenz_steps: int = 6000) -> Series:
     Raises:
         DataError: an unknown name.
     """
+    # Imported here: statsmodels takes seconds to import, and every seqlab command imports this module (the
+    # recipes' configs name its series).
+    from statsmodels import datasets
+
     if name == "sunspots":
-        data = sm.datasets.sunspots.load_pandas().data
+        data = datasets.sunspots.load_pandas().data
         return Series(data["SUNACTIVITY"].to_numpy(float)[:, None], ("sunactivity",), 11, 1.0)
     if name == "co2":
-        weekly = sm.datasets.co2.load_pandas().data["co2"]
+        weekly = datasets.co2.load_pandas().data["co2"]
         monthly = weekly.resample("MS").mean().interpolate("linear")
         return Series(monthly.to_numpy(float)[:, None], ("co2",), 12, 1.0)
     if name == "elnino":
-        data = sm.datasets.elnino.load_pandas().data
+        data = datasets.elnino.load_pandas().data
         return Series(data.drop(columns="YEAR").to_numpy(float).reshape(-1, 1), ("sst",), 12, 1.0)
     if name == "lorenz":
         return Series(lorenz63(lorenz_steps), ("x", "y", "z"), 1, 0.01)

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
-from statsmodels.tsa.statespace.sarimax import SARIMAX
 
 from seqlab.analysis.chaos import valid_steps
 from seqlab.errors import DataError
@@ -70,6 +69,9 @@ def arima_forecasts(
 ) -> np.ndarray:
     """(B, H, C): the fitted-once SARIMA forecasts (module docstring) from each origin (B,) of ``values`` (T, C),
     one model per channel, its parameters fitted on ``values[:train_end]``."""
+    # Imported here: statsmodels takes seconds to import, and every seqlab command imports the registered recipes.
+    from statsmodels.tsa.statespace.sarimax import SARIMAX
+
     trend = "c" if order[1] == 0 and seasonal_order[1] == 0 else "n"
     out = np.empty((len(origins), horizon, values.shape[1]))
     with warnings.catch_warnings():
