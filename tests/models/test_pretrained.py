@@ -5,10 +5,12 @@ import re
 import pytest
 import torch
 from safetensors import safe_open
+from torch import nn
 from torch.testing import assert_close
 
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.models import GPT, GPTConfig, load_pretrained
+from seqlab.models.pretrained import _NoInitialisation
 from seqlab.models.seq2seq.rnn import RNNSeq2Seq, RNNSeq2SeqConfig
 
 CONFIG = RNNSeq2SeqConfig(11, 9, embedding_size=5, hidden_size=8, encoder_layers=2, decoder_layers=2, dropout=0.3)
@@ -197,3 +199,16 @@ def test_a_saved_config_with_a_huge_width_is_a_checkpoint_error_before_allocatio
         CheckpointError, match=r"config.json: bad config \(gpt: [0-9,]+ parameters, more than the limit"
     ):
         load_pretrained(tmp_path)
+
+
+def test_the_build_that_counts_parameters_skips_every_initialisation():
+    # The count runs before every model's construction (train, load, serve): the first normal_ on the meta device
+    # imports torch's Python meta kernels, seconds of every command's start, for values nobody reads.
+    w = torch.zeros(3, 4)
+    with _NoInitialisation():
+        assert nn.init.normal_(w) is w and nn.init.trunc_normal_(tensor=w, std=0.02) is w
+        assert nn.init.xavier_uniform_(w) is w and nn.init.kaiming_normal_(w) is w
+        assert w.normal_() is w and w.uniform_(-1, 1) is w
+        embedding = nn.Embedding(5, 4, device="meta")
+    assert torch.equal(w, torch.zeros(3, 4)) and embedding.weight.is_meta
+    assert nn.init.normal_(w) is w and not torch.equal(w, torch.zeros(3, 4))  # outside the mode, they run

@@ -22,6 +22,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_file, save_model
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 from seqlab.data.files import read_json_file
 from seqlab.errors import CheckpointError
@@ -155,7 +156,7 @@ def _check_size(cls: type, config: Any) -> None:
     the meta device (NotImplementedError, RuntimeError) is left to the real build."""
     token = _COUNTING.set(True)
     try:
-        with torch.device("meta"):
+        with _NoInitialisation(), torch.device("meta"):
             model = cls(config)
     except (NotImplementedError, RuntimeError):
         return
@@ -166,6 +167,20 @@ def _check_size(cls: type, config: Any) -> None:
     if dataclasses.is_dataclass(config):
         sizes = {f.name: v for f in dataclasses.fields(config) if is_int(v := getattr(config, f.name))}
     check_parameter_count(cls.model_type, count, sizes or {"the model": count})
+
+
+class _NoInitialisation(TorchFunctionMode):
+    """Skips ``torch.nn.init``'s functions and a tensor's in-place random fills: a model built to count its
+    parameters keeps no values, and the first ``normal_`` on the meta device imports torch's Python meta kernels,
+    which took seconds of every command's start (``_check_size``)."""
+
+    FILLS = frozenset({Tensor.normal_, Tensor.uniform_, Tensor.random_, Tensor.bernoulli_, Tensor.exponential_})
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func in self.FILLS or getattr(func, "__module__", None) == "torch.nn.init":
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **kwargs)
 
 
 def load_pretrained(directory: str | Path) -> PretrainedMixin:
