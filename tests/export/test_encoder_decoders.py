@@ -13,6 +13,7 @@ if importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("
     pytest.skip("onnxruntime/onnxscript not installed (pip install -e '.[export]')", allow_module_level=True)
 
 from cli_helpers import run_cli
+from seq2seq_graph_parity import assert_graphs_match_the_module
 
 from seqlab.data.tokenizers import BPETokenizer
 from seqlab.data.vocab import Vocabulary
@@ -24,7 +25,6 @@ from seqlab.recipes.base import save_recipe_file
 from seqlab.recipes.common.search import SearchDecodeConfig
 from seqlab.recipes.translate.system import SPECIALS
 
-TOLERANCE = {"rtol": 0.0, "atol": 1e-5}
 LETTERS, PHONEMES = list("abcdehilnorstw"), ["AH", "EH", "HH", "L", "OW", "R", "S", "T", "W", "D"]
 
 
@@ -80,25 +80,9 @@ def test_the_t5s_encoder_prefill_and_steps_match_the_module_within_1e5(t5):
     model, onnx = t5
     assert isinstance(onnx, OnnxTransformerSeq2Seq)
     src, lengths = _sources(model.config.vocab_size, [11, 2, 7], seed=2)
-    with torch.no_grad():
-        expected, state = model.encode(src, lengths), onnx.encode(src, lengths)
-        assert torch.equal(state.src_keep_mask, expected.src_keep_mask)
-        memory = [t for pair in expected.memory_kv for t in pair]
-        for got, tensor in zip(state.memory, memory, strict=True):
-            torch.testing.assert_close(got, tensor, **TOLERANCE)
-        prefix = torch.tensor([[0, 5, 8], [0, 4, 4], [0, 9, 3]])
-        out, got = model.prefill(prefix, expected), onnx.prefill(prefix, state)
-        torch.testing.assert_close(got.logits, out.logits, **TOLERANCE)
-        expected, state = out.state, got.state
-        for token in (5, 8, 11, 3, 7, 9, 4, 10):  # 11 positions: past max_distance 6, into the shared bucket
-            tokens = torch.full((3,), token)
-            out, got = model.step(tokens, expected), onnx.step(tokens, state)
-            torch.testing.assert_close(got.logits, out.logits, **TOLERANCE)
-            caches = [t for cache in out.state.caches for t in (cache.keys, cache.values)]
-            for got_cache, cache in zip(got.state.caches, caches, strict=True):
-                torch.testing.assert_close(got_cache, cache, **TOLERANCE)
-            expected, state = out.state, got.state
-        assert state.caches[0].shape[2] == 3 + 8
+    prefix = torch.tensor([[0, 5, 8], [0, 4, 4], [0, 9, 3]])
+    # 11 positions: past max_distance 6, into the shared bucket
+    assert_graphs_match_the_module(model, onnx, src, lengths, prefix, tokens=(5, 8, 11, 3, 7, 9, 4, 10))
 
 
 def test_t5_greedy_and_beam_search_through_the_graphs_choose_the_modules_tokens(t5):

@@ -15,6 +15,7 @@ if importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("
     pytest.skip("onnxruntime/onnxscript not installed (pip install -e '.[export]')", allow_module_level=True)
 
 from cli_helpers import assert_error, run_cli
+from seq2seq_graph_parity import TOLERANCE, assert_graphs_match_the_module
 
 from seqlab.decoding import beam_search, generate, greedy_search
 from seqlab.errors import CheckpointError, ConfigError
@@ -44,7 +45,6 @@ from seqlab.models.language_model.gpt import GPTConfig
 from seqlab.models.tagger import RNNSequenceTagger, RNNSequenceTaggerConfig
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
-TOLERANCE = {"rtol": 0.0, "atol": 1e-5}
 
 
 def _exported(run: Path) -> tuple[torch.nn.Module, OnnxGPT | OnnxRNNSeq2Seq]:
@@ -174,25 +174,8 @@ def test_the_transformer_encoder_prefill_and_steps_match_the_module_within_1e5(g
     model, onnx = g2p_transformer
     assert isinstance(onnx, OnnxTransformerSeq2Seq)
     src, lengths = _padded_sources(model, 3, 7, [7, 2, 5], seed=2)
-    with torch.no_grad():
-        expected, state = model.encode(src, lengths), onnx.encode(src, lengths)
-        assert torch.equal(state.src_keep_mask, expected.src_keep_mask)
-        memory = [t for pair in expected.memory_kv for t in pair]
-        for got, tensor in zip(state.memory, memory, strict=True):
-            torch.testing.assert_close(got, tensor, **TOLERANCE)
-        prefix = torch.tensor([[1, 5, 8], [1, 4, 4], [1, 9, 3]])  # BOS and two forced tokens
-        out, got = model.prefill(prefix, expected), onnx.prefill(prefix, state)
-        torch.testing.assert_close(got.logits, out.logits, **TOLERANCE)
-        expected, state = out.state, got.state
-        for token in (5, 8, 11):
-            tokens = torch.full((3,), token)
-            out, got = model.step(tokens, expected), onnx.step(tokens, state)
-            torch.testing.assert_close(got.logits, out.logits, **TOLERANCE)
-            caches = [t for cache in out.state.caches for t in (cache.keys, cache.values)]
-            for got_cache, cache in zip(got.state.caches, caches, strict=True):
-                torch.testing.assert_close(got_cache, cache, **TOLERANCE)
-            expected, state = out.state, got.state
-        assert state.caches[0].shape[2] == 3 + 3
+    prefix = torch.tensor([[1, 5, 8], [1, 4, 4], [1, 9, 3]])  # BOS and two forced tokens
+    assert_graphs_match_the_module(model, onnx, src, lengths, prefix, tokens=(5, 8, 11))
 
 
 def test_the_models_prefill_is_its_steps_one_token_at_a_time(g2p_transformer):
