@@ -113,7 +113,7 @@ def kuramoto_sivashinsky(folder: Path) -> list[str]:
 def fields(folder: Path) -> list[str]:
     rows = [" ".join(f"{((i * 7 + j * 3) % 11) / 5 - 1:.3f}" for j in range(64)) for i in range(60)]
     path = _write(folder, "fields.txt", "\n".join(rows) + "\n")
-    sizes = ["data.grid=8", "data.forcing_wavenumber=1", "data.input_length=3", "data.horizon=2"]
+    sizes = ["data.grid=8", "data.input_length=3", "data.horizon=2"]
     sizes += ["model.patch_size=4", "model.d_model=8", "model.num_heads=2", "model.d_ff=8", "model.num_layers=1"]
     return [f"data.path={path}", *sizes, "eval.max_lead=3", "eval.plot_leads=1", *ONE_STEP]
 

@@ -2,6 +2,7 @@
 and metrics of an uninterrupted run (the resume machinery is tested in test_resume; this checks that these
 recipes' data, shuffling and saved files are resumable)."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from faults.helpers import Killed, assert_equal_tensors, kill_at_micro_batch, resume, train, train_config, weights
 
 from seqlab.recipes import forecast, translate
+from seqlab.training import Seq2SeqTrainConfig
 
 
 def forecast_config(folder):
@@ -33,7 +35,7 @@ def translate_config(folder):
         model=translate.TransformerModelConfig(
             d_model=16, num_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=0.2
         ),
-        train=train_config(),
+        train=Seq2SeqTrainConfig(**dataclasses.asdict(train_config())),
         decode=translate.DecodeConfig(num_beams=2, max_length=12),
     )
 

@@ -14,6 +14,8 @@ from seqlab.training.trainer import TrainConfig
 
 def tiny(**data) -> fields.Config:
     sizes = dict(grid=16, samples=40, transient_samples=2, members=2, steps_per_sample=1, input_length=3, horizon=2)
+    if "path" in data:  # a field file replaces the simulation, whose keys it refuses
+        sizes = {k: v for k, v in sizes.items() if k not in fields.config.SIMULATION_KEYS}
     return fields.Config(
         data=fields.DataConfig(**(sizes | data)),
         model=fields.ModelConfig(patch_size=4, d_model=8, num_heads=2, d_ff=16, num_layers=1),

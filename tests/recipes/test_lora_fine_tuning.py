@@ -21,7 +21,7 @@ from seqlab.nn.lora import LoRALinear, lora_layers
 from seqlab.recipes import lm, load_system, t5_g2p
 from seqlab.recipes.base import run_training
 from seqlab.recipes.system import GenerationRequest
-from seqlab.training.train_config import TrainConfig
+from seqlab.training.train_config import Seq2SeqTrainConfig
 
 WORDS = ["the", "lord", "said", "unto", "moses", "and", "aaron", "in", "the", "land", "of", "egypt"]
 STEMS = {"russian": ("ov", "ev", "in"), "japanese": ("ko", "ta", "mi"), "swedish": ("son", "berg", "ström")}
@@ -149,7 +149,7 @@ def test_a_t5_lora_run_starts_from_a_t5_g2p_run(words, tmp_path):
     path, chosen = words
     data = G2PDataConfig(train_path=str(path), valid_path=str(path), test_path=str(path))
     model = t5_g2p.T5G2PModelConfig(d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2)
-    train_config = TrainConfig(lr=1e-2, batch_size=16, max_steps=6, patience=None, time_budget=None)
+    train_config = Seq2SeqTrainConfig(lr=1e-2, batch_size=16, max_steps=6, patience=None, time_budget=None)
     base = t5_g2p.Config(data=data, model=model, train=train_config)
     run_training(t5_g2p, base, tmp_path / "base", progress=False, log=lambda line: None)
     tuned = dataclasses.replace(

@@ -56,7 +56,8 @@ class DataConfig:
             raise ConfigError(f"grid ({self.grid}) must be even")
         check_real("reynolds_number", self.reynolds_number, greater_than=0.0, at_most=1e6)
         check_real("drag", self.drag, at_least=0.0, at_most=1e3)
-        check_int("forcing_wavenumber", self.forcing_wavenumber, minimum=0, maximum=self.grid // 3 - 1)
+        largest = self.grid // 3 - 1 if self.path is None else 10_000  # a field file's grid is not simulated
+        check_int("forcing_wavenumber", self.forcing_wavenumber, minimum=0, maximum=largest)
         check_real("dt", self.dt, greater_than=0.0, at_most=10.0)
         check_int("steps_per_sample", self.steps_per_sample, maximum=10_000)
         check_int("samples", self.samples, minimum=10, maximum=MAX_VALUES)
