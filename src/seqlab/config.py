@@ -185,6 +185,27 @@ def architectures(annotation: Any) -> dict[str, type] | None:
     return {_arch_of(c): c for c in classes}
 
 
+def check_sections(config: Any, config_class: type) -> None:
+    """Check that ``config``, built in Python rather than read from a file, is a ``config_class`` whose every
+    section holds an instance of its annotated class (one of them for a choice section).
+
+    Raises: ConfigError naming the section and both classes, e.g. a ``TrainConfig`` given where the recipe reads a
+        ``Seq2SeqTrainConfig`` (whose keys it would otherwise miss part-way through training).
+    """
+    if type(config) is not config_class:
+        raise ConfigError(f"the config must be a {_qualified(config_class)}, not a {_qualified(type(config))}")
+    for name, annotation in typing.get_type_hints(config_class).items():
+        classes = tuple(c for c in typing.get_args(annotation) if c is not type(None)) or (annotation,)
+        value = getattr(config, name)
+        if all(dataclasses.is_dataclass(c) for c in classes) and not isinstance(value, classes):
+            expected = " or ".join(_qualified(c) for c in classes)
+            raise ConfigError(f"[{name}] must be a {expected}, not a {_qualified(type(value))}")
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def arch_renamed(given: Mapping[str, Any], where: str | None) -> dict[str, Any]:
     """A choice section's keys with an old name of ``arch`` (``RENAMED_KEYS``: forecast's ``model.encoder``)
     renamed, with a FutureWarning naming ``where`` the keys came from (None: a saved run's, renamed silently).

@@ -8,6 +8,7 @@ import types
 
 import pytest
 
+from seqlab.config import check_sections
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.recipes import (
     RECIPES,
@@ -36,6 +37,7 @@ from seqlab.recipes.base import (
     Recipe,
     load_recipe_config,
     read_json_list,
+    run_training,
     save_recipe_file,
 )
 from seqlab.recipes.system import SystemOptions
@@ -113,6 +115,44 @@ def test_a_recipe_file_missing_a_section_is_one_line(tmp_path):
     path.write_text(json.dumps(saved))
     with pytest.raises(CheckpointError, match=f"^{re.escape(str(path))}: bad recipe config \\('model'\\)$"):
         load_recipe_config(tmp_path, vowels.Config)
+
+
+@pytest.mark.parametrize(
+    ("recipe", "config", "message"),
+    [
+        (
+            translate,
+            translate.Config(train=TrainConfig()),
+            "[train] must be a seqlab.training.train_config.Seq2SeqTrainConfig, "
+            "not a seqlab.training.train_config.TrainConfig",
+        ),
+        (
+            g2p,
+            g2p.Config(model=translate.TransformerModelConfig()),
+            "[model] must be a seqlab.recipes.g2p.config.RNNConfig or seqlab.recipes.g2p.config.TransformerConfig, "
+            "not a seqlab.recipes.translate.config.TransformerModelConfig",
+        ),
+        (
+            g2p,
+            t5_g2p.Config(),
+            "the config must be a seqlab.recipes.g2p.config.Config, not a seqlab.recipes.t5_g2p.config.Config",
+        ),
+    ],
+)
+def test_a_config_built_in_python_with_a_wrong_section_class_is_one_line_before_anything_is_written(
+    tmp_path, recipe, config, message
+):
+    """Only Python can build these (files and --set are converted to the annotated classes); without the check the
+    recipe reads a key the section lacks part-way through training, an AttributeError traceback."""
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        run_training(recipe, config, tmp_path / "run", log=lambda line: None)
+    assert not (tmp_path / "run").exists()
+
+
+def test_every_recipe_default_config_passes_the_section_check():
+    for name in sorted(RECIPES):
+        recipe = get_recipe(name)
+        check_sections(recipe.Config(), recipe.Config)
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import torch
 from torch import nn
 
-from seqlab.config import RENAMED_KEYS, arch_renamed, architectures, flatten, section_class
+from seqlab.config import RENAMED_KEYS, arch_renamed, architectures, check_sections, flatten, section_class
 from seqlab.data.files import DATA_FILE, DataFormat, read_json_file
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.files import atomic_write, check_output_path, file_fingerprint, has_results
@@ -135,10 +135,13 @@ def run_training(
         train_seconds and total_seconds (wall-clock seconds); ``results.json`` adds ``stopped_by``. Ranks
         other than 0 return an empty report.
     Raises:
+        ConfigError: ``config`` is not a ``recipe.Config`` or a section is not of its annotated class
+            (``seqlab.config.check_sections``).
         CheckpointError: a resume whose ``recipe.json`` or data files differ from those of its training checkpoint,
             or whose model does not fit the checkpoint's (one line naming the key, file or parameter).
     """
     started = time.perf_counter()
+    check_sections(config, recipe.Config)  # a config built in Python: a wrong section class fails here, not mid-run
     training_device(config.train.device, config.train.precision)  # refuse an unusable device before writing
     if not is_writer():
         return _train_beside_rank0(recipe, config, out_dir / STATE_FILE if mode == "resume" else None)
