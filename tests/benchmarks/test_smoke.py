@@ -50,6 +50,10 @@ SMOKE = {
         flags({"--batch": 2, "--length": 8, "--repeats": 1, "--threads": 1}),
         ["seqlab Bert", "transformers BertModel", "sentences/s IQR", "of the sentence embeddings"],
     ),
+    "g2p_alignment_priors.py": (
+        flags({"--batch": 2, "--steps": 1, "--words": 2, "--repeats": 1, "--threads": 1}),
+        ["row                    train s/step  ratio decode s/word  ratio", "no prior", "1.00", "ALiBi bias 1.0"],
+    ),
     "g2p_training.py": (
         flags({"--batch": 2, "--repeats": 1, "--threads": 1}),
         ["model    parameters precision", "default     834,730      fp32", "preset    3,965,482      bf16"],

@@ -5,6 +5,7 @@ give seqlab's outputs on batches with padding. Each model is exported once per m
 export takes seconds)."""
 
 import importlib.util
+import json
 import shutil
 from pathlib import Path
 
@@ -176,6 +177,25 @@ def test_the_transformer_encoder_prefill_and_steps_match_the_module_within_1e5(g
     src, lengths = _padded_sources(model, 3, 7, [7, 2, 5], seed=2)
     prefix = torch.tensor([[1, 5, 8], [1, 4, 4], [1, 9, 3]])  # BOS and two forced tokens
     assert_graphs_match_the_module(model, onnx, src, lengths, prefix, tokens=(5, 8, 11))
+
+
+def test_the_transformer_with_the_monotonic_alibi_bias_exports_its_positions_into_the_graphs(tmp_path):
+    """Issue 25: the bias depends on the target position (the cache's length), which the graphs must carry."""
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "g2p_transformer_v0_1", run)
+    for name, keys in (("config.json", ["config"]), ("recipe.json", ["config", "model"])):
+        payload = json.loads((run / name).read_text())
+        section = payload
+        for key in keys:
+            section = section[key]
+        section.update(cross_attention_alibi=1.0, length_ratio=0.85)
+        (run / name).write_text(json.dumps(payload))
+    export_onnx(run, run / "onnx")
+    model = TransformerSeq2Seq.from_pretrained(run).eval()
+    assert model.alibi_slopes is not None
+    src, lengths = _padded_sources(model, 3, 7, [7, 2, 5], seed=2)
+    prefix = torch.tensor([[1, 5, 8], [1, 4, 4], [1, 9, 3]])
+    assert_graphs_match_the_module(model, load_step_model(run), src, lengths, prefix, tokens=(5, 8, 11))
 
 
 def test_the_models_prefill_is_its_steps_one_token_at_a_time(g2p_transformer):

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from seqlab.data.batching import collate_seq2seq
-from seqlab.training.objectives import mse_loss, teacher_forcing_loss
+from seqlab.training.objectives import guided_attention_teacher_forcing_loss, mse_loss, teacher_forcing_loss
 
 V = 8
 PAD, BOS, EOS = 0, 1, 2
@@ -144,3 +144,49 @@ def test_mse_loss_is_the_mean_squared_error_counted_per_example():
     batch = SimpleNamespace(x=torch.tensor([[3.0, 1.0], [0.0, 2.0], [1.0, 1.0]]), y=torch.tensor([[1.0], [0.0], [3.0]]))
     out = mse_loss(model, batch)  # predictions 2, -2, 0: errors 1, -2, -3
     assert out.num_tokens == 3 and out.loss.item() == pytest.approx((1 + 4 + 9) / 3)
+
+
+# --- the guided attention loss (issue 25) --------------------------------------------------------------------
+
+
+def tiny_transformer():
+    from seqlab.models.seq2seq.transformer import TransformerSeq2Seq, TransformerSeq2SeqConfig
+
+    torch.manual_seed(0)
+    config = TransformerSeq2SeqConfig(10, V, d_model=8, num_heads=2, d_ff=16, encoder_layers=1, decoder_layers=2)
+    return TransformerSeq2Seq(config).double().eval()
+
+
+def brute_force_penalty(weights, batch, sigma):
+    """Tachibana et al. (2018), eq. 1, looped: the mean of A_nt W_nt over every real (t, n) of every head."""
+    import math
+
+    total, count = 0.0, 0
+    for b in range(weights.shape[0]):
+        N, T = int(batch.src_lengths[b]), int((batch.tgt_out[b] != PAD).sum())
+        for h in range(weights.shape[1]):
+            for t in range(T):
+                for n in range(N):
+                    total += weights[b, h, t, n].item() * (1 - math.exp(-((n / N - t / T) ** 2) / (2 * sigma**2)))
+                    count += 1
+    return total / count
+
+
+@pytest.mark.parametrize(("heads", "layers"), [(None, None), (1, 1)])
+def test_guided_objective_is_the_cross_entropy_plus_lambda_times_the_penalty(heads, layers):
+    model, batch = tiny_transformer(), make_batch()
+    got = guided_attention_teacher_forcing_loss(
+        model, batch, weight=2.5, sigma=0.3, heads=heads, layers=layers, label_smoothing=0.1
+    )
+    plain = teacher_forcing_loss(model, batch, label_smoothing=0.1)
+    with torch.no_grad():
+        _, weights = model.forward_with_cross_weights(batch.src, batch.src_lengths, batch.tgt_in)
+    chosen = torch.cat(weights, dim=1) if layers is None else weights[-1][:, :heads]
+    assert got.num_tokens == plain.num_tokens == 11  # 8 phonemes + 3 EOS
+    assert got.loss.item() == pytest.approx(plain.loss.item() + 2.5 * brute_force_penalty(chosen, batch, 0.3))
+
+
+def test_guided_objective_of_weight_zero_is_teacher_forcing_exactly():
+    model, batch = tiny_transformer(), make_batch()
+    got = guided_attention_teacher_forcing_loss(model, batch, weight=0.0, label_smoothing=0.1)
+    assert torch.equal(got.loss, teacher_forcing_loss(model, batch, label_smoothing=0.1).loss)

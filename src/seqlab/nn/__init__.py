@@ -1,6 +1,7 @@
 """Building blocks: recurrent cells and layers, attention, pooling, Transformer layers, causal convolutions,
-state-space layers. No I/O, no training, no CLI."""
+state-space layers, monotonic-alignment priors. No I/O, no training, no CLI."""
 
+from seqlab.nn.alignment import alibi_slopes, guided_attention_loss, monotonic_alibi_bias
 from seqlab.nn.attention import AdditiveAttention, Attention, BilinearAttention, DotProductAttention
 from seqlab.nn.cells import GRUCell, LSTMCell, LSTMState, RNNCell, flip_update_gate
 from seqlab.nn.decoder_only import (
@@ -88,13 +89,16 @@ __all__ = [
     "TransformerDecoderOnlyLayer",
     "TransformerEncoder",
     "TransformerEncoderLayer",
+    "alibi_slopes",
     "causal_keep_mask",
     "cross_attention_sublayer",
     "feed_forward_sublayer",
     "flip_update_gate",
+    "guided_attention_loss",
     "linear_attention",
     "local_attention",
     "make_pooling",
+    "monotonic_alibi_bias",
     "s4d_stack",
     "scaled_dot_product_attention",
     "self_attention_sublayer",

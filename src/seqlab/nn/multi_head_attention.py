@@ -84,15 +84,17 @@ class MultiHeadAttention(nn.Module):
         offset: position of the first query for the rotary embedding; cache.length (or 0) if None.
         precomputed_kv: (k, v), each (B, N, S, Dh), from ``project_key_value``, so cross-attention projects a
             source once for all decoder steps; replaces key and value.
+        attn_bias: float, broadcastable to (B, N, T, S), added to the scaled scores (attention_kind "full" only),
+            e.g. ``seqlab.nn.alignment.monotonic_alibi_bias``; or None.
         The previous release's names ``key_padding_mask`` (same meaning as keep_mask: True = real key) and
         ``positions_offset`` still work for one release, with a DeprecationWarning.
     Outputs: ``AttentionOutput(output (B, T, D), weights (B, N, T, S) or None, cache or None)``.
     Raises:
         ValueError: if d_model is not divisible by num_heads, attention_kind is unknown, window does not fit
             attention_kind, dropout > 0 with attention_kind other than "full", need_weights with attention_kind
-            "linear", sizes are not integers >= 1, dropout is outside [0, 1), inputs have the wrong shape,
-            a mask is not bool or its shape does not match (the message shows both shapes), or a cache / rotary
-            embedding is used with cross-attention.
+            "linear" or attn_bias with attention_kind other than "full", sizes are not integers >= 1, dropout is
+            outside [0, 1), inputs have the wrong shape, a mask is not bool or its shape does not match (the
+            message shows both shapes), or a cache / rotary embedding is used with cross-attention.
     """
 
     def __init__(
@@ -174,6 +176,7 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = None,
         offset: int | None = None,
         precomputed_kv: tuple[Tensor, Tensor] | None = None,
+        attn_bias: Tensor | None = None,
         **deprecated: object,
     ) -> AttentionOutput:
         if deprecated:
@@ -190,6 +193,8 @@ class MultiHeadAttention(nn.Module):
             )
         if precomputed_kv is not None and (key is not None or value is not None):
             raise ValueError("pass either key/value or precomputed_kv, not both")
+        if attn_bias is not None and self.attention_kind != "full":
+            raise ValueError(f"attn_bias needs attention_kind 'full', got {self.attention_kind!r}")
 
         q = self._split_heads(self.q_proj(query))  # (B, N, T, Dh)
         if precomputed_kv is not None:
@@ -216,17 +221,34 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(f"keep_mask shape {tuple(keep_mask.shape)} != (B, S) = ({B}, {S})")
             keep_mask = keep_mask[:, None, None, :]  # (B, 1, 1, S)
 
-        result = self._attend(q, k, v, keep_mask=keep_mask, causal=causal, need_weights=need_weights)
+        result = self._attend(
+            q, k, v, keep_mask=keep_mask, causal=causal, need_weights=need_weights, attn_bias=attn_bias
+        )
         output = result.output.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, D)
         return AttentionOutput(self.out_proj(output), result.weights, cache)
 
     def _attend(
-        self, q: Tensor, k: Tensor, v: Tensor, *, keep_mask: Tensor | None, causal: bool, need_weights: bool
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        keep_mask: Tensor | None,
+        causal: bool,
+        need_weights: bool,
+        attn_bias: Tensor | None,
     ) -> AttentionOutput:
         if self.attention_kind == "full":
             dropout_p = self.dropout if self.training else 0.0
             return scaled_dot_product_attention(
-                q, k, v, keep_mask=keep_mask, causal=causal, dropout_p=dropout_p, need_weights=need_weights
+                q,
+                k,
+                v,
+                keep_mask=keep_mask,
+                causal=causal,
+                dropout_p=dropout_p,
+                need_weights=need_weights,
+                attn_bias=attn_bias,
             )
         if self.attention_kind == "local":
             return local_attention(

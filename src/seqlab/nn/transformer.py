@@ -211,6 +211,8 @@ class TransformerDecoderLayer(nn.Module):
         cache: self-attention KVCache holding the earlier positions (``KVCache.empty`` to start), or None to
             attend only to x. Causal masking is bottom-right aligned, so x's positions follow the cached ones.
         need_weights: also return the cross-attention weights.
+        cross_attn_bias: float, broadcastable to (B, N, T, S), added to the cross-attention scores (a position
+            prior such as ``seqlab.nn.alignment.monotonic_alibi_bias``), or None.
     Outputs: ``DecoderLayerOutput(output (B, T, D), cache, cross_weights (B, N, T, S) or None)``.
     Raises:
         ValueError: as ``TransformerEncoderLayer``, and (from ``MultiHeadAttention`` / ``KVCache``) for a
@@ -258,6 +260,7 @@ class TransformerDecoderLayer(nn.Module):
         memory_keep_mask: Tensor | None = None,
         cache: KVCache | None = None,
         need_weights: bool = False,
+        cross_attn_bias: Tensor | None = None,
     ) -> DecoderLayerOutput:
         norm_first = self.norm_first
         attended = self_attention_sublayer(
@@ -272,6 +275,7 @@ class TransformerDecoderLayer(nn.Module):
             norm_first=norm_first,
             memory_keep_mask=memory_keep_mask,
             need_weights=need_weights,
+            attn_bias=cross_attn_bias,
         )
         x = feed_forward_sublayer(crossed.output, self.feed_forward, self.norm3, self.dropout3, norm_first=norm_first)
         return DecoderLayerOutput(x, attended.cache, crossed.weights)
@@ -359,6 +363,8 @@ class TransformerDecoder(nn.Module):
         memory_keep_mask: (B, S) bool, True at real source positions, or None.
         caches: one self-attention KVCache per layer, or None to attend only to x.
         need_weights: also return every layer's cross-attention weights.
+        cross_attn_bias: float, broadcastable to (B, N, T, S), added to every layer's cross-attention scores, or
+            None.
     Outputs: ``DecoderOutput(output (B, T, D), caches, cross_weights)``.
     Raises:
         ValueError: if layers is empty or holds something other than ``TransformerDecoderLayer``, or if
@@ -388,6 +394,7 @@ class TransformerDecoder(nn.Module):
         memory_keep_mask: Tensor | None = None,
         caches: Sequence[KVCache] | None = None,
         need_weights: bool = False,
+        cross_attn_bias: Tensor | None = None,
     ) -> DecoderOutput:
         L = len(self.layers)
         if not isinstance(memory, Tensor) and len(memory) != L:
@@ -398,7 +405,14 @@ class TransformerDecoder(nn.Module):
         for i, layer in enumerate(self.layers):
             layer_memory = memory if isinstance(memory, Tensor) else memory[i]
             cache = None if caches is None else caches[i]
-            out = layer(x, layer_memory, memory_keep_mask=memory_keep_mask, cache=cache, need_weights=need_weights)
+            out = layer(
+                x,
+                layer_memory,
+                memory_keep_mask=memory_keep_mask,
+                cache=cache,
+                need_weights=need_weights,
+                cross_attn_bias=cross_attn_bias,
+            )
             x = out.output
             new_caches.append(out.cache)
             weights.append(out.cross_weights)

@@ -144,21 +144,25 @@ def cross_attention_sublayer(
     norm_first: bool,
     memory_keep_mask: Tensor | None = None,
     need_weights: bool = False,
+    attn_bias: Tensor | None = None,
 ) -> AttentionOutput:
     """Residual cross-attention to a memory M: x + Drop(CA(LN(x), M)) (pre-LN) or LN(x + Drop(CA(x, M))).
 
     Inputs: x (B, T, D); memory (B, S, D), or its keys and values (B, N, S, Dh) each from
         ``attn.project_key_value``, computed once per source for every decoding step; attn, norm, dropout: the
         layer's cross-attention, layer norm and output dropout; memory_keep_mask (B, S) bool, True at real memory
-        positions, or None; need_weights: also return the attention weights.
+        positions, or None; need_weights: also return the attention weights; attn_bias: float, broadcastable to
+        (B, N, T, S), added to the scores (a position prior), or None.
     Outputs: ``AttentionOutput(output (B, T, D), weights (B, N, T, S) or None, None)``.
     Raises: ValueError as ``MultiHeadAttention``.
     """
     h = norm(x) if norm_first else x
     if isinstance(memory, Tensor):
-        crossed = attn(h, memory, memory, keep_mask=memory_keep_mask, need_weights=need_weights)
+        crossed = attn(h, memory, memory, keep_mask=memory_keep_mask, need_weights=need_weights, attn_bias=attn_bias)
     else:
-        crossed = attn(h, keep_mask=memory_keep_mask, need_weights=need_weights, precomputed_kv=memory)
+        crossed = attn(
+            h, keep_mask=memory_keep_mask, need_weights=need_weights, precomputed_kv=memory, attn_bias=attn_bias
+        )
     return crossed._replace(output=_residual(x, crossed.output, norm, dropout, norm_first=norm_first))
 
 

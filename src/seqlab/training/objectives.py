@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqlab.data.batching import Seq2SeqBatch
+from seqlab.nn.alignment import guided_attention_loss
 
 
 class LossOutput(NamedTuple):
@@ -55,6 +56,47 @@ def teacher_forcing_loss(
         label_smoothing=label_smoothing,
     )
     return LossOutput(loss, int((batch.tgt_out != pad_id).sum()))
+
+
+def guided_attention_teacher_forcing_loss(
+    model: nn.Module,
+    batch: Seq2SeqBatch,
+    *,
+    weight: float,
+    sigma: float = 0.2,
+    heads: int | None = None,
+    layers: int | None = None,
+    pad_id: int = 0,
+    label_smoothing: float = 0.0,
+) -> LossOutput:
+    """``teacher_forcing_loss`` plus weight * the guided attention loss (Tachibana et al. 2018, eq. 1;
+    ``seqlab.nn.alignment.guided_attention_loss``) of the decoder's cross-attention, from the same forward pass.
+
+    The penalty is averaged over the first ``heads`` heads of the last ``layers`` decoder layers (ESPnet's
+    ``num_heads_applied_guided_attn`` and ``num_layers_applied_guided_attn``), each sequence's target length T
+    counting the decoder inputs [BOS] + y.
+
+    Args:
+        model: with ``forward_with_cross_weights(src, src_lengths, tgt_in) -> (logits (B, T, V), [(B, N, T, S)]
+            per decoder layer)`` (``TransformerSeq2Seq``).
+        batch: as for ``teacher_forcing_loss``.
+        weight: lambda >= 0 of the penalty.
+        sigma: g of the penalty's band.
+        heads: first heads of each chosen layer; None = all.
+        layers: last decoder layers; None = all.
+        pad_id, label_smoothing: as for ``teacher_forcing_loss``.
+    Returns:
+        LossOutput(loss: cross-entropy per real target token + lambda * L_att; num_tokens: N).
+    """
+    logits, cross_weights = model.forward_with_cross_weights(batch.src, batch.src_lengths, batch.tgt_in)
+    real = batch.tgt_out != pad_id  # (B, T)
+    loss = F.cross_entropy(
+        logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=pad_id, label_smoothing=label_smoothing
+    )
+    chosen = cross_weights if layers is None else cross_weights[len(cross_weights) - layers :]
+    attention = torch.cat([w[:, :heads] for w in chosen], dim=1)  # (B, H, T, S)
+    penalty = guided_attention_loss(attention, batch.src_lengths.to(real.device), real.sum(1), sigma)
+    return LossOutput(loss + weight * penalty, int(real.sum()))
 
 
 @torch.no_grad()

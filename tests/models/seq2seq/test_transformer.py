@@ -664,3 +664,142 @@ def test_the_same_seed_gives_the_same_initial_weights():
     first = models[0].state_dict()
     for model in models[1:]:
         assert all(torch.equal(first[name], tensor) for name, tensor in model.state_dict().items())
+
+
+# --- monotonic cross-attention bias and alignment weights (issue 25) -----------------------------------------
+
+ALIBI = {"cross_attention_alibi": 1.0, "length_ratio": 0.8}
+
+
+@pytest.mark.parametrize("positional", POSITIONALS)
+def test_with_the_alibi_bias_cached_decoding_of_long_padded_words_with_beam_reordering_equals_the_forward(
+    positional,
+):
+    model = make_model(positional, max_length=32, **ALIBI)
+    src, lengths, tgt_in = make_batch(LONG_LENGTHS, T=20, seed=2)
+    generator = torch.Generator().manual_seed(3)
+    rows = torch.arange(len(LONG_LENGTHS))
+    state = model.encode(src, lengths)
+    with torch.no_grad():
+        assert_close(decode_step_by_step(model, src, lengths, tgt_in), model(src, lengths, tgt_in).logits)
+        for t in range(tgt_in.shape[1]):
+            logits, state = model.step(tgt_in[rows, t], state)
+            expected = model(src[rows], lengths[rows], tgt_in[rows, : t + 1]).logits[:, -1]
+            assert_close(logits, expected)
+            index = torch.randint(len(LONG_LENGTHS), (len(LONG_LENGTHS),), generator=generator)
+            state, rows = model.reorder_state(state, index), rows[index]
+
+
+def test_the_alibi_bias_is_added_to_every_cross_attention_score_as_the_formula_says():
+    model = make_model("rotary", **ALIBI)
+    src, lengths, tgt_in = make_batch()
+    last = model.decoder.layers[-1].cross_attn
+    queries = []
+    handle = last.register_forward_pre_hook(lambda module, args: queries.append(args[0]))
+    with torch.no_grad():
+        out = model(src, lengths, tgt_in, need_weights=True)
+        handle.remove()
+        keep = torch.arange(src.shape[1])[None, :] < lengths[:, None]  # (B, S)
+        memory = model.encoder(model._embed(model.src_embedding, src, 0), keep_mask=keep)  # (B, S, D)
+        B, T, S, Dh = len(LENGTHS), tgt_in.shape[1], src.shape[1], D // N
+        q = last.q_proj(queries[-1]).view(B, T, N, Dh).transpose(1, 2)  # (B, N, T, Dh)
+        k = last.k_proj(memory).view(B, S, N, Dh).transpose(1, 2)  # (B, N, S, Dh)
+        slopes = [1.0, 2.0 ** (-8 / N)]  # m_h = m_1 2^(-8 (h - 1) / N)
+        bias = torch.tensor(
+            [[[-slopes[h] * abs(j - i / 0.8) for j in range(S)] for i in range(T)] for h in range(N)],
+            dtype=torch.float64,
+        )
+        scores = (q @ k.transpose(-2, -1) / Dh**0.5 + bias).masked_fill(~keep[:, None, None, :], -torch.inf)
+    assert_close(out.attention, scores.softmax(dim=-1).mean(dim=1))
+
+
+def test_off_is_todays_model_and_on_changes_only_the_cross_attention_scores():
+    """Slope 0 builds no bias (the same parameters, state dict and outputs as before the option); a slope builds
+    no parameter either, so the same seed gives the same weights, and it changes the outputs."""
+    off, on = make_model("rotary"), make_model("rotary", **ALIBI)
+    assert off.alibi_slopes is None and off._cross_attn_bias(0, 3, 4) is None
+    assert off.state_dict().keys() == on.state_dict().keys()
+    for name, tensor in off.state_dict().items():
+        assert torch.equal(tensor, on.state_dict()[name]), name
+    src, lengths, tgt_in = make_batch()
+    with torch.no_grad():
+        assert not torch.allclose(off(src, lengths, tgt_in).logits, on(src, lengths, tgt_in).logits)
+
+
+@pytest.mark.parametrize("alibi", [{}, ALIBI], ids=["plain", "alibi"])
+def test_forward_with_cross_weights_gives_the_forwards_logits_and_every_layers_weights(alibi):
+    model = make_model("rotary", **alibi)
+    src, lengths, tgt_in = make_batch()
+    with torch.no_grad():
+        logits, weights = model.forward_with_cross_weights(src, lengths, tgt_in)
+        out = model(src, lengths, tgt_in, need_weights=True)
+        state = model.encode(src, lengths)
+        (step_logits, _), step_weights = model.attention_step(tgt_in[:, 0], state)
+    assert len(weights) == 2 and weights[0].shape == (len(LENGTHS), N, tgt_in.shape[1], src.shape[1])
+    assert_close(logits, out.logits)
+    assert_close(weights[-1].mean(dim=1), out.attention)
+    assert_close(step_logits, out.logits[:, 0])
+    assert_close(step_weights, out.attention[:, 0])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"cross_attention_alibi": -1.0}, "cross_attention_alibi (-1.0) must be a finite number >= 0.0"),
+        ({"length_ratio": 0.0}, "length_ratio (0.0) must be a finite number > 0.0"),
+    ],
+)
+def test_alibi_config_validation_messages(overrides, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        TransformerSeq2SeqConfig(V_SRC, V_TGT, **overrides)
+
+
+def first_step_loss(run: Path) -> float:
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return next(r["loss"] for r in steps if r.get("event") == "step")
+
+
+def test_g2p_selects_the_alibi_bias_for_the_model_and_the_guided_loss_for_training(cmudict_entries, tmp_path):
+    """The recipe only selects: the bias goes to the model's config.json, the guided loss's fields stay in the
+    recipe's config and add lambda * L_att (> 0, at most lambda) to the same first batch's loss."""
+    data = write_words(tmp_path / "words40.dict", cmudict_entries, 40, seed=0)
+    files = [f"data.train_path={data}", f"data.valid_path={data}", f"data.test_path={data}"]
+    one_step = [o for o in TINY_TRANSFORMER if not o.startswith(("train.max_steps", "decode."))] + ["train.max_steps=1"]
+    runs = {}
+    for name, options in {
+        "plain": [],
+        "guided": ["model.guided_attention_weight=2.0", "model.guided_attention_sigma=0.3"],
+        "alibi": ["model.cross_attention_alibi=0.5", "model.length_ratio=0.9"],
+    }.items():
+        runs[name] = tmp_path / name
+        code, _, stderr = run_cli(
+            "train", "g2p", "--out", runs[name], "--no-progress", "--set", *files, *one_step, *options
+        )
+        assert code == 0, stderr
+    model = json.loads((runs["alibi"] / "config.json").read_text())["config"]
+    assert (model["cross_attention_alibi"], model["length_ratio"]) == (0.5, 0.9)
+    assert not any(key.startswith("guided") for key in model)
+    recipe = json.loads((runs["guided"] / "recipe.json").read_text())["config"]["model"]
+    assert (recipe["guided_attention_weight"], recipe["guided_attention_sigma"]) == (2.0, 0.3)
+    assert 0 < first_step_loss(runs["guided"]) - first_step_loss(runs["plain"]) <= 2.0
+    assert g2p.G2PSystem.load(runs["alibi"]).model.alibi_slopes.tolist() == [0.5, 0.5 * 2.0**-4]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["model.guided_attention_heads=3"], "guided_attention_heads (3) must be None or an integer >= 1 and <= 2"),
+        (["model.guided_attention_layers=2"], "guided_attention_layers (2) must be None or an integer >= 1 and <= 1"),
+        (["model.guided_attention_sigma=0"], "guided_attention_sigma (0.0) must be a finite number > 0.0"),
+        (
+            ["model.guided_attention_weight=1", "train.teacher_forcing=0.5"],
+            "model.guided_attention_weight needs teacher forcing (train.teacher_forcing = 1, a constant schedule): "
+            "scheduled sampling's second pass forms no cross-attention weights to guide",
+        ),
+    ],
+)
+def test_g2p_rejects_a_bad_alignment_option_in_one_line(options, message, tmp_path):
+    code, _, stderr = run_cli("train", "g2p", "--out", tmp_path / "run", "--set", *TINY_TRANSFORMER, *options)
+    assert code == 2
+    assert message in stderr and len(stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()

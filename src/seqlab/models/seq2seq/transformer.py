@@ -5,9 +5,13 @@
     p(y_{t+1} | y_<=t, x) = softmax(W_y h_t)       W_y = E_tgt when the output projection is tied (Press & Wolf 2017)
 
 Positions are sinusoidal (Vaswani et al. sec. 3.5) or learned, added to the embeddings, or rotary (Su et al. 2021),
-rotating the queries and keys of every self-attention. Decoding implements the step interface of
-``seqlab.decoding``: the state holds one ``KVCache`` per decoder layer and the cross-attention keys
-and values of the source, computed once, so each step costs O(t) instead of re-running the whole prefix.
+rotating the queries and keys of every self-attention. The cross-attention carries no position of its own; with
+``cross_attention_alibi`` > 0 its scores get a monotonic prior, -m_h |j - i / length_ratio| for target step i and
+source step j (``seqlab.nn.alignment.monotonic_alibi_bias``), in training and decoding alike.
+
+Decoding implements the step interface of ``seqlab.decoding``: the state holds one ``KVCache`` per decoder layer
+and the cross-attention keys and values of the source, computed once, so each step costs O(t) instead of
+re-running the whole prefix.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from torch import Tensor, nn
 from seqlab.errors import ConfigError
 from seqlab.models.interfaces import Seq2SeqOutput, StepOutput, select_rows
 from seqlab.models.pretrained import PretrainedMixin
+from seqlab.nn.alignment import alibi_slopes, monotonic_alibi_bias
 from seqlab.nn.kv_cache import KVCache
 from seqlab.nn.multi_head_attention import ATTENTION_KINDS
 from seqlab.nn.positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding
@@ -32,7 +37,14 @@ from seqlab.nn.transformer import (
     TransformerEncoder,
     TransformerEncoderLayer,
 )
-from seqlab.validation import check_bool, check_choice, check_int, check_probability, check_special_ids
+from seqlab.validation import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_probability,
+    check_real,
+    check_special_ids,
+)
 
 PositionalName = Literal["sinusoidal", "learned", "rotary"]
 POSITIONALS = ("sinusoidal", "learned", "rotary")
@@ -62,6 +74,8 @@ class TransformerSeq2SeqConfig:
     pad_id: int = 0  # padding symbol in both vocabularies
     bos_id: int = 1  # start-of-sequence symbol fed to the decoder first
     eos_id: int = 2  # end-of-sequence symbol the decoder emits last
+    cross_attention_alibi: float = 0.0  # m_1 of the monotonic cross-attention bias (0: none); see the module doc
+    length_ratio: float = 1.0  # r, expected target tokens per source token, where the bias centres target step i
 
     def __post_init__(self) -> None:
         sizes = ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "d_ff", "encoder_layers")
@@ -78,6 +92,8 @@ class TransformerSeq2SeqConfig:
         if (self.attention_kind == "local") != (self.window is not None):
             raise ConfigError(f"window ({self.window}) must be set exactly when attention_kind is 'local'")
         check_probability("dropout", self.dropout)
+        check_real("cross_attention_alibi", self.cross_attention_alibi, at_least=0.0)
+        check_real("length_ratio", self.length_ratio, greater_than=0.0)
         for name in ("norm_first", "share_embeddings", "tie_output"):
             check_bool(name, getattr(self, name))
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
@@ -155,6 +171,8 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
             final_norm=final_norm(D) if final_norm else None,
         )
         self.dropout = nn.Dropout(config.dropout)
+        slopes = alibi_slopes(N, config.cross_attention_alibi) if config.cross_attention_alibi > 0 else None
+        self.register_buffer("alibi_slopes", slopes, persistent=False)  # (N,) m_h, or None
         self.output = nn.Linear(D, config.tgt_vocab_size, bias=False)  # W_y
         if config.tie_output:
             self.output.weight = self.tgt_embedding.weight
@@ -164,6 +182,13 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
         if self.positions is not None:
             x = self.positions(x, offset=offset)
         return self.dropout(x)
+
+    def _cross_attn_bias(self, offset: int, T: int, S: int) -> Tensor | None:
+        """The monotonic cross-attention bias (1, N, T, S) of target positions offset..offset+T-1, or None."""
+        if self.alibi_slopes is None:
+            return None
+        positions = torch.arange(offset, offset + T, device=self.alibi_slopes.device)
+        return monotonic_alibi_bias(self.alibi_slopes, positions, S, self.config.length_ratio).unsqueeze(0)
 
     def _encode_source(self, src: Tensor, src_lengths: Tensor) -> tuple[list[MemoryKV], Tensor]:
         S = src.shape[1]
@@ -187,16 +212,37 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
             memory_kv,
             memory_keep_mask=src_keep_mask,
             need_weights=need_weights,
+            cross_attn_bias=self._cross_attn_bias(0, tgt_in.shape[1], src.shape[1]),
         )
         attention = out.cross_weights[-1].mean(dim=1) if need_weights else None  # (B, N, T, S) -> (B, T, S)
         return Seq2SeqOutput(self.output(out.output), attention)
+
+    def forward_with_cross_weights(
+        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor
+    ) -> tuple[Tensor, list[Tensor]]:
+        """Teacher-forced logits (B, T, V) and every decoder layer's cross-attention weights (B, N, T, S), first
+        layer first, with their gradients (for an alignment loss such as
+        ``seqlab.nn.alignment.guided_attention_loss``). In training they are the weights after attention dropout,
+        as ``need_weights`` returns them."""
+        memory_kv, src_keep_mask = self._encode_source(src, src_lengths)
+        out = self.decoder(
+            self._embed(self.tgt_embedding, tgt_in, 0),
+            memory_kv,
+            memory_keep_mask=src_keep_mask,
+            need_weights=True,
+            cross_attn_bias=self._cross_attn_bias(0, tgt_in.shape[1], src.shape[1]),
+        )
+        return self.output(out.output), out.cross_weights
 
     def prefill(self, tgt_in: Tensor, state: TransformerDecoderState) -> StepOutput:
         """Decode T given tokens at once after the state's cached positions: tgt_in (B, T) -> StepOutput(logits
         (B, V) of the token after the last, state with caches + T). ``step`` is the case T = 1."""
         position = state.caches[0].length
         x = self._embed(self.tgt_embedding, tgt_in, position)  # (B, T, D)
-        out = self.decoder(x, state.memory_kv, memory_keep_mask=state.src_keep_mask, caches=state.caches)
+        bias = self._cross_attn_bias(position, tgt_in.shape[1], state.src_keep_mask.shape[1])
+        out = self.decoder(
+            x, state.memory_kv, memory_keep_mask=state.src_keep_mask, caches=state.caches, cross_attn_bias=bias
+        )
         return StepOutput(self.output(out.output[:, -1]), state._replace(caches=out.caches))
 
     def step(self, tokens: Tensor, state: TransformerDecoderState) -> StepOutput:
@@ -209,7 +255,12 @@ class TransformerSeq2Seq(PretrainedMixin, nn.Module):
         position = state.caches[0].length
         x = self._embed(self.tgt_embedding, tokens.unsqueeze(1), position)  # (B, 1, D)
         out = self.decoder(
-            x, state.memory_kv, memory_keep_mask=state.src_keep_mask, caches=state.caches, need_weights=True
+            x,
+            state.memory_kv,
+            memory_keep_mask=state.src_keep_mask,
+            caches=state.caches,
+            need_weights=True,
+            cross_attn_bias=self._cross_attn_bias(position, 1, state.src_keep_mask.shape[1]),
         )
         weights = out.cross_weights[-1].mean(dim=1).squeeze(1)  # (B, N, 1, S) -> (B, S)
         return StepOutput(self.output(out.output).squeeze(1), state._replace(caches=out.caches)), weights

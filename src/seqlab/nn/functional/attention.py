@@ -86,8 +86,10 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     need_weights: bool = False,
     scale: float | None = None,
+    attn_bias: Tensor | None = None,
 ) -> AttentionOutput:
-    """softmax(q k^T * scale) v with keep-masks (Vaswani et al., 2017, eq. 1), scale = 1 / sqrt(Dh) by default.
+    """softmax(q k^T * scale + attn_bias) v with keep-masks (Vaswani et al., 2017, eq. 1), scale = 1 / sqrt(Dh)
+    by default.
 
     Two paths with the same semantics (held together by the tests in float64):
     - reference (runs when ``need_weights=True``): the scores, -inf at masked positions, an explicit softmax,
@@ -109,10 +111,13 @@ def scaled_dot_product_attention(
         need_weights: return the weights (forces the reference path). They are the weights that multiplied v,
             so after dropout when dropout_p > 0 (as torch.nn.MultiheadAttention returns them).
         scale: score multiplier; 1 / sqrt(Dh) if None.
+        attn_bias: float, broadcastable to (B, N, T, S), added to the scaled scores before the softmax (a position
+            prior such as ``seqlab.nn.alignment.monotonic_alibi_bias``), or None; masked positions stay at weight 0.
     Inputs: q (B, N, T, Dh), k (B, N, S, Dh), v (B, N, S, Dv).
     Outputs: ``AttentionOutput(output (B, N, T, Dv), weights (B, N, T, S) or None)``.
     Raises: ValueError if q, k, v are not 4-D or disagree in (B, N), S or Dh, or keep_mask is not bool or does
-        not broadcast to (B, N, T, S) (the message shows both shapes).
+        not broadcast to (B, N, T, S) (the message shows both shapes), or attn_bias does not broadcast to
+        (B, N, T, S).
     """
     _check_qkv(q, k, v)
     B, N, T, Dh = q.shape
@@ -120,11 +125,13 @@ def scaled_dot_product_attention(
     scale = 1.0 / math.sqrt(Dh) if scale is None else scale
     if keep_mask is not None:
         _check_keep_mask(keep_mask, (B, N, T, S))
+    if attn_bias is not None:
+        _check_bias(attn_bias, (B, N, T, S))
 
     # SDPA's own is_causal is top-left aligned, which equals bottom-right only for T == S. While exporting, T and S
     # are symbols, so whether T == S (or T > 1) is not known: the explicit mask serves every T and S.
     exporting = torch.compiler.is_exporting()
-    is_causal = causal and not exporting and T == S and keep_mask is None and not need_weights
+    is_causal = causal and not exporting and T == S and keep_mask is None and not need_weights and attn_bias is None
     mask = keep_mask
     if causal and (exporting or T > 1) and not is_causal:  # with T == 1 the causal mask would be all True
         causal_mask = causal_keep_mask(T, S, device=q.device)
@@ -135,14 +142,19 @@ def scaled_dot_product_attention(
         mask = mask | ~has_key
 
     if not need_weights:
+        attn_mask = mask
+        if attn_bias is not None:  # one float mask: the bias where a key may be attended, -inf elsewhere
+            attn_mask = attn_bias if mask is None else attn_bias.masked_fill(~mask, float("-inf"))
         output = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
         )  # (B, N, T, Dv)
         if has_key is not None:
             output = output.masked_fill(~has_key, 0.0)
         return AttentionOutput(output, None)
 
     scores = (q @ k.transpose(-2, -1)) * scale  # (B, N, T, S)
+    if attn_bias is not None:
+        scores = scores + attn_bias
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
@@ -151,6 +163,17 @@ def scaled_dot_product_attention(
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     return AttentionOutput(weights @ v, weights)  # (B, N, T, Dv)
+
+
+def _check_bias(attn_bias: Tensor, target: tuple[int, int, int, int]) -> None:
+    if not attn_bias.is_floating_point():
+        raise ValueError(f"attn_bias must be a float tensor (added to the scores), got {attn_bias.dtype}")
+    try:
+        fits = torch.broadcast_shapes(attn_bias.shape, target) == target
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"attn_bias shape {tuple(attn_bias.shape)} does not broadcast to (B, N, T, S) = {target}")
 
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, chunk: int | None) -> Tensor | None:

@@ -10,7 +10,7 @@ the default ``[train]`` section and the whole ``Config``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Literal
+from typing import ClassVar, Literal
 
 from seqlab.data.pronunciations import G2PDataConfig
 from seqlab.errors import ConfigError
@@ -71,6 +71,8 @@ class SharedModelConfig:
     label_smoothing: float = 0.0  # eps of the smoothed cross-entropy
     target_order: TargetOrder = "left_to_right"  # right_to_left: learn reversed pronunciations (for --rescore)
 
+    training_fields: ClassVar[tuple[str, ...]] = ()  # the subclass's fields that shape the loss, not the model
+
     def __post_init__(self) -> None:
         check_choice("arch", self.arch, (next(f.default for f in fields(self) if f.name == "arch"),))
         for name in ("encoder_layers", "decoder_layers"):
@@ -82,7 +84,7 @@ class SharedModelConfig:
     def model_config(self, *, src_vocab_size: int, tgt_vocab_size: int) -> RNNSeq2SeqConfig | TransformerSeq2SeqConfig:
         """The model config (of the subclass's ``model_class``) of these hyperparameters for the given vocabulary
         sizes (letters, phonemes): the shared layers and dropout, and every field of the subclass's own."""
-        shared = {f.name for f in fields(SharedModelConfig)}
+        shared = {f.name for f in fields(SharedModelConfig)} | set(self.training_fields)
         own = [f.name for f in fields(self) if f.name not in shared]
         values = {k: getattr(self, k) for k in (*_SHARED_MODEL_FIELDS, *own)}
         return self.model_class.config_class(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **values)
@@ -136,6 +138,19 @@ class TransformerConfig(SharedModelConfig):
     positional: PositionalName = "rotary"  # sinusoidal | learned | rotary
     attention_kind: AttentionKind = "full"  # self-attention: full | local | linear
     window: int | None = None  # keys per query when attention_kind is local
+    cross_attention_alibi: float = 0.0  # m_1 of the monotonic cross-attention bias -m_h |j - i / r| (0: none)
+    length_ratio: float = 1.0  # r: target tokens per source token for that bias; CMUdict: 0.85 phonemes per letter
+    guided_attention_weight: float = 0.0  # lambda of the guided attention loss (Tachibana et al. 2018; 0: none)
+    guided_attention_sigma: float = 0.2  # g, the band of the diagonal it leaves free
+    guided_attention_heads: int | None = None  # first heads of each chosen layer it applies to; None = all
+    guided_attention_layers: int | None = None  # last decoder layers it applies to; None = all
+
+    training_fields: ClassVar[tuple[str, ...]] = (
+        "guided_attention_weight",
+        "guided_attention_sigma",
+        "guided_attention_heads",
+        "guided_attention_layers",
+    )
 
     @property
     def model_class(self) -> type[TransformerSeq2Seq]:
@@ -157,6 +172,12 @@ class TransformerConfig(SharedModelConfig):
             raise ConfigError(f"rotary positions need an even head_dim, got {self.d_model // self.num_heads}")
         if (self.attention_kind == "local") != (self.window is not None):
             raise ConfigError(f"window ({self.window}) must be set exactly when attention_kind is 'local'")
+        check_real("cross_attention_alibi", self.cross_attention_alibi, at_least=0.0)
+        check_real("length_ratio", self.length_ratio, greater_than=0.0)
+        check_real("guided_attention_weight", self.guided_attention_weight, at_least=0.0)
+        check_real("guided_attention_sigma", self.guided_attention_sigma, greater_than=0.0)
+        check_int("guided_attention_heads", self.guided_attention_heads, optional=True, maximum=self.num_heads)
+        check_int("guided_attention_layers", self.guided_attention_layers, optional=True, maximum=self.decoder_layers)
 
 
 ModelConfig = RNNConfig | TransformerConfig
@@ -195,6 +216,8 @@ class DecodeConfig(SearchDecodeConfig):
 class Config:
     """The whole recipe: sections data, model, train, decode.
 
+    Raises: ConfigError for a guided attention loss (``model.guided_attention_weight`` > 0) with scheduled sampling.
+
     The default training fits ten minutes of a 2-core CPU: Adam at 2e-3 and a cosine decay to 0 at step
     ``DEFAULT_STEPS`` (Loshchilov & Hutter 2017), without warmup so that ``--set train.max_steps=N`` works for
     any N. A quiet machine ran 20,000 steps in 474-528 s (38-42 steps/s); on a slower one ``time_budget`` (540 s)
@@ -210,3 +233,12 @@ class Config:
     model: RNNConfig | TransformerConfig = field(default_factory=RNNConfig)
     train: ScheduledSamplingTrainConfig = field(default_factory=lambda: DEFAULT_TRAIN)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def __post_init__(self) -> None:
+        guided = isinstance(self.model, TransformerConfig) and self.model.guided_attention_weight > 0
+        sampled = self.train.teacher_forcing < 1 or self.train.teacher_forcing_schedule != "constant"
+        if guided and sampled:
+            raise ConfigError(
+                "model.guided_attention_weight needs teacher forcing (train.teacher_forcing = 1, a constant "
+                "schedule): scheduled sampling's second pass forms no cross-attention weights to guide"
+            )

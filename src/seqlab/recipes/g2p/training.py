@@ -22,9 +22,13 @@ from seqlab.data.cmudict import Pronunciation, group_references
 from seqlab.data.pronunciations import load_splits
 from seqlab.data.vocab import Vocabulary
 from seqlab.recipes.base import Report, TrainingRun, model_device
-from seqlab.recipes.g2p.config import Config
+from seqlab.recipes.g2p.config import Config, TransformerConfig
 from seqlab.recipes.g2p.system import G2PSystem, encode_pairs
-from seqlab.training.objectives import teacher_forcing_loss, token_weighted_loss
+from seqlab.training.objectives import (
+    guided_attention_teacher_forcing_loss,
+    teacher_forcing_loss,
+    token_weighted_loss,
+)
 from seqlab.training.scheduled_sampling import ScheduledSampling, scheduled_sampling_loss
 from seqlab.training.trainer import LossOutput
 
@@ -59,8 +63,21 @@ class G2PTraining:
         generator: torch.Generator | None = None,
     ) -> LossOutput:
         """The (label-smoothed) cross-entropy per phoneme of ``batch`` (nats), each previous phoneme the gold one
-        with probability ``teacher_forcing``, else the model's own prediction (``scheduled_sampling_loss``)."""
+        with probability ``teacher_forcing``, else the model's own prediction (``scheduled_sampling_loss``); plus
+        the guided attention loss when ``model.guided_attention_weight`` > 0 (teacher forcing only)."""
         config = self.system.config
+        model_config = config.model
+        if isinstance(model_config, TransformerConfig) and model_config.guided_attention_weight > 0:
+            return guided_attention_teacher_forcing_loss(
+                model,
+                batch,
+                weight=model_config.guided_attention_weight,
+                sigma=model_config.guided_attention_sigma,
+                heads=model_config.guided_attention_heads,
+                layers=model_config.guided_attention_layers,
+                pad_id=self.system.phonemes.pad_id,
+                label_smoothing=model_config.label_smoothing,
+            )
         return scheduled_sampling_loss(
             model,
             batch,
