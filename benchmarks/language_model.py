@@ -333,9 +333,11 @@ def compile_note(
     gain = eager_token - compiled_token
     first = warm_up[0] if args.clock is time.perf_counter else warm_up[1]  # on the rows' clock
     payback = f"{(first - statistics.median(compiled)) / gain:,.0f} tokens" if gain > 0 else "never"
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]  # one per batch size, none per step
     return (
         f"{label} compiled: first call {warm_up[0]:.1f} s wall, {warm_up[1]:.1f} s CPU (compiling); steady "
-        f"{compiled_token * 1e3:.2f} ms/token against eager {eager_token * 1e3:.2f}; pays back after {payback}"
+        f"{compiled_token * 1e3:.2f} ms/token against eager {eager_token * 1e3:.2f}; pays back after {payback}; "
+        f"{graphs} graph(s) compiled so far"
     )
 
 
