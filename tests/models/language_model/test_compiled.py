@@ -5,7 +5,7 @@ changed after compiling, with one graph for every step of a batch size."""
 
 import pytest
 import torch
-from torch._dynamo.testing import CompileCounter
+from torch._dynamo.testing import CompileCounter, CompileCounterWithBackend
 from torch.testing import assert_close
 
 from seqlab.decoding import generate
@@ -73,7 +73,8 @@ def test_compiled_greedy_and_beam_choose_the_eager_tokens_with_one_graph_per_bat
 
 def test_compiled_steps_through_aot_autograd_equal_the_eager_logits():
     model = _gpt()
-    compiled = CompiledGPT(model, capacity=16, compile_backend="aot_eager")
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = CompiledGPT(model, capacity=16, compile_backend=counter)
     with torch.inference_mode():
         logits, state = model.prefill(PROMPT, KEEP)
         compiled_logits, compiled_state = compiled.prefill(PROMPT, KEEP)
@@ -82,6 +83,7 @@ def test_compiled_steps_through_aot_autograd_equal_the_eager_logits():
             logits, state = model.step(tokens, state)
             compiled_logits, compiled_state = compiled.step(tokens, compiled_state)
             assert_close(compiled_logits, logits, rtol=0, atol=1e-5)
+    assert counter.frame_count == 1  # the whole step is one graph
 
 
 def test_a_full_cache_doubles_and_generation_goes_on():
@@ -130,7 +132,9 @@ def test_int8_quantized_linears_are_traced_as_the_module_path_computes_them():
     model = _gpt()
     names = [name for name, m in model.named_modules() if type(m) is torch.nn.Linear]
     quantize_linears(model, names, method="dynamic-int8")
-    assert torch.equal(_generate(CompiledGPT(model, capacity=16, compile_backend="aot_eager")), _generate(model))
+    counter = CompileCounterWithBackend("aot_eager")
+    assert torch.equal(_generate(CompiledGPT(model, capacity=16, compile_backend=counter)), _generate(model))
+    assert counter.frame_count == 1  # the int8 products inside the one graph, no graph break
 
 
 def test_refusals_name_the_reason():

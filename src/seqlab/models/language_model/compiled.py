@@ -47,9 +47,9 @@ class CompiledGPT:
     ``prefill`` runs the model eagerly and copies the prompts' caches into ``StaticKVCache`` buffers of
     ``capacity`` slots (prompt padding included); each ``step`` then has the same shapes, so the first compiles
     the graph and the others reuse it. A new graph is compiled for each new batch size (beam search's B K rows;
-    rows that leave a batch once they end: after torch.compile's recompile limit, 8 graphs, further sizes run
-    eagerly), and when a row fills its buffers they double, copied once, and the graph is compiled for the new
-    capacity. Compiling takes
+    rows that leave a batch once they end), and when a row fills its buffers they double, copied once, and the
+    graph is compiled for the new capacity. Past torch.compile's recompile limit (8 graphs of ``GPT.step`` in a
+    process, all models together) further shapes run eagerly, with torch's warning: correct, not faster. Compiling takes
     seconds to minutes on a CPU (``warm_up`` does it ahead of time); a step then costs what its kernels cost.
 
     Args:
@@ -77,8 +77,9 @@ class CompiledGPT:
         self._step = model.step
         if compile_backend is not None:
             # dynamic=False: one graph per batch size; a graph with a symbolic batch size (what torch.compile makes
-            # once a second size is seen) ran beam search's steps about 20 % slower here.
-            self._step = torch.compile(model.step, backend=compile_backend, fullgraph=True, dynamic=False)
+            # once a second size is seen) ran beam search's steps about 20 % slower here. No fullgraph=True: past
+            # the recompile limit it would fail where torch.compile otherwise runs the step eagerly.
+            self._step = torch.compile(model.step, backend=compile_backend, dynamic=False)
 
     def prefill(self, input_ids: Tensor, keep_mask: Tensor | None = None) -> StepOutput:
         """``GPT.prefill`` of input_ids (B, T) (keep_mask (B, T) or None), its state in static caches of
