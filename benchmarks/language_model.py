@@ -12,6 +12,12 @@ unless --device says otherwise.
               ``generate(num_beams=K, do_sample=False)``, no EOS, so every beam runs --new-tokens steps; tokens/s =
               new tokens of the best beam / seconds.
 Both sides of greedy and beam must pick the same tokens (checked and printed).
+    compiled  with --compile, more rows under greedy and beam, timed in the same rounds: the same ``generate``
+              over ``seqlab.models.CompiledGPT`` (``torch.compile`` of ``GPT.step`` over static KV caches of
+              16 + --new-tokens slots, --compile-backend inductor), and over the static caches alone, uncompiled.
+              Compiling happens in the first call (a warm-up before the rounds), timed apart: its wall and CPU
+              seconds are printed with the steady per-token times, and the tokens after which compiling has paid
+              for itself against the eager path, compile seconds / (eager - compiled seconds per token).
     products  with --products, a third row under greedy and beam, timed in the same rounds: the matrix products of
               those --new-tokens steps alone (each step's 6 L block products and its V x D head, at 1 or K rows,
               through ``seqlab.nn.direct_calls`` as the step computes them, on the model's weights). Its ratio,
@@ -31,6 +37,7 @@ far less (with one thread it is the time the work took; with more, it sums the t
 
     python benchmarks/language_model.py --threads 1              # 4 layers, D = 256, context 256: 1-2 minutes
     python benchmarks/language_model.py --threads 1 --rows greedy,beam --products --clock cpu   # what bounds them
+    python benchmarks/language_model.py --threads 1 --rows greedy,beam --compile --clock cpu   # compiled rows
     python benchmarks/language_model.py --layers 1 --d-model 8 --heads 2 --context 8 --batch 2 --new-tokens 4 \\
         --vocab 16 --beams 2 --rnn-size 4 --rnn-vocab 16 --rnn-batch 2 --bptt 3 --repeats 1   # smoke test, seconds
 """
@@ -49,7 +56,7 @@ from torch import Tensor, nn
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from seqlab.decoding import generate
-from seqlab.models import GPT, RNNLanguageModel, RNNLanguageModelConfig
+from seqlab.models import GPT, CompiledGPT, RNNLanguageModel, RNNLanguageModelConfig
 from seqlab.nn import direct_calls
 
 PROMPT_LENGTH = 16
@@ -113,7 +120,7 @@ def tbptt_step(forward: Callable, optimizer: torch.optim.Optimizer, batches: lis
 
 
 @torch.inference_mode()
-def seqlab_generate(model: GPT, prompt: Tensor, new_tokens: int, beams: int) -> Tensor:
+def seqlab_generate(model: GPT | CompiledGPT, prompt: Tensor, new_tokens: int, beams: int) -> Tensor:
     out = generate(model, prompt, max_new_tokens=new_tokens, num_beams=beams)
     return out.tokens[:, prompt.shape[1] :]
 
@@ -209,6 +216,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--products", action="store_true", help="also time greedy's and beam's matrix products alone (see above)"
     )
+    parser.add_argument(
+        "--compile", action="store_true", help="also time the compiled step and the static caches alone (see above)"
+    )
+    parser.add_argument("--compile-backend", default="inductor", help="torch.compile's backend of the compiled rows")
     parser.add_argument("--repeats", type=int, default=7, help="timed rounds (median and quartiles are shown)")
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's choice)")
@@ -275,26 +286,59 @@ def gpt_rows(args: argparse.Namespace, device: torch.device, sync: Callable[[], 
         m.eval()
     generator = torch.Generator().manual_seed(args.seed + 1)
     prompt = torch.randint(0, args.vocab, (1, PROMPT_LENGTH), generator=generator).to(device)
+    capacity = PROMPT_LENGTH + args.new_tokens
+    compiled = CompiledGPT(ours, capacity=capacity, compile_backend=args.compile_backend) if args.compile else None
+    static = CompiledGPT(ours, capacity=capacity, compile_backend=None) if args.compile else None
     for kind, beams in (("greedy", 1), ("beam", args.beams)):
         if kind not in args.rows:
             continue
-        same = torch.equal(
-            seqlab_generate(ours, prompt, args.new_tokens, beams), hf_generate(hf, prompt, args.new_tokens, beams)
-        )
+        label = kind if beams == 1 else f"beam K={beams}"
+        expected = hf_generate(hf, prompt, args.new_tokens, beams)
+        same = torch.equal(seqlab_generate(ours, prompt, args.new_tokens, beams), expected)
+        notes.append(f"same {label} tokens: {'yes' if same else 'no'}")
         runs = [
             lambda b=beams: seqlab_generate(ours, prompt, args.new_tokens, b),
             lambda b=beams: hf_generate(hf, prompt, args.new_tokens, b),
         ]
+        extra = []
         if args.products:
             runs.append(lambda b=beams: step_products(ours, b, args.new_tokens))
-        label = kind if beams == 1 else f"beam K={beams}"
+            extra.append("products alone")
+        if compiled is not None:
+            wall, cpu = time.perf_counter(), time.process_time()
+            same = torch.equal(seqlab_generate(compiled, prompt, args.new_tokens, beams), expected)
+            warm_up = (time.perf_counter() - wall, time.process_time() - cpu)  # (wall, CPU) seconds
+            notes.append(f"same {label} tokens compiled: {'yes' if same else 'no'}")
+            same = torch.equal(seqlab_generate(static, prompt, args.new_tokens, beams), expected)
+            notes.append(f"same {label} tokens with static caches: {'yes' if same else 'no'}")
+            runs.append(lambda b=beams: seqlab_generate(compiled, prompt, args.new_tokens, b))
+            runs.append(lambda b=beams: seqlab_generate(static, prompt, args.new_tokens, b))
+            extra += ["seqlab compiled", "static caches alone"]
         seconds = time_pair(runs, repeats=args.repeats, sync=sync, clock=args.clock)
         print_rows(kind, GPT_NAMES, args.new_tokens, seconds[:2])
-        if args.products:
-            names = ("products alone", GPT_NAMES[1])
-            print_rows(kind, names, args.new_tokens, [seconds[2], seconds[1]], reference=False)
-        notes.append(f"same {label} tokens: {'yes' if same else 'no'}")
+        for name, row in zip(extra, seconds[2:], strict=True):
+            print_rows(kind, (name, GPT_NAMES[1]), args.new_tokens, [row, seconds[1]], reference=False)
+        if compiled is not None:
+            notes.append(compile_note(label, warm_up, seconds[0], seconds[extra.index("seqlab compiled") + 2], args))
     return notes
+
+
+def compile_note(
+    label: str, warm_up: tuple[float, float], eager: list[float], compiled: list[float], args: argparse.Namespace
+) -> str:
+    """The compiled rows' first call (compiling included, wall and CPU seconds), steady ms per token of the eager and
+    compiled paths, and the tokens after which compiling pays for itself."""
+    eager_token = statistics.median(eager) / args.new_tokens
+    compiled_token = statistics.median(compiled) / args.new_tokens
+    gain = eager_token - compiled_token
+    first = warm_up[0] if args.clock is time.perf_counter else warm_up[1]  # on the rows' clock
+    payback = f"{(first - statistics.median(compiled)) / gain:,.0f} tokens" if gain > 0 else "never"
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]  # one per batch size, none per step
+    return (
+        f"{label} compiled: first call {warm_up[0]:.1f} s wall, {warm_up[1]:.1f} s CPU (compiling); steady "
+        f"{compiled_token * 1e3:.2f} ms/token against eager {eager_token * 1e3:.2f}; pays back after {payback}; "
+        f"{graphs} graph(s) compiled so far"
+    )
 
 
 def rnn_rows(args: argparse.Namespace, device: torch.device, sync: Callable[[], None]) -> None:

@@ -74,3 +74,11 @@ def test_generate_interrupted_keeps_what_it_printed_ends_its_line_and_exits_130(
 def test_generate_bounds_max_new_tokens_in_one_line():
     result = run_cli("generate", GPT, "--prompt", "the", "--max-new-tokens", "1000000")
     assert_error(result, "--max-new-tokens (1000000) must be <= 100,000")
+
+
+def test_generate_compile_refuses_a_model_that_is_not_a_gpt_and_the_onnxruntime_backend():
+    lstm = FIXTURES / "lm_lstm_word_9a192c4"
+    message = f"{lstm}: compile applies to GPT language models, not to a RNNLanguageModel"
+    assert_error(run_cli("generate", lstm, "--prompt", "the", "--compile"), message)
+    message = "compile runs torch's steps: it cannot be combined with backend onnxruntime"
+    assert_error(run_cli("generate", GPT, "--prompt", "the", "--compile", "--backend", "onnxruntime"), message)

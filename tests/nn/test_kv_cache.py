@@ -3,7 +3,7 @@ import torch
 from torch.testing import assert_close
 
 from seqlab.models.interfaces import select_rows
-from seqlab.nn.kv_cache import MIN_CAPACITY, KVCache
+from seqlab.nn.kv_cache import MIN_CAPACITY, KVCache, StaticKVCache
 from seqlab.nn.multi_head_attention import MultiHeadAttention
 
 B, N, DH = 2, 3, 4
@@ -171,3 +171,59 @@ def test_select_rows_of_a_state_reorders_its_caches_in_their_buffers_as_index_se
         assert torch.equal(picked["position"], index)
         assert beams.append(k_new, k_new).buffer is beams.buffer
     assert torch.equal(cache.keys, k)
+
+
+# StaticKVCache: fixed-capacity buffers for a compiled step.
+
+
+def test_static_cache_holds_a_copy_and_appends_in_place_at_its_length():
+    torch.manual_seed(0)
+    k0, v0, k1, v1, k2, v2 = _rand(B, N, 3, DH), _rand(B, N, 3, DH), *(_rand(B, N, 1, DH) for _ in range(4))
+    dynamic = KVCache(k0, v0)
+    static = StaticKVCache.holding(dynamic, 6)
+    assert static.capacity == 6 and static.length.tolist() == [3]
+    assert_close(static.keys, torch.cat([k0, torch.zeros(B, N, 3, DH, dtype=torch.float64)], dim=2))
+    first = static.append(k1, v1)
+    second = first.append(k2, v2)
+    assert second.keys.data_ptr() == static.keys.data_ptr()  # in place, one buffer
+    assert (first.length.tolist(), second.length.tolist()) == ([4], [5])
+    grown = dynamic.append(k1, v1).append(k2, v2)
+    assert_close(second.keys[:, :, :5], grown.keys)
+    assert_close(second.values[:, :, :5], grown.values)
+    assert_close(static.keys[:, :, :3], k0)  # an older value keeps its own steps
+    assert not second.keys[:, :, 5:].any()
+
+
+def test_attention_over_a_static_cache_masked_to_its_length_equals_attention_over_the_dynamic_cache():
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(N * DH, N).double()
+    x, y = _rand(B, 4, N * DH), _rand(B, 1, N * DH)
+    dynamic = attention(x, cache=KVCache.empty(B, N, DH, dtype=torch.float64), causal=True).cache
+    expected = attention(y, cache=dynamic, causal=True).output
+    static = StaticKVCache.holding(dynamic, 8)
+    keep = torch.zeros(B, 8, dtype=torch.bool)
+    keep[:, :5] = True  # the 4 cached steps and slot 4, which this call writes
+    out = attention(y, cache=static, causal=True, keep_mask=keep)
+    assert_close(out.output, expected)
+    assert out.cache.length.tolist() == [5]
+
+
+def test_static_cache_refuses_a_capacity_without_room_and_a_wrong_shape():
+    cache = KVCache(_rand(B, N, 3, DH), _rand(B, N, 3, DH))
+    with pytest.raises(ValueError, match=r"^capacity \(3\) must exceed the 3 steps the cache holds$"):
+        StaticKVCache.holding(cache, 3)
+    static = StaticKVCache.holding(cache, 4)
+    with pytest.raises(ValueError, match=r"k \(2, 3, 1, 5\) and v \(2, 3, 1, 5\) must both be .*= \(2, 3, 4\)"):
+        static.append(_rand(B, N, 1, 5), _rand(B, N, 1, 5))
+
+
+def test_static_select_rows_reorders_whole_buffers_into_new_ones():
+    torch.manual_seed(0)
+    static = StaticKVCache.holding(KVCache(_rand(3, N, 2, DH), _rand(3, N, 2, DH)), 5)
+    index = torch.tensor([2, 0, 2])
+    selected = static.select_rows(index)
+    assert_close(selected.keys, static.keys[index])
+    assert_close(selected.values, static.values[index])
+    assert selected.keys.data_ptr() != static.keys.data_ptr()
+    selected.append(_rand(3, N, 1, DH), _rand(3, N, 1, DH))
+    assert not static.keys[:, :, 2].any()  # the original's buffers are not the reordered cache's

@@ -296,3 +296,11 @@ def test_rotary_does_not_shadow_module_apply():
     seen = []
     model.apply(lambda module: seen.append(type(module).__name__))
     assert seen == ["Linear", "RotaryEmbedding", "Sequential"]
+
+
+def test_rotary_offset_as_a_tensor_equals_the_int_offset_within_and_past_the_table():
+    torch.manual_seed(0)
+    rotary = RotaryEmbedding(8, max_length=10)
+    x = torch.randn(2, 3, 4, 8)
+    for offset in (0, 5, 9):  # 9 + 4 > max_length: the int path computes those angles too
+        torch.testing.assert_close(rotary(x, offset=torch.tensor([offset])), rotary(x, offset=offset), rtol=0, atol=0)

@@ -8,6 +8,7 @@ evaluate through the system exactly what ``seqlab`` printed for them then.
 """
 
 import dataclasses
+import functools
 import json
 import math
 import random
@@ -24,14 +25,15 @@ from seqlab.data.blocks import Blocks
 from seqlab.data.tokenizers import load_tokenizer
 from seqlab.decoding import generate
 from seqlab.errors import ConfigError
-from seqlab.models import GPT, RNNLanguageModel, SSMLanguageModel, load_pretrained
+from seqlab.models import GPT, CompiledGPT, RNNLanguageModel, SSMLanguageModel, load_pretrained
 from seqlab.models.language_model import zaremba_small
 from seqlab.recipes import lm, load_system
 from seqlab.recipes.base import load_recipe_config, run_training
 from seqlab.recipes.common.causal_blocks import CausalBlockTraining
+from seqlab.recipes.lm import system as lm_system
 from seqlab.recipes.lm.config import GPTModelConfig, LMDataConfig, LSTMModelConfig, apply_preset
 from seqlab.recipes.lm.training import RecurrentTraining, examples, read_splits
-from seqlab.recipes.system import AttentionSource, GenerationRequest, TextGenerator
+from seqlab.recipes.system import AttentionSource, GenerationRequest, SystemOptions, TextGenerator
 from seqlab.training.trainer import TrainConfig
 
 SENTENCE = "the lord said unto moses and aaron in the land of egypt this month shall be unto you the beginning"
@@ -443,3 +445,16 @@ def test_the_command_line_generates_and_refuses_in_one_line(checkpoints):
     assert_error(
         run_cli("evaluate", gpt, "--data", path), f"{path}: text has characters the model never saw: 'Z' 'ü' 'c'"
     )
+
+
+def test_a_gpt_run_loaded_with_compile_generates_what_it_generates_eagerly(monkeypatch):
+    # aot_eager traces the graph that inductor would compile, in seconds (the inductor test is marked slow).
+    monkeypatch.setattr(lm_system, "CompiledGPT", functools.partial(CompiledGPT, compile_backend="aot_eager"))
+    run = FIXTURES / "lm_gpt_9a192c4"
+    compiled = lm.System.load(run, SystemOptions(compile=True))
+    assert isinstance(compiled.step_model, CompiledGPT)
+    for request in (
+        GenerationRequest("The", max_new_tokens=12),
+        GenerationRequest("The", max_new_tokens=8, num_beams=3),
+    ):
+        assert printed(compiled, request) == printed(lm.System.load(run), request)

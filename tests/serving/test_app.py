@@ -13,8 +13,11 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from safetensors.torch import load_file
 
+from seqlab.errors import ConfigError
+from seqlab.models import CompiledGPT
+from seqlab.recipes.lm import system as lm_system
 from seqlab.recipes.system import GenerationRequest
-from seqlab.serving import ServedModel
+from seqlab.serving import ServedModel, load_models
 from seqlab.serving.gate import Gate, RequestError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
@@ -218,3 +221,17 @@ def test_the_generate_body_has_exactly_the_generation_requests_fields_and_defaul
     body = {name: field.default for name, field in GenerateBody.model_fields.items() if name not in ("model", "prompt")}
     assert body == protocol
     assert "prompt" in GenerateBody.model_fields and GenerateBody.model_fields["prompt"].is_required()
+
+
+def test_compile_is_refused_when_no_run_takes_it_and_given_only_to_the_runs_that_do(monkeypatch) -> None:
+    with pytest.raises(ConfigError, match=r"^--compile: none of the runs generates with a compiled step"):
+        load_models([FIXTURES / G2P], compile=True)
+    compiled = []  # aot_eager traces what inductor would compile, in seconds
+
+    def tracing(model: object) -> CompiledGPT:
+        compiled.append(CompiledGPT(model, compile_backend="aot_eager"))
+        return compiled[-1]
+
+    monkeypatch.setattr(lm_system, "CompiledGPT", tracing)
+    served = load_models([FIXTURES / G2P, FIXTURES / GPT], compile=True)
+    assert len(compiled) == 1 and served[GPT].system.step_model is compiled[0]

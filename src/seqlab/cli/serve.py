@@ -39,6 +39,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--nbest", type=int, default=5, help="hypotheses per word, and beam width, of runs that take it (default: 5)"
     )
+    serve.add_argument(
+        "--compile",
+        action="store_true",
+        help="run the GPT runs' decoding steps compiled (torch.compile), compiled once at load (seconds to minutes)",
+    )
     serve.set_defaults(handler=_serve)
 
 
@@ -64,7 +69,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"{flag}: {e}") from None
     if not 1 <= args.nbest <= limits.max_beams:
         raise ConfigError(f"--nbest ({args.nbest}) must be in [1, {limits.max_beams}]")
-    app = create_app(load_models(args.runs, nbest=args.nbest), limits=limits)
+    app = create_app(load_models(args.runs, nbest=args.nbest, compile=args.compile), limits=limits)
     print(f"seqlab: serving {len(args.runs)} run(s) on http://{args.host}:{args.port}/", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

@@ -18,6 +18,7 @@ from seqlab.decoding.beam_search import beam_search
 from seqlab.decoding.left_to_right import GenerateOutput, decode_left_to_right
 from seqlab.decoding.processors import LogitsProcessor, logits_processor
 from seqlab.errors import ConfigError
+from seqlab.models import CompiledGPT
 from seqlab.models.interfaces import LanguageModelStepModel, StepOutput, check_token_ids, select_rows
 from seqlab.validation import check_bool, check_int, check_real, check_token_id
 
@@ -59,6 +60,7 @@ def generate(
     stop: Callable[[list[int]], bool] | None = None,
     streamer: Callable[[Tensor], None] | None = None,
     generator: torch.Generator | None = None,
+    compile: bool = False,
 ) -> GenerateOutput:
     """Continue each prompt: greedy (y_t = argmax), ancestral sampling from the processed distribution
     (``do_sample``), or beam search (``num_beams`` > 1, ranked by log p / n ** length_penalty).
@@ -86,10 +88,15 @@ def generate(
         streamer: ``streamer(tokens (B,))``, called with every step's new tokens in order (pad_id for ended
             rows). Not with beam search.
         generator: the random source for sampling; a fixed seed reproduces the tokens.
+        compile: decode a GPT with its step compiled (``seqlab.models.CompiledGPT(model)``: torch.compile of
+            ``GPT.step`` over static KV caches). The first call compiles (seconds to minutes on a CPU); later calls
+            with the same model and batch size reuse the graph. To hold the compiled step yourself, pass
+            ``CompiledGPT(model)`` as the model instead.
     Returns: ``GenerateOutput(tokens (B, T + N), lengths (B,), log_probs (B,))``.
     Raises: ConfigError with a one-line message for a bad setting (e.g. ``max_new_tokens (0) must be an integer
         >= 1``, ``top_p (1.5) must be a finite number > 0.0 and <= 1.0``, ``temperature (0.0) must be a finite
-        number > 0.0``, ``num_beams (3) > 1 is not supported with do_sample=True``), a prompt that leaves no room
+        number > 0.0``, ``num_beams (3) > 1 is not supported with do_sample=True``, ``compile applies to GPT
+        language models, not to a RNNLanguageModel``), a prompt that leaves no room
         in the context (``prompt of 9 tokens leaves no room to generate in the model's context_length (8)``),
         bad input shapes, no prompts (B = 0), token ids < 0 (``input_ids holds token id -1; token ids are >= 0``)
         or, from the model's prefill, >= V, or eos_id / pad_id outside the vocabulary. TypeError for input_ids
@@ -99,6 +106,9 @@ def generate(
     check_bool("do_sample", do_sample)
     check_int("num_beams", num_beams, minimum=1)
     check_real("length_penalty", length_penalty)
+    check_bool("compile", compile)
+    if compile and not isinstance(model, CompiledGPT):
+        model = CompiledGPT(model)  # refuses a model that is not a GPT
     check_int("eos_id", eos_id, minimum=0, optional=True)
     check_int("pad_id", pad_id, minimum=0, optional=True)
     if num_beams > 1:

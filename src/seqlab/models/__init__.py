@@ -30,6 +30,8 @@ from seqlab.models.interfaces import (
 )
 from seqlab.models.language_model import (
     GPT,
+    CompiledGPT,
+    CompiledGPTState,
     GPTConfig,
     GPTState,
     RNNLanguageModel,
@@ -63,6 +65,8 @@ __all__ = [
     "BertForTokenClassification",
     "ClassBoundGenerator",
     "ClassifierOutput",
+    "CompiledGPT",
+    "CompiledGPTState",
     "ConditionedRNNGenerator",
     "ConditionedRNNGeneratorConfig",
     "ELMo",

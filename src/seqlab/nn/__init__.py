@@ -17,7 +17,7 @@ from seqlab.nn.functional.attention import (
     local_attention,
     scaled_dot_product_attention,
 )
-from seqlab.nn.kv_cache import KVCache
+from seqlab.nn.kv_cache import KVCache, StaticKVCache
 from seqlab.nn.layer_norm_cells import LayerNormGRUCell, LayerNormLSTMCell
 from seqlab.nn.multi_head_attention import MultiHeadAttention
 from seqlab.nn.pooling import AttentionPooling, LastPooling, MaxPooling, MeanPooling, PoolingOutput, make_pooling
@@ -80,6 +80,7 @@ __all__ = [
     "SSMOutput",
     "ScalarMix",
     "SinusoidalPositionalEncoding",
+    "StaticKVCache",
     "TemporalBlock",
     "TemporalConvNet",
     "TemporalConvOutput",

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from seqlab.nn import direct_calls
 from seqlab.nn.direct_calls import is_plain
-from seqlab.nn.kv_cache import KVCache
+from seqlab.nn.kv_cache import KVCache, StaticKVCache
 from seqlab.nn.multi_head_attention import MultiHeadAttention
 from seqlab.nn.transformer import LayerOutput, TransformerEncoderLayer, check_layers, empty_self_attention_caches
 from seqlab.nn.transformer_sublayers import ACTIVATIONS, FeedForward
@@ -155,7 +155,9 @@ class IncrementalStep:
 
     Inputs (``__call__``): x (B, 1, D), the newest position; caches: one KVCache per layer, S steps each;
         keep_mask (B, S + 1) bool, True at real positions, or None when all are real; the new position must be
-        real (a query with no real key is the reference path's business).
+        real (a query with no real key is the reference path's business). Or one ``StaticKVCache`` per layer,
+        capacity C, with keep_mask (B, C) True at the real positions written so far and at slot S, where this
+        position's keys and values go (attention runs over all C slots).
     Outputs: ``DecoderOnlyOutput(output (B, 1, D), caches with S + 1 steps)``, final norm applied.
     Raises:
         ValueError: if caches does not hold one cache per layer; as ``KVCache.append`` for a cache of the
@@ -188,7 +190,9 @@ class IncrementalStep:
             names.append("final_norm")
         return names
 
-    def __call__(self, x: Tensor, *, caches: Sequence[KVCache], keep_mask: Tensor | None = None) -> DecoderOnlyOutput:
+    def __call__(
+        self, x: Tensor, *, caches: Sequence[KVCache] | Sequence[StaticKVCache], keep_mask: Tensor | None = None
+    ) -> DecoderOnlyOutput:
         decoder = self.decoder._modules  # not self.decoder.layers: see seqlab.nn.direct_calls
         layers, final_norm = decoder["layers"], decoder.get("final_norm")  # None: set as a plain attribute
         if len(caches) != len(layers):
@@ -210,10 +214,10 @@ _ATTENTION_LINEARS = ("q_proj", "k_proj", "v_proj", "out_proj")
 
 
 def _layer_step(
-    layer: TransformerDecoderOnlyLayer, x: Tensor, cache: KVCache, mask: Tensor | None
-) -> tuple[Tensor, KVCache]:
-    """One ``_inlinable`` layer on x (B, 1, D) over its cache; mask (B, 1, 1, S + 1) or None. Returns the layer's
-    output (B, 1, D) and the cache with x's keys and values appended."""
+    layer: TransformerDecoderOnlyLayer, x: Tensor, cache: KVCache | StaticKVCache, mask: Tensor | None
+) -> tuple[Tensor, KVCache | StaticKVCache]:
+    """One ``_inlinable`` layer on x (B, 1, D) over its cache; mask (B, 1, 1, S + 1) or None, or (B, 1, 1, C) for a
+    static cache. Returns the layer's output (B, 1, D) and the cache with x's keys and values appended."""
     modules, norm_first = layer._modules, layer.norm_first  # not layer.self_attn: see seqlab.nn.direct_calls
     attn, feed_forward, norm1, norm2 = modules["self_attn"], modules["feed_forward"], modules["norm1"], modules["norm2"]
     projections, ff_modules = attn._modules, feed_forward._modules
@@ -225,7 +229,7 @@ def _layer_step(
     q = direct_calls.linear(projections["q_proj"], h, few=few).view(B, N, 1, Dh)  # (B, N, 1, Dh)
     k = direct_calls.linear(projections["k_proj"], h, few=few).view(B, N, 1, Dh)
     v = direct_calls.linear(projections["v_proj"], h, few=few).view(B, N, 1, Dh)
-    if attn.rotary is not None:
+    if attn.rotary is not None:  # a static cache's length is a (1,) tensor, which the rotary embedding takes
         q, k = attn.rotary(q, offset=cache.length), attn.rotary(k, offset=cache.length)
     cache = cache.append(k, v)
     attended = F.scaled_dot_product_attention(q, cache.keys, cache.values, attn_mask=mask)  # (B, N, 1, Dh)

@@ -15,6 +15,11 @@ How ``append`` stores the steps:
   in all instead of the O(n^2) of one ``torch.cat`` per step. The buffer
   records how many steps were written; only the cache that holds all of them may write in place, so appending
   to an older cache value (a second branch) copies into a new buffer and the first branch stays intact.
+
+``StaticKVCache`` is the other layout, for a compiled decoding step (``torch.compile``): buffers of a fixed
+capacity C whose length is a tensor, so that every step has the same shapes and one graph serves them all
+(what transformers calls a static cache; gpt-fast's ``KVCache``). Attention then runs over all C steps, the
+caller masking those not yet written.
 """
 
 from __future__ import annotations
@@ -159,3 +164,77 @@ class KVCache(NamedTuple):
             )
             and (torch.is_inference_mode_enabled() or not buffer.keys.is_inference())
         )
+
+
+class StaticKVCache(NamedTuple):
+    """Keys and values of one self-attention layer in buffers of a fixed capacity C, of which the first S steps
+    hold data.
+
+    keys: (B, N, C, Dh).  values: (B, N, C, Dh).  length: (1,) long, S, the steps held and the slot that the next
+        ``append`` writes; a tensor, not an int, since an int would be a constant of a compiled step's graph (one
+        graph per position).
+    Attention over a static cache runs over all C steps: the caller's keep_mask (B, C) must be False at the steps
+    not written (at and after S). Those hold zeros or stale steps, always finite numbers, so a masked step weighs
+    exactly 0.
+
+    ``append`` writes in place, at slot S, and returns the cache of S + t steps over the same buffers. An older
+    value of the cache still holds its own S steps (nothing before slot S changes), but only one chain of appends
+    may grow from one buffer: a second branch would write the same slots. ``select_rows`` gives new buffers, so
+    beam search's reordered caches are each a chain of their own.
+    """
+
+    keys: Tensor
+    values: Tensor
+    length: Tensor
+
+    @classmethod
+    def holding(cls, cache: KVCache, capacity: int) -> StaticKVCache:
+        """A static cache of ``capacity`` steps whose first S steps are copies of ``cache``'s (keys and values
+        (B, N, S, Dh)); the others are zeros.
+
+        Raises: ValueError if capacity is not an integer > S (no room for another step; the message shows both).
+        """
+        check_int("capacity", capacity)
+        B, N, S, Dh = cache.keys.shape
+        if capacity <= S:
+            raise ValueError(f"capacity ({capacity}) must exceed the {S} steps the cache holds")
+        keys = cache.keys.new_zeros(B, N, capacity, Dh)
+        values = cache.values.new_zeros(B, N, capacity, Dh)
+        keys[:, :, :S] = cache.keys
+        values[:, :, :S] = cache.values
+        return cls(keys, values, torch.tensor([S], device=keys.device))
+
+    @property
+    def capacity(self) -> int:
+        """C, the most steps the buffers hold."""
+        return self.keys.shape[2]
+
+    def append(self, k: Tensor, v: Tensor) -> StaticKVCache:
+        """Write k, v (B, N, t, Dh) into slots S .. S + t - 1 in place; return the cache of S + t steps.
+
+        S + t must not exceed C: the cache's owner checks it (S is data here, and an index past C fails in the
+        copy, or is undefined in a compiled graph).
+
+        Raises:
+            ValueError: if k or v is not (B, N, t, Dh) with the cache's B, N, Dh (message shows both shapes), or
+                their dtype is not the cache's.
+        """
+        keys, values, length = self
+        B, N, _, Dh = keys.shape
+        shape = k.shape
+        if len(shape) != 4 or shape != v.shape or shape[0] != B or shape[1] != N or shape[3] != Dh:
+            raise ValueError(
+                f"k {tuple(shape)} and v {tuple(v.shape)} must both be (B, N, t, Dh) with (B, N, Dh) = ({B}, {N}, {Dh})"
+            )
+        if k.dtype != keys.dtype or v.dtype != keys.dtype:
+            raise ValueError(f"k ({k.dtype}) and v ({v.dtype}) must have the cache's dtype ({keys.dtype})")
+        t = shape[2]
+        slots = length + torch.arange(t, device=length.device)  # (t,)
+        keys.index_copy_(2, slots, k)
+        values.index_copy_(2, slots, v)
+        return StaticKVCache(keys, values, length + t)
+
+    def select_rows(self, index: Tensor) -> StaticKVCache:
+        """The cache of rows ``index`` (B',), in that order, in new buffers of the same capacity."""
+        keys, values, length = self
+        return StaticKVCache(keys.index_select(0, index), values.index_select(0, index), length)

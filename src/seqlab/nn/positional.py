@@ -169,7 +169,8 @@ class RotaryEmbedding(nn.Module):
         base: the 10000 of theta_i.
         max_length: positions whose cos/sin are cached; later positions are computed on the fly.
     Inputs: x (B, N, T, Dh), or any (..., T, Dh); offset: position of x[..., 0, :] (with a KV cache: the
-        number of positions already cached).
+        number of positions already cached), an int or a (1,) long tensor (a ``StaticKVCache``'s length, so that
+        a compiled decoding step is one graph for every position; its angles are computed, not looked up).
     Outputs: R(offset + t) x[..., t, :] for every t, same shape and dtype as x.
     Raises: ValueError if head_dim is odd or < 2, max_length < 1, x's last dimension is not head_dim or it has
         fewer than 2 dimensions, or offset < 0 (messages show the numbers).
@@ -189,18 +190,23 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos_table", angles.cos(), persistent=False)  # (max_length, Dh/2)
         self.register_buffer("sin_table", angles.sin(), persistent=False)  # (max_length, Dh/2)
 
-    def _cos_sin(self, offset: int, T: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    def _cos_sin(self, offset: int | Tensor, T: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """cos and sin of (offset + t) theta_i, float64, each (T, Dh/2)."""
+        if isinstance(offset, Tensor):  # the same float64 products as the table's rows
+            positions = (offset + torch.arange(T, device=device)).to(torch.float64)  # (T,)
+            angles = torch.outer(positions, _inverse_frequencies(self.head_dim, self.base, device))  # (T, Dh/2)
+            return angles.cos(), angles.sin()
         # While exporting, offset is a symbol (the cache's length): the angles are computed for any offset.
         if not torch.compiler.is_exporting() and offset + T <= self.max_length:
             return self.cos_table[offset : offset + T], self.sin_table[offset : offset + T]
         angles = _angles(offset, T, _inverse_frequencies(self.head_dim, self.base, device))  # (T, Dh/2)
         return angles.cos(), angles.sin()
 
-    def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
+    def forward(self, x: Tensor, *, offset: int | Tensor = 0) -> Tensor:
         if x.dim() < 2 or x.shape[-1] != self.head_dim:
             raise ValueError(f"x must be (..., T, Dh) with Dh = head_dim ({self.head_dim}), got shape {tuple(x.shape)}")
-        _check_offset(offset)
+        if not isinstance(offset, Tensor):  # a tensor offset is data: its cache checked it when it was made
+            _check_offset(offset)
         cos, sin = self._cos_sin(offset, x.shape[-2], x.device)
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         pairs = x.unflatten(-1, (self.head_dim // 2, 2))  # (..., T, Dh/2, 2)

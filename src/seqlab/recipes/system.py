@@ -56,8 +56,10 @@ class SystemOptions:
         errors: a new file that ``evaluate`` fills with the wrong predictions.
         backend: what runs the model's decoding steps: "torch" (the default) or "onnxruntime" (the graphs that
             ``seqlab export RUN --format onnx`` wrote in RUN/onnx, driven by the same decoding engine).
-    Raises: ConfigError for a count outside [1, MAX_BEAMS], a weight outside [0, 1] or an unknown backend, naming
-        the option.
+        compile: True to run a GPT's decoding steps compiled (``seqlab.models.CompiledGPT``: torch.compile over
+            static KV caches), compiled once at load; torch backend only. None (or False): eager.
+    Raises: ConfigError for a count outside [1, MAX_BEAMS], a weight outside [0, 1], an unknown backend or a compile
+        that is not a bool, naming the option.
     """
 
     num_beams: int | None = None
@@ -67,6 +69,7 @@ class SystemOptions:
     rescore_weight: float | None = None
     errors: Path | None = None
     backend: str | None = None
+    compile: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_beams", "nbest"):
@@ -75,6 +78,8 @@ class SystemOptions:
             raise ConfigError(f"rescore_weight ({self.rescore_weight}) must be in [0, 1]")
         if self.backend is not None and self.backend not in BACKENDS:
             raise ConfigError(f"backend ({self.backend!r}) must be one of {', '.join(BACKENDS)}")
+        if self.compile is not None and not isinstance(self.compile, bool):
+            raise ConfigError(f"compile ({self.compile!r}) must be True, False or None")
 
     def given(self) -> list[str]:
         """The names of the options set (not None or empty), in declaration order."""

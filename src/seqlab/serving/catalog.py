@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,15 +69,19 @@ class ServedModel:
         }
 
 
-def load_models(run_dirs: Sequence[Path], *, nbest: int = 5) -> dict[str, ServedModel]:
+def load_models(run_dirs: Sequence[Path], *, nbest: int = 5, compile: bool = False) -> dict[str, ServedModel]:
     """Every run of ``run_dirs``, loaded once, by name (the directory's name).
 
     Args:
         run_dirs: run directories (``seqlab train``'s output).
         nbest: hypotheses per input, and the beam width, of the systems that take ``nbest`` (g2p).
-    Raises: CheckpointError for a directory that is not a readable run; ConfigError for two runs of one name or a
-        bad ``nbest``.
+        compile: compile the decoding steps of the runs whose systems take ``compile`` (``SystemOptions``), at load.
+    Raises: CheckpointError for a directory that is not a readable run; ConfigError for two runs of one name, a
+        bad ``nbest``, compile when no run takes it, or a run that takes it but cannot compile (not a GPT).
     """
+    recipes = {directory: recipe_of_checkpoint(directory) for directory in run_dirs}
+    if compile and not any("compile" in recipe.System.OPTIONS for recipe in recipes.values()):
+        raise ConfigError("--compile: none of the runs generates with a compiled step (lm runs of a GPT do)")
     models: dict[str, ServedModel] = {}
     for directory in run_dirs:
         name = directory.resolve().name
@@ -85,8 +89,10 @@ def load_models(run_dirs: Sequence[Path], *, nbest: int = 5) -> dict[str, Served
             raise ConfigError(
                 f"{directory}: two runs are named {name!r}; serve runs from directories of distinct names"
             )
-        recipe = recipe_of_checkpoint(directory)
+        recipe = recipes[directory]
         options = SystemOptions(num_beams=nbest, nbest=nbest) if "nbest" in recipe.System.OPTIONS else SystemOptions()
+        if compile and "compile" in recipe.System.OPTIONS:
+            options = replace(options, compile=True)
         models[name] = ServedModel(
             name=name,
             system=load_system(directory, options),

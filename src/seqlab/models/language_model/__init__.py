@@ -2,6 +2,7 @@
 a time: recurrent (``rnn``), Transformer decoder-only (``gpt``) convolutional (``tcn``) and state-space
 (``ssm``)."""
 
+from seqlab.models.language_model.compiled import CompiledGPT, CompiledGPTState
 from seqlab.models.language_model.gpt import GPT, GPTConfig, GPTState, gpt, gpt2_small, gpt_char_small
 from seqlab.models.language_model.rnn import (
     RNNLanguageModel,
@@ -17,6 +18,8 @@ from seqlab.models.language_model.tcn import TCNLanguageModel, TCNLanguageModelC
 
 __all__ = [
     "GPT",
+    "CompiledGPT",
+    "CompiledGPTState",
     "GPTConfig",
     "GPTState",
     "RNNLanguageModel",

@@ -30,6 +30,7 @@ from seqlab.nn import (
     KVCache,
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
+    StaticKVCache,
     TransformerDecoderOnly,
     TransformerDecoderOnlyLayer,
     direct_calls,
@@ -90,9 +91,13 @@ class GPTState(NamedTuple):
     when every cached token is real; incremental_step: the decoder's ``IncrementalStep`` that ``step`` runs
     without gradients (it reads the decoder's modules at every step, so it never goes stale), made by ``prefill``
     and passed on by ``step``, or None (``step`` then makes one itself). Batch dimension 0 everywhere, so
-    ``select_rows`` reorders it."""
+    ``select_rows`` reorders it.
 
-    caches: list[KVCache]
+    A static state (``GPT.static_state``) holds one ``StaticKVCache`` per layer instead, buffers of a fixed
+    capacity C, and keep_mask (B, C), False at the slots not yet written, so that every step has the same shapes
+    (what a compiled step needs, ``CompiledGPT``)."""
+
+    caches: list[KVCache] | list[StaticKVCache]
     next_position: Tensor
     keep_mask: Tensor | None
     incremental_step: IncrementalStep | None = None
@@ -193,7 +198,7 @@ class GPT(PretrainedMixin, nn.Module):
         x = self.wte(input_ids)  # (B, T, D)
         if self.wpe is not None:
             if not torch.compiler.is_exporting():  # positions are data then; the graph's caller checks the reach
-                self._check_reach(state.caches[0].length + T, next_position)
+                self.check_reach(state.caches[0].length + T, next_position)
             x = x + self.wpe(positions)
         elif self.sinusoidal is not None:  # scaled as in Vaswani et al. (2017, sec. 3.4), so PE does not swamp W_e
             x = x * math.sqrt(self.config.d_model) + self.sinusoidal.encoding(positions).to(x.dtype)
@@ -208,7 +213,7 @@ class GPT(PretrainedMixin, nn.Module):
         out = self.decoder(drop(self.drop, x), keep_mask=cache_mask, caches=state.caches)
         return out.output, GPTState(out.caches, next_position, cache_mask)
 
-    def _check_reach(self, reach: int, next_position: Tensor) -> None:
+    def check_reach(self, reach: int, next_position: Tensor) -> None:
         """Refuse positions past the learned context. No row reaches past ``reach`` = S + T positions (pads take
         cache slots, not positions): only a call that might overflow reads the exact maximum next_position (B,)
         back from the device.
@@ -247,6 +252,22 @@ class GPT(PretrainedMixin, nn.Module):
         fast = None if torch.is_grad_enabled() else self.decoder.incremental_step()
         return StepOutput(self._project(h[:, -1]), state._replace(incremental_step=fast))
 
+    def static_state(self, state: GPTState, capacity: int) -> GPTState:
+        """The static form of a state of S cached tokens (e.g. a prefill's): its keys and values copied into
+        ``StaticKVCache`` buffers of ``capacity`` C steps, keep_mask (B, C) True at its real tokens only. ``step``
+        then writes each token into the next slot, with the same shapes at every position.
+
+        Raises: ValueError if the state's caches are static already, or capacity is not an integer > S.
+        """
+        caches, next_position, keep_mask, _ = state
+        if isinstance(caches[0], StaticKVCache):
+            raise ValueError("the state's caches are static already")
+        static = [StaticKVCache.holding(cache, capacity) for cache in caches]
+        B, S = next_position.shape[0], caches[0].length
+        keep = torch.zeros(B, capacity, dtype=torch.bool, device=next_position.device)  # (B, C)
+        keep[:, :S] = True if keep_mask is None else keep_mask
+        return GPTState(static, next_position, keep, None)
+
     def step(self, tokens: Tensor, state: GPTState) -> StepOutput:
         """Feed tokens (B,), one per row; return the next token's logits (B, V) and the state.
 
@@ -254,22 +275,40 @@ class GPT(PretrainedMixin, nn.Module):
         its fast path, ``IncrementalStep`` (the state's, else made here), over the modules the model holds now
         (wrapped or quantized ones are called; ``state.incremental_step.module_calls`` names them); otherwise
         ``forward``'s modules (``state.incremental_step`` of the result says which ran: None for the modules).
+
+        A static state (``static_state``) takes the fast path only, writes the token into slot S of its
+        buffers (S + 1 <= C is the caller's to keep: ``CompiledGPT`` grows the buffers) and passes on no
+        ``incremental_step``, so that a compiled step traces the decoder's modules at every compilation; its
+        learned positions are not checked against the context here (``CompiledGPT`` and ``generate`` keep rows
+        within it).
+
+        Raises: ValueError for a static state with gradients enabled, dropout in effect, or no fast path (an
+            attention kind other than "full").
         """
+        static = isinstance(state.caches[0], StaticKVCache)
         fast = None
         if not torch.is_grad_enabled() and not (self.training and self.drop.p > 0.0):
-            fast = state.incremental_step or self.decoder.incremental_step()
+            fast = (None if static else state.incremental_step) or self.decoder.incremental_step()
         if fast is None:
+            if static:
+                raise ValueError(
+                    "a static state is decoded by the fast path only: no gradients, no dropout in effect "
+                    "and full attention"
+                )
             h, new_state = self._hidden(tokens[:, None], state, None)
             return StepOutput(self._project(h[:, 0]), new_state)
         caches, next_position, keep_mask, _ = state
         following = next_position + 1
         x = direct_calls.embedding(self.wte, tokens)  # (B, D)
         if self.wpe is not None:
-            self._check_reach(caches[0].length + 1, following)
+            if not static:  # S is data in a static cache
+                self.check_reach(caches[0].length + 1, following)
             x = x + direct_calls.embedding(self.wpe, next_position)
         elif self.sinusoidal is not None:
             x = x * math.sqrt(self.config.d_model) + self.sinusoidal.encoding(next_position).to(x.dtype)
-        if keep_mask is not None:
+        if static:
+            keep_mask = keep_mask.index_fill(1, caches[0].length, True)  # (B, C): slot S now holds a real token
+        elif keep_mask is not None:
             keep_mask = torch.cat([keep_mask, keep_mask.new_ones(keep_mask.shape[0], 1)], dim=1)  # (B, S + 1)
         out = fast(x.unsqueeze(1), caches=caches, keep_mask=keep_mask)
         h = out.output[:, 0]  # (B, D)
@@ -277,11 +316,11 @@ class GPT(PretrainedMixin, nn.Module):
             logits = direct_calls.linear(self.lm_head, h, few=direct_calls.few_rows(h))  # (B, V)
         else:
             logits = direct_calls.affine(h, self.wte.weight) if direct_calls.few_rows(h) else self._project(h)
-        return StepOutput(logits, GPTState(out.caches, following, keep_mask, fast))
+        return StepOutput(logits, GPTState(out.caches, following, keep_mask, None if static else fast))
 
     def reorder_state(self, state: GPTState, index: Tensor) -> GPTState:
         """The state of rows ``index`` (B',), in that order; the caches keep their spare capacity
-        (``KVCache.select_rows``), so the next step still appends in place."""
+        (``KVCache.select_rows``, ``StaticKVCache.select_rows``), so the next step still appends in place."""
         caches = [cache.select_rows(index) for cache in state.caches]
         next_position, keep_mask = select_rows(state.next_position, index), select_rows(state.keep_mask, index)
         return GPTState(caches, next_position, keep_mask, state.incremental_step)

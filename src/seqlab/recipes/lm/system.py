@@ -16,7 +16,7 @@ from seqlab.data.text import read_text
 from seqlab.data.tokenizers import TOKENIZER_FILE, Tokenizer, load_tokenizer
 from seqlab.errors import CheckpointError, ConfigError, DataError
 from seqlab.export import OnnxGPT, load_step_model
-from seqlab.models import GPT, RNNLanguageModel, SSMLanguageModel, TCNLanguageModel, load_pretrained
+from seqlab.models import GPT, CompiledGPT, RNNLanguageModel, SSMLanguageModel, TCNLanguageModel, load_pretrained
 from seqlab.recipes.base import check_model_config, check_vocabulary_size, load_recipe_config
 from seqlab.recipes.common.text_generation import continuation_pieces, prompt_tokens
 from seqlab.recipes.lm.config import Config, LMDecodeConfig
@@ -45,15 +45,15 @@ class LanguageModelSystem:
         tokenizer: the run's char, word or BPE tokenizer.
         config: the run's whole recipe config (its decode section sets generation's defaults).
         step_model: what generation decodes with when it is not ``model``: the run's exported graphs under
-            onnxruntime (``--backend onnxruntime``), else None.
+            onnxruntime (``--backend onnxruntime``), or the GPT's compiled step (``--compile``), else None.
     """
 
-    OPTIONS: ClassVar[frozenset[str]] = frozenset({"backend"})
+    OPTIONS: ClassVar[frozenset[str]] = frozenset({"backend", "compile"})
 
     model: GPT | RNNLanguageModel | TCNLanguageModel | SSMLanguageModel
     tokenizer: Tokenizer
     config: Config
-    step_model: OnnxGPT | None = None
+    step_model: OnnxGPT | CompiledGPT | None = None
 
     def save(self, directory: Path) -> None:
         """Write the model and ``tokenizer.json`` (``run_training`` adds ``recipe.json``, which ``load`` reads)."""
@@ -63,10 +63,13 @@ class LanguageModelSystem:
     @classmethod
     def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> LanguageModelSystem:
         """The run in ``directory``; with ``options.backend`` "onnxruntime", generation runs its export in
-        ``directory/onnx`` (``seqlab.export.load_step_model``).
+        ``directory/onnx`` (``seqlab.export.load_step_model``); with ``options.compile``, the GPT's compiled step
+        (``CompiledGPT``), compiled here for one row (a prompt's generation; beam search compiles once more at its
+        first K rows).
 
         Raises: CheckpointError for a run that holds another model, or whose files disagree, or (onnxruntime) whose
-            export is missing, stale or not a GPT's; ConfigError if onnxruntime is not installed.
+            export is missing, stale or not a GPT's; ConfigError if onnxruntime is not installed, or compile is asked
+            with onnxruntime or of a model that is not a GPT.
         """
         config = load_recipe_config(directory, Config)
         model = load_pretrained(directory)
@@ -75,7 +78,16 @@ class LanguageModelSystem:
         tokenizer = load_tokenizer(directory)
         check_vocabulary_size(directory / TOKENIZER_FILE, tokenizer.vocab_size, model.config.vocab_size)
         check_model_config(directory, config.model.model_config(vocab_size=tokenizer.vocab_size), model.config)
+        if options.compile and options.backend == "onnxruntime":
+            raise ConfigError("compile runs torch's steps: it cannot be combined with backend onnxruntime")
         step_model = load_step_model(directory) if options.backend == "onnxruntime" else None
+        if options.compile:
+            model.eval()
+            try:
+                step_model = CompiledGPT(model)
+            except ConfigError as e:  # not a GPT
+                raise ConfigError(f"{directory}: {e}") from None
+            step_model.warm_up()
         return cls(model, tokenizer, config, step_model)
 
     def encode(self, text: str, *, source: str) -> torch.Tensor:
