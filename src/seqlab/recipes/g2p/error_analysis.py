@@ -1,5 +1,5 @@
-"""Where a G2P model goes wrong: word error rates by category, length coverage by word length, and the list of
-wrong words.
+"""Where a G2P model goes wrong: word and phoneme error rates by category, length coverage by word length, and the
+list of wrong words.
 
 Categories (each word of the scored set falls in one length bucket and one reference-count class):
 
