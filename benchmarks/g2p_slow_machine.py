@@ -19,8 +19,10 @@ same budget. Each (schedule, seed) trains into ``OUT/SCHEDULE-seedN`` (a run dir
 reads; one that has a ``results.json`` is not trained again, an interrupted one resumes from its training
 checkpoint, saved every 500 steps) and is tested on the recipe's test split with its decode section (beam 5). The
 table: steps reached, the last step's learning rate as a fraction of the peak, and test WER / PER, overall and by
-word length: mean +- sample standard deviation over the seeds. ``--set`` changes the recipe's config (e.g. for
-small smoke runs). Run with ``OMP_NUM_THREADS=1``; several invocations with other seeds can share one ``--out``.
+word length (WER / PER / dropped ends): each run, and the mean +- sample standard deviation over the seeds of each
+schedule and ``--set`` changes. ``--set`` changes the recipe's config (e.g. ``train.batch_type=token
+train.batch_size=473``, or small smoke runs); give each setting its own ``--out``. Run with
+``OMP_NUM_THREADS=1``; several invocations with other seeds can share one ``--out``.
 """
 
 from __future__ import annotations
@@ -115,10 +117,13 @@ def emulated_trainer(run: TrainingRun, schedule: str, clock: EmulatedClock, **op
     return trainer
 
 
-def train_and_test(config: Config, schedule: str, clock: EmulatedClock, out: Path) -> dict[str, float | str]:
+def train_and_test(
+    config: Config, schedule: str, clock: EmulatedClock, out: Path, changes: str = ""
+) -> dict[str, float | str]:
     """Train the recipe's model with ``config`` on ``clock`` into the run directory ``out`` (resumed from its
     training checkpoint if it has one: bit for bit, since the clock is emulated), test it, and return the results
-    row (test scores, steps, the stop reason, the emulated seconds and the last learning rate)."""
+    row (test scores, steps, the stop reason, the emulated seconds, the last learning rate and ``changes``, the
+    ``--set`` assignments that made ``config``, which the table names)."""
     seed_everything(config.train.seed)
     run = training.prepare(config)
     out.mkdir(parents=True, exist_ok=True)
@@ -144,6 +149,7 @@ def train_and_test(config: Config, schedule: str, clock: EmulatedClock, out: Pat
     row = {
         **scores,
         "schedule": schedule,
+        "changes": changes,
         "steps": result.steps,
         "stopped_by": result.stopped_by,
         "emulated_seconds": result.seconds,
@@ -154,29 +160,55 @@ def train_and_test(config: Config, schedule: str, clock: EmulatedClock, out: Pat
     return row
 
 
-def spread(values: list[float]) -> str:
-    values = [v for v in values if not math.isnan(v)]  # a bucket without words in a small test set
+def spread(values: list[float], digits: int = 2) -> str:
+    """Mean ± sample standard deviation of ``values`` (the value alone for one, "-" for none); NaN (a bucket
+    without words in a small test set) is left out."""
+    values = [v for v in values if not math.isnan(v)]
     if len(values) < 2:
-        return f"{values[0]:.2f}" if values else "-"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+        return f"{values[0]:.{digits}f}" if values else "-"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def print_table(out: Path) -> None:
-    rows = [json.loads(p.read_text()) for p in sorted(out.glob("*-seed*/results.json"))]
+    """Print the results of every run in ``out`` as a Markdown table: one row per run, then each group's (the
+    same schedule and ``--set`` changes) mean ± sd when it has several seeds; a bucket's cell is WER / PER /
+    dropped ends (% of words whose hypothesis is under 70% of its closest reference's length)."""
+    rows = [
+        {**json.loads(p.read_text()), "seed": p.parent.name.rsplit("-seed", 1)[1]}
+        for p in sorted(out.glob("*-seed*/results.json"))
+    ]
     print(
-        f"\n{'schedule':<9} {'seeds':<6} {'steps':<18} {'last lr':<9} {'WER':<13} {'PER':<12} "
-        + " ".join(f"{b:<13}" for b in BUCKETS)
+        "\n| schedule | changes | seed | steps | last lr | valid loss | WER | PER | "
+        + " | ".join(b.replace("_up", "+").replace("_", "-") for b in BUCKETS)
+        + " |\n"
+        + "|---" * (8 + len(BUCKETS))
+        + "|"
     )
     for schedule in SCHEDULES:
-        mine = [r for r in rows if r["schedule"] == schedule]
-        if not mine:
-            continue
-        print(
-            f"{schedule:<9} {len(mine):<6} {'/'.join(str(r['steps']) for r in mine):<18} "
-            f"{statistics.mean(r['last_lr_ratio'] for r in mine):<9.4f} "
-            f"{spread([r['wer'] for r in mine]):<13} {spread([r['per'] for r in mine]):<12} "
-            + " ".join(f"{spread([r.get(f'wer_letters_{b}', math.nan) for r in mine]):<13}" for b in BUCKETS)
-        )
+        for changes in sorted({r.get("changes", "") for r in rows if r["schedule"] == schedule}):
+            group = [r for r in rows if r["schedule"] == schedule and r.get("changes", "") == changes]
+            seeds = [r["seed"] for r in group]
+            for r, seed in zip(group, seeds, strict=True):
+                print_row(schedule, changes, seed, [r])
+            if len(group) > 1:
+                print_row(schedule, changes, ",".join(seeds), group)
+
+
+def print_row(schedule: str, changes: str, seeds: str, group: list[dict[str, Any]]) -> None:
+    """One row of ``print_table``: the runs of ``group``, mean ± sd where there are several."""
+
+    def cell(key: str, digits: int = 2) -> str:
+        return spread([r.get(key, math.nan) for r in group], digits)
+
+    buckets = [
+        f"{cell(f'wer_letters_{b}', 1)} / {cell(f'per_letters_{b}')} / {cell(f'dropped_ends_letters_{b}', 1)}"
+        for b in BUCKETS
+    ]
+    print(
+        f"| {schedule} | {changes or '-'} | {seeds} | {'/'.join(str(r['steps']) for r in group)} "
+        f"| {statistics.mean(r['last_lr_ratio'] for r in group):.4f} | {cell('valid_loss', 4)} "
+        f"| {cell('wer')} | {cell('per')} | " + " | ".join(buckets) + " |"
+    )
 
 
 def main() -> None:
@@ -206,7 +238,7 @@ def main() -> None:
                 continue
             config = apply_overrides(base, {"train.seed": seed})
             clock = EmulatedClock(step_seconds, step_seconds * args.validation_steps)
-            row = train_and_test(config, schedule, clock, out)
+            row = train_and_test(config, schedule, clock, out, changes=" ".join(args.set))
             print(f"{out.name}: {row['steps']} steps ({row['stopped_by']}), WER {row['wer']:.2f}, PER {row['per']:.2f}")
     print_table(args.out)
 

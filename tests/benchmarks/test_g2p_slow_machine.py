@@ -129,7 +129,8 @@ def test_the_script_trains_tests_and_tabulates_both_schedules_and_resumes_an_int
     rows = {s: json.loads((tmp_path / f"{s}-seed0" / "results.json").read_text()) for s in ("budgeted", "steps")}
     for schedule, row in rows.items():
         assert (row["steps"], row["stopped_by"]) == (7, "time_budget")
-        assert f"\n{schedule:<9} 1      7 " in out
+        assert f"\n| {schedule} | {' '.join(sets)} | 0 | 7 | " in out
+        assert row["changes"] == " ".join(sets) and row["per_letters_1_4"] >= 0
     last = {schedule: row["last_lr_ratio"] for schedule, row in rows.items()}
     assert last == {"budgeted": 0.0, "steps": pytest.approx(warmup_cosine(0, 20_000)(7), rel=1e-12)}
     # Interrupted after training (its results lost): it resumes from its checkpoint, to the same results.
@@ -141,3 +142,20 @@ def test_the_script_trains_tests_and_tabulates_both_schedules_and_resumes_an_int
     )
     assert "budgeted-seed0: resumed at step 7" in again
     assert budgeted.read_text() == before
+
+
+def test_the_table_gives_each_run_and_the_mean_and_sd_of_each_setting_s_seeds(tmp_path, capsys):
+    buckets = {f"{k}_letters_{b}": v for b in slow.BUCKETS for k, v in (("wer", 30.0), ("per", 6.0))}
+    for seed, wer, changes in ((0, 27.0, "train.batch_type=token"), (1, 29.0, "train.batch_type=token"), (0, 31.0, "")):
+        row = {"schedule": "budgeted", "changes": changes, "steps": 7, "last_lr_ratio": 0.0, "valid_loss": 0.2}
+        row |= {"wer": wer, "per": 6.5, **buckets, "dropped_ends_letters_15_up": 2.0 * seed}
+        run = tmp_path / ("token" if changes else "sentence") / f"budgeted-seed{seed}"
+        run.mkdir(parents=True)
+        (run / "results.json").write_text(json.dumps(row))
+    slow.print_table(tmp_path / "token")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].startswith("| budgeted | train.batch_type=token | 0,1 | 7/7 | 0.0000 | 0.2000 ± 0.0000 |")
+    assert "| 28.00 ± 1.41 | 6.50 ± 0.00 | 30.0 ± 0.0 / 6.00 ± 0.00 / - |" in lines[-1]  # 1-4: no dropped ends
+    assert lines[-1].endswith("| 30.0 ± 0.0 / 6.00 ± 0.00 / 1.0 ± 1.4 |")  # 15+: dropped ends 0 and 2
+    assert lines[-3].startswith("| budgeted | train.batch_type=token | 0 | 7 | 0.0000 | 0.2000 | 27.00 | 6.50 |")
+    assert len(lines) == 6 and lines[1].startswith("| schedule | changes | seed |")

@@ -105,6 +105,10 @@ def test_error_categories_by_hand():
     assert rows["phonemes_per_letter_letters_1_4"] == 2 / 5
     assert rows["reference_phonemes_per_letter_letters_1_4"] == 3 / 5
     assert rows["dropped_ends_letters_1_4"] == 50.0 and rows["repeats_letters_1_4"] == 0.0
+    # PER against the closest reference: 1-4 letters 0 + 1 edits of 1 + 2 reference phonemes; "abcdefgh" 1 of 1
+    assert rows["per_letters_1_4"] == 100 / 3 and "per_letters_5_7" not in rows
+    assert rows["per_letters_8_10"] == 100.0 and rows["per_letters_11_up"] == 0.0
+    assert rows["per_several_pronunciations"] == 100.0 and rows["per_no_vowel_letter"] == 50.0
 
 
 def test_the_15_up_bucket_lies_within_11_up_and_reports_dropped_ends_and_repeats():

@@ -1,5 +1,5 @@
-"""Where a G2P model goes wrong: word error rates by category, length coverage by word length, and the list of
-wrong words.
+"""Where a G2P model goes wrong: word and phoneme error rates by category, length coverage by word length, and the
+list of wrong words.
 
 Categories (each word of the scored set falls in one length bucket and one reference-count class):
 
@@ -26,7 +26,7 @@ from rapidfuzz.distance import Levenshtein
 
 from seqlab.errors import ConfigError
 from seqlab.files import atomic_write
-from seqlab.metrics import length_coverage
+from seqlab.metrics import length_coverage, phoneme_error_rate, word_error_rate
 
 LENGTH_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
     ("1_4", 1, 4),
@@ -44,39 +44,38 @@ Phonemes = Sequence[str]
 def error_categories(
     words: Sequence[str], hypotheses: Sequence[Phonemes], references: Sequence[Sequence[Phonemes]]
 ) -> dict[str, float]:
-    """Word error rate (%) and word count of every category (module docstring), as ``wer_NAME`` and ``words_NAME``,
-    and each length bucket's coverage as ``phonemes_per_letter_NAME``, ``reference_phonemes_per_letter_NAME``,
+    """Word and phoneme error rates (%) and word count of every category (module docstring), as ``wer_NAME``,
+    ``per_NAME`` (``seqlab.metrics``: each word scored against its closest reference) and ``words_NAME``, and each
+    length bucket's coverage as ``phonemes_per_letter_NAME``, ``reference_phonemes_per_letter_NAME``,
     ``dropped_ends_NAME`` and ``repeats_NAME`` (``seqlab.metrics.LengthCoverage``).
 
     Names: ``letters_1_4``, ``letters_5_7``, ``letters_8_10``, ``letters_11_up``, ``letters_15_up``,
     ``one_pronunciation``, ``several_pronunciations``, ``no_vowel_letter``. A category without words has only its
-    count (0), no WER or coverage.
+    count (0), no error rates or coverage.
 
     Args:
         words: W words; hypotheses: their W best hypotheses; references: W lists of reference pronunciations.
     """
-    members: dict[str, list[bool]] = {f"letters_{name}": [] for name, _, _ in LENGTH_BUCKETS}
+    members: dict[str, list[int]] = {f"letters_{name}": [] for name, _, _ in LENGTH_BUCKETS}
     members.update(one_pronunciation=[], several_pronunciations=[], no_vowel_letter=[])
-    in_bucket: dict[str, list[int]] = {f"letters_{name}": [] for name, _, _ in LENGTH_BUCKETS}
-    for i, (word, hypothesis, variants) in enumerate(zip(words, hypotheses, references, strict=True)):
-        wrong = tuple(hypothesis) not in {tuple(v) for v in variants}
+    for i, (word, variants) in enumerate(zip(words, references, strict=True)):
         for name, low, high in LENGTH_BUCKETS:
             if len(word) >= low and (high is None or len(word) <= high):
-                members[f"letters_{name}"].append(wrong)
-                in_bucket[f"letters_{name}"].append(i)
-        members["one_pronunciation" if len(variants) == 1 else "several_pronunciations"].append(wrong)
+                members[f"letters_{name}"].append(i)
+        members["one_pronunciation" if len(variants) == 1 else "several_pronunciations"].append(i)
         if not VOWEL_LETTERS.intersection(word):
-            members["no_vowel_letter"].append(wrong)
+            members["no_vowel_letter"].append(i)
     rows: dict[str, float] = {}
-    for name, wrong in members.items():
-        if wrong:
-            rows[f"wer_{name}"] = 100.0 * sum(wrong) / len(wrong)
-        rows[f"words_{name}"] = float(len(wrong))
-    for name, index in in_bucket.items():
-        if index:
-            coverage = length_coverage(
-                [words[i] for i in index], [hypotheses[i] for i in index], [references[i] for i in index]
-            )
+    for name, index in members.items():
+        if not index:
+            rows[f"words_{name}"] = 0.0
+            continue
+        mine = [hypotheses[i] for i in index], [references[i] for i in index]
+        rows[f"wer_{name}"] = word_error_rate(*mine)
+        rows[f"per_{name}"] = phoneme_error_rate(*mine)
+        rows[f"words_{name}"] = float(len(index))
+        if name.startswith("letters_"):
+            coverage = length_coverage([words[i] for i in index], *mine)
             rows.update({f"{field}_{name}": value for field, value in coverage._asdict().items()})
     return rows
 
