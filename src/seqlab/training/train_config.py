@@ -52,7 +52,8 @@ class TrainConfig:
     lr divided by ``decay_factor`` after every epoch past ``decay_after`` (Zaremba et al. 2014). The cosine ends
     at ``max_steps`` or when ``time_budget`` runs out, whichever comes first: its progress is
     max((step - w) / (max_steps - w), elapsed / time_budget) (budgeted training, Li et al. 2020), so a slow
-    machine's run still ends at the bottom of the schedule. A cosine with a time budget therefore depends on the clock; without one, a run is repeatable bit for bit.
+    machine's run still ends at the bottom of the schedule. A cosine with a time budget therefore depends on the
+    clock; without one, a run is repeatable bit for bit.
 
     ``betas`` are Adam's and AdamW's (beta_1, beta_2), the decay rates of the gradient's running mean and mean
     square (Kingma & Ba 2015); ``--set train.betas=0.9,0.95``.
