@@ -17,7 +17,9 @@ shared machine both then see the same load; give it at least 2 x ``--threads`` c
 with ``--one-at-a-time``; the load average before and after each pair is printed with the table. Each side keeps
 the checkpoint of its best validation; one evaluator then scores both on the whole valid split: the mean
 cross-entropy (nats/char) over consecutive blocks of the context length, every character of a block predicted
-from those before it in the block.
+from those before it in the block. nanoGPT's ``train.py`` fixes its torch seed (1337); ``--nanogpt-seed`` runs
+it unchanged under a wrapper that shifts ``torch.manual_seed`` to the given seed (its initialisation and batches
+then differ as another seed's would), for nanoGPT's seed spread; ``--set train.seed=N`` does the same for seqlab.
 
     python benchmarks/nanogpt.py --nanogpt-dir ~/src/nanoGPT                     # 2,000 and 5,000 steps
     nice python benchmarks/nanogpt.py --nanogpt-dir ~/src/nanoGPT --iters 2000 --threads 1
@@ -59,6 +61,14 @@ SEQLAB_SIZE = {
     "train.batch_size": SIZE["batch_size"],
 }
 EVAL_BATCH = 64  # blocks per forward pass of the evaluator
+NANOGPT_SEED = 1337  # the torch seed nanoGPT's train.py sets (plus its DDP rank, 0 here)
+# Runs nanoGPT's train.py (in the working directory, the checkout) as its own script, with torch.manual_seed
+# shifted so that its seed becomes argv[1]; nothing of train.py is changed or copied.
+SEED_WRAPPER = (
+    f"import runpy, sys, torch; offset = int(sys.argv[1]) - {NANOGPT_SEED}; sys.argv = sys.argv[2:]; "
+    "sys.path.insert(0, '.'); manual_seed = torch.manual_seed; "
+    "torch.manual_seed = lambda seed: manual_seed(seed + offset); runpy.run_path('train.py', run_name='__main__')"
+)
 
 LogitsFn = Callable[[Tensor], Tensor]  # (B, T) ids -> (B, T, V) logits
 
@@ -165,6 +175,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each side")
     parser.add_argument("--text", type=Path, default=None, help="a UTF-8 text instead of the default corpus")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more seqlab --set values")
+    parser.add_argument(
+        "--nanogpt-seed", type=int, default=NANOGPT_SEED, help=f"nanoGPT's torch seed (its own: {NANOGPT_SEED})"
+    )
     parser.add_argument("--one-at-a-time", action="store_true", help="run the sides one after the other")
     parser.add_argument("--keep", type=Path, default=None, help="keep the runs and logs in this directory")
     args = parser.parse_args()
@@ -187,13 +200,16 @@ def main() -> None:
     block = SIZE["block_size"]
     print(f"text: {args.text or 'the default corpus'}, {len(splits.train):,} / {len(splits.valid):,} train / valid")
     order = "one side after the other" if args.one_at_a_time else "both sides at the same time"
-    print(f"characters, {len(stoi)} symbols; {args.threads} thread(s) per side, {order}")
+    print(
+        f"characters, {len(stoi)} symbols; {args.threads} thread(s) per side, {order}; nanoGPT seed {args.nanogpt_seed}"
+    )
     print("valid loss: nats/char over the whole valid split, one evaluator; wall: the whole training process")
     print(f"{'iters':>6} {'side':<8} {'valid loss':>10} {'wall (s)':>9}", flush=True)  # a row as each pair ends
     for iters in args.iters:
         nano_out, seqlab_out = work / f"nanogpt-{iters}", work / f"seqlab-{iters}"
+        wrapper = [] if args.nanogpt_seed == NANOGPT_SEED else ["-c", SEED_WRAPPER, str(args.nanogpt_seed)]
         nano_command = [
-            sys.executable, "train.py", "config/train_shakespeare_char.py", *NANOGPT_FLAGS,
+            sys.executable, *wrapper, "train.py", "config/train_shakespeare_char.py", *NANOGPT_FLAGS,
             *(f"--{k}={v}" for k, v in SIZE.items()),
             f"--max_iters={iters}", f"--lr_decay_iters={iters}", f"--eval_interval={eval_interval(iters)}",
             f"--dataset={work / 'data'}", f"--out_dir={nano_out}",

@@ -1,5 +1,6 @@
 """The benchmark scripts run end to end at the smallest shapes and print their tables (never timed here)."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -165,3 +166,17 @@ def test_nanogpt_side_by_side_runs_and_prints_its_table(tmp_path):
         assert expected in result.stdout, f"{expected!r} missing from:\n{result.stdout}"
     # The dataset is nanoGPT's format: uint16 ids of the train and valid text, and its meta.pkl.
     assert {p.name for p in (tmp_path / "runs" / "data").iterdir()} == {"train.bin", "val.bin", "meta.pkl"}
+
+
+def test_the_nanogpt_seed_wrapper_runs_train_py_unchanged_with_its_seed_shifted(tmp_path):
+    """A stand-in train.py that seeds torch with nanoGPT's 1337 ends up seeded with --nanogpt-seed's value, and
+    sees its own name and arguments in sys.argv, as when run directly."""
+    spec = importlib.util.spec_from_file_location("nanogpt_benchmark", ROOT / "benchmarks" / "nanogpt.py")
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    (tmp_path / "train.py").write_text(
+        "import sys, torch\ntorch.manual_seed(1337)\nprint(torch.initial_seed(), sys.argv)\n"
+    )
+    command = [sys.executable, "-c", benchmark.SEED_WRAPPER, "7", "train.py", "config/x.py", "--max_iters=2"]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout == "7 ['train.py', 'config/x.py', '--max_iters=2']\n"

@@ -117,6 +117,29 @@ def test_adamw_decay_is_decoupled_and_adam_decay_is_l2_in_the_gradient(optimizer
             torch.testing.assert_close(p.detach(), p0 - lr * g / (g.abs() + 1e-8))
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "adamw"])
+def test_the_fused_kernel_takes_the_steps_of_torchs_loop_over_parameters(optimizer):
+    """build_optimizer picks torch's fused Adam / AdamW on a CPU (torch >= 2.4): five steps with decay move every
+    parameter as the reference implementation, torch's loop over single tensors (foreach=False), does."""
+    if torch.__version__ < "2.4":
+        pytest.skip("torch < 2.4 has no fused CPU kernel")
+    model, reference = Mixed(), Mixed()
+    config = TrainConfig(optimizer=optimizer, lr=0.01, weight_decay=0.1, betas=(0.9, 0.99), batch_size=1)
+    fused = build_optimizer(model, config)
+    assert fused.defaults["fused"] is True
+    kind = torch.optim.Adam if optimizer == "adam" else torch.optim.AdamW
+    loop = kind(parameter_groups(reference, 0.1), lr=0.01, betas=(0.9, 0.99), foreach=False)
+    generator = torch.Generator().manual_seed(1)
+    weights = [torch.randn(p.shape, generator=generator) for p in model.parameters()]
+    for _ in range(5):
+        for net, opt in ((model, fused), (reference, loop)):
+            opt.zero_grad()
+            sum((p * w + p**3).sum() for p, w in zip(net.parameters(), weights, strict=True)).backward()
+            opt.step()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p, q, msg=name)
+
+
 def test_pretrained_parameters_get_their_own_groups_at_the_scaled_learning_rate():
     model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
     config = TrainConfig(lr=0.01, body_lr_scale=0.1, weight_decay=0.5)

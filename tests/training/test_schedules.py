@@ -201,6 +201,17 @@ def test_trainer_follows_the_schedule_and_logs_each_steps_lr(schedule, warmup_st
     assert trainer.optimizer.param_groups[0]["lr"] == used[-1]  # set just before each step
 
 
+def test_the_trainers_cosine_ends_at_min_lr_ratio_times_lr():
+    lr, max_steps = 0.02, 9
+    config = TrainConfig(lr=lr, schedule="cosine", warmup_steps=2, max_steps=max_steps, min_lr_ratio=0.1)
+    trainer = linear_regression_trainer(config)
+    used = []
+    trainer.optimizer.register_step_pre_hook(lambda opt, args, kwargs: used.append(opt.param_groups[0]["lr"]))
+    trainer.fit()
+    assert used == lambda_lr_rates(lr, warmup_cosine(2, max_steps, min_ratio=0.1), max_steps)
+    assert used[-1] == pytest.approx(0.1 * lr)
+
+
 def test_default_config_keeps_lr_constant_and_records_it():
     trainer = linear_regression_trainer(TrainConfig(lr=0.01, max_epochs=2))
     result = trainer.fit()
@@ -229,6 +240,7 @@ def test_validate_may_not_return_the_lr_key():
             {"schedule": "cosine", "max_steps": 100, "warmup_steps": 100},
             "warmup_steps (100) must be < max_steps (100) for schedule 'cosine'",
         ),
+        ({"min_lr_ratio": 1.5}, "min_lr_ratio (1.5) must be a finite number >= 0.0 and <= 1.0"),
     ],
 )
 def test_train_config_schedule_messages_show_the_bad_value(kwargs, message):

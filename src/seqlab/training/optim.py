@@ -53,6 +53,13 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, An
     return [group for group in groups if group["params"]]
 
 
+def fused_available(parameters: Collection[nn.Parameter]) -> bool | None:
+    """True where torch has a fused Adam / AdamW kernel for every parameter: torch >= 2.4 and floating-point
+    parameters on a CPU or a CUDA device (torch 2.4 added the CPU kernels); else None (torch's default choice)."""
+    supported = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in parameters)
+    return True if supported and torch.__version__ >= "2.4" else None
+
+
 def freeze_parameters(model: nn.Module, freeze: str) -> list[str]:
     """Set ``requires_grad=False`` on the parameters named by ``freeze`` and return their names.
 
@@ -88,7 +95,10 @@ def build_optimizer(
 
     "adam": ``torch.optim.Adam`` (Kingma & Ba, 2015) with ``betas``, weight decay as L2 added to the gradient; "adamw":
     ``torch.optim.AdamW`` (Loshchilov & Hutter, 2019), decay decoupled from the adaptive step; "sgd":
-    ``torch.optim.SGD`` with ``momentum`` and ``nesterov`` (Sutskever et al., 2013), decay as L2.
+    ``torch.optim.SGD`` with ``momentum`` and ``nesterov`` (Sutskever et al., 2013), decay as L2. Adam and AdamW
+    take torch's fused kernel where it has one (``fused_available``): the same update, one kernel for all the
+    parameters instead of a loop over them (on a CPU, where torch otherwise loops, a small GPT's training step
+    costs 2-4 % less: ``benchmarks/nanogpt_step.py``).
 
     Args:
         model: the module whose trainable parameters to optimize.
@@ -118,8 +128,9 @@ def build_optimizer(
             for g in groups
         ]
         groups = [g for g in new + old if g["params"]]
+    fused = fused_available([p for g in groups for p in g["params"]])
     if config.optimizer == "adam":
-        return torch.optim.Adam(groups, lr=config.lr, betas=config.betas)
+        return torch.optim.Adam(groups, lr=config.lr, betas=config.betas, fused=fused)
     if config.optimizer == "adamw":
-        return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas)
+        return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, fused=fused)
     return torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum, nesterov=config.nesterov)

@@ -230,11 +230,13 @@ def lr_schedule(
     time_budget: float | None = None,
     decay_factor: float = 1.0,
     decay_after: int = 0,
+    min_ratio: float = 0.0,
 ) -> Schedule:
     """The ``Schedule`` named as in ``TrainConfig.schedule``, the one interface the trainer uses.
 
     "constant" and "inverse_sqrt" read the step only (``warmup_constant``, ``inverse_sqrt``); "cosine" decays to
-    0 at ``total_steps`` or when ``time_budget`` seconds are spent, whichever comes first (``budgeted_cosine``);
+    ``min_ratio`` at ``total_steps`` or when ``time_budget`` seconds are spent, whichever comes first
+    (``budgeted_cosine``);
     "epoch_decay" divides by ``decay_factor`` after each epoch past ``decay_after`` (``epoch_decay``).
 
     Args:
@@ -243,13 +245,15 @@ def lr_schedule(
         total_steps: the step where the cosine decay ends (``TrainConfig.max_steps``).
         time_budget: the seconds of training where the cosine decay ends (``TrainConfig.time_budget``).
         decay_factor, decay_after: of "epoch_decay".
+        min_ratio: r in [0, 1], where the cosine ends (``TrainConfig.min_lr_ratio``); ignored by
+            the other schedules.
     Returns:
         ``m(progress) -> float``.
     Raises:
         ValueError: for an unknown schedule, or the errors of the schedule.
     """
     if schedule == "cosine":
-        return budgeted_cosine(warmup_steps, total_steps=total_steps, time_budget=time_budget)
+        return budgeted_cosine(warmup_steps, total_steps=total_steps, time_budget=time_budget, min_ratio=min_ratio)
     if schedule == "epoch_decay":
         return epoch_decay(decay_factor, decay_after=decay_after, warmup_steps=warmup_steps)
     if schedule not in SCHEDULES:

@@ -48,11 +48,12 @@ class TrainConfig:
 
     ``lr`` is the peak learning rate; ``schedule`` and ``warmup_steps`` choose its multiplier per step (see
     ``seqlab.training.schedules``): a linear warmup over ``warmup_steps`` steps, then constant, inverse-sqrt
-    ("Noam"), cosine decay to 0, or "epoch_decay": lr divided by ``decay_factor`` after every epoch past
-    ``decay_after`` (Zaremba et al. 2014). The cosine ends at ``max_steps`` or when ``time_budget`` runs out,
-    whichever comes first: its progress is max((step - w) / (max_steps - w), elapsed / time_budget) (budgeted
-    training, Li et al. 2020), so a slow machine's run still ends at the bottom of the schedule. A cosine with a
-    time budget therefore depends on the clock; without one, a run is repeatable bit for bit.
+    ("Noam"), cosine decay to ``min_lr_ratio`` * lr (0 by default; nanoGPT decays to lr / 10), or "epoch_decay":
+    lr divided by ``decay_factor`` after every epoch past ``decay_after`` (Zaremba et al. 2014). The cosine ends
+    at ``max_steps`` or when ``time_budget`` runs out, whichever comes first: its progress is
+    max((step - w) / (max_steps - w), elapsed / time_budget) (budgeted training, Li et al. 2020), so a slow
+    machine's run still ends at the bottom of the schedule. A cosine with a time budget therefore depends on the
+    clock; without one, a run is repeatable bit for bit.
 
     ``betas`` are Adam's and AdamW's (beta_1, beta_2), the decay rates of the gradient's running mean and mean
     square (Kingma & Ba 2015); ``--set train.betas=0.9,0.95``.
@@ -99,6 +100,7 @@ class TrainConfig:
     validate_every: int | None = None  # also validate every this many steps; None = at epoch ends only
     schedule: ScheduleName = "constant"  # after warmup: constant, inverse_sqrt (Noam), cosine to 0, epoch_decay
     warmup_steps: int = 0  # linear warmup: step s < warmup_steps uses lr * s / warmup_steps
+    min_lr_ratio: float = 0.0  # cosine only: the decay ends at min_lr_ratio * lr (nanoGPT: 0.1)
     decay_factor: float = 1.0  # epoch_decay only: lr divided by this after each epoch past decay_after
     decay_after: int = 0  # epoch_decay only: epochs at the peak lr before the decay starts
     optimizer: OptimizerName = "adam"  # adam, adamw (decoupled weight decay) or sgd
@@ -130,6 +132,7 @@ class TrainConfig:
         check_int("seed", self.seed, minimum=0, maximum=2**32 - 1)
         check_choice("schedule", self.schedule, SCHEDULES)
         check_int("warmup_steps", self.warmup_steps, minimum=0, maximum=MAX_STEPS)
+        check_real("min_lr_ratio", self.min_lr_ratio, at_least=0.0, at_most=1.0)
         if self.schedule == "cosine":
             if self.max_steps is None and self.time_budget is None:
                 raise ConfigError("schedule 'cosine' needs max_steps or time_budget, where its decay ends")

@@ -186,6 +186,7 @@ class Trainer:
             time_budget=config.time_budget,
             decay_factor=config.decay_factor,
             decay_after=config.decay_after,
+            min_ratio=config.min_lr_ratio,
         )
         self.scheduler = LRScheduler(self.optimizer, schedule)
         self.scaler = grad_scaler(config.precision, self.device)

@@ -27,8 +27,8 @@ at its default: the RNN sizes, dropout and init range, data.bptt_len, and train 
 batch_size 20, the paper's epochs and its per-epoch decay (``train.schedule=epoch_decay``: epoch e trains at
 ``ZarembaTraining.lr_at(e)``); an epoch here is ``data.batches_per_epoch`` windows, not a pass over the corpus as in
 the paper (set it to the windows of one pass for the paper's schedule); ``recipe.json`` holds the filled config. The
-default training anneals a cosine that ends when ``train.time_budget`` runs out (or at ``train.max_steps``, whichever
-comes first; ``seqlab.training.schedules``).
+default training anneals a cosine down to lr / 10 (``train.min_lr_ratio``, nanoGPT's floor) that ends when
+``train.time_budget`` runs out (or at ``train.max_steps``, whichever comes first; ``seqlab.training.schedules``).
 
 Modules: ``config`` (the sections and presets), ``system`` (a trained run: evaluate, predict, generate, attention
 maps), ``training`` (``prepare`` and its parts).
