@@ -136,13 +136,24 @@ def start_side(command: list[str], *, cwd: Path, threads: int, log: Path) -> Sid
     return Side(command, process, log, time.perf_counter(), out)
 
 
-def wait_side(side: Side) -> float:
-    """Wait for one side's process; return its wall time in seconds.
+def wait_sides(sides: list[Side]) -> list[float]:
+    """Wait for the sides' processes, each timed to its own end (polled every 50 ms, so a side that ends while
+    another is still running is not charged for the wait); return their wall times in seconds.
 
-    Raises: SystemExit with the log's last lines if the process fails.
+    Raises: SystemExit with the log's last lines of the first side that failed.
     """
-    returncode = side.process.wait()
-    seconds = time.perf_counter() - side.start
+    ended: dict[int, float] = {}
+    while len(ended) < len(sides):
+        for i, side in enumerate(sides):
+            if i not in ended and side.process.poll() is not None:
+                ended[i] = time.perf_counter()
+        time.sleep(0.05)
+    return [_finished(side, ended[i] - side.start) for i, side in enumerate(sides)]
+
+
+def _finished(side: Side, seconds: float) -> float:
+    """``seconds``, once the side's log is closed. Raises: SystemExit with the log's last lines if it failed."""
+    returncode = side.process.returncode
     side.out.close()
     if returncode != 0:
         tail = "".join(side.log.read_text().splitlines(keepends=True)[-15:])
@@ -153,9 +164,8 @@ def wait_side(side: Side) -> float:
 def run_sides(commands: list[tuple[list[str], Path, Path]], *, threads: int, together: bool) -> list[float]:
     """Run the (command, cwd, log) sides at the same time or one after the other; their wall times (s)."""
     if together:
-        sides = [start_side(c, cwd=cwd, threads=threads, log=log) for c, cwd, log in commands]
-        return [wait_side(side) for side in sides]
-    return [wait_side(start_side(c, cwd=cwd, threads=threads, log=log)) for c, cwd, log in commands]
+        return wait_sides([start_side(c, cwd=cwd, threads=threads, log=log) for c, cwd, log in commands])
+    return [wait_sides([start_side(c, cwd=cwd, threads=threads, log=log)])[0] for c, cwd, log in commands]
 
 
 class Side(NamedTuple):

@@ -180,3 +180,14 @@ def test_the_nanogpt_seed_wrapper_runs_train_py_unchanged_with_its_seed_shifted(
     command = [sys.executable, "-c", benchmark.SEED_WRAPPER, "7", "train.py", "config/x.py", "--max_iters=2"]
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True)
     assert result.stdout == "7 ['train.py', 'config/x.py', '--max_iters=2']\n"
+
+
+def test_the_nanogpt_sides_run_together_are_each_timed_to_their_own_end(tmp_path):
+    """Side by side, a side that ends first is not charged for waiting on the other (listed first here): the wall
+    times were once read one wait after another, so the quicker side got the slower one's time."""
+    spec = importlib.util.spec_from_file_location("nanogpt_benchmark", ROOT / "benchmarks" / "nanogpt.py")
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    commands = [(["sleep", "3"], tmp_path, tmp_path / "slow.log"), (["true"], tmp_path, tmp_path / "quick.log")]
+    slow, quick = benchmark.run_sides(commands, threads=1, together=True)
+    assert slow >= 3 and quick < slow - 2
