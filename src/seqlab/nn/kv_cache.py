@@ -114,14 +114,9 @@ class KVCache(NamedTuple):
                 or their dtype is not the cache's.
         """
         keys, values, buffer = self
-        B, N, S, Dh = keys.shape
+        S = keys.shape[2]
+        _check_step(keys, k, v)
         shape = k.shape
-        if len(shape) != 4 or shape != v.shape or shape[0] != B or shape[1] != N or shape[3] != Dh:
-            raise ValueError(
-                f"k {tuple(shape)} and v {tuple(v.shape)} must both be (B, N, t, Dh) with (B, N, Dh) = ({B}, {N}, {Dh})"
-            )
-        if k.dtype != keys.dtype or v.dtype != keys.dtype:
-            raise ValueError(f"k ({k.dtype}) and v ({v.dtype}) must have the cache's dtype ({keys.dtype})")
         # An exported graph takes and returns caches of exactly S steps: no buffer, no writes in place.
         exporting = torch.compiler.is_exporting()
         if exporting or (torch.is_grad_enabled() and (keys.requires_grad or k.requires_grad or v.requires_grad)):
@@ -220,14 +215,8 @@ class StaticKVCache(NamedTuple):
                 their dtype is not the cache's.
         """
         keys, values, length = self
-        B, N, _, Dh = keys.shape
+        _check_step(keys, k, v)
         shape = k.shape
-        if len(shape) != 4 or shape != v.shape or shape[0] != B or shape[1] != N or shape[3] != Dh:
-            raise ValueError(
-                f"k {tuple(shape)} and v {tuple(v.shape)} must both be (B, N, t, Dh) with (B, N, Dh) = ({B}, {N}, {Dh})"
-            )
-        if k.dtype != keys.dtype or v.dtype != keys.dtype:
-            raise ValueError(f"k ({k.dtype}) and v ({v.dtype}) must have the cache's dtype ({keys.dtype})")
         t = shape[2]
         slots = length + torch.arange(t, device=length.device)  # (t,)
         keys.index_copy_(2, slots, k)
@@ -238,3 +227,18 @@ class StaticKVCache(NamedTuple):
         """The cache of rows ``index`` (B',), in that order, in new buffers of the same capacity."""
         keys, values, length = self
         return StaticKVCache(keys.index_select(0, index), values.index_select(0, index), length)
+
+
+def _check_step(keys: Tensor, k: Tensor, v: Tensor) -> None:
+    """Refuse a step k, v that is not (B, N, t, Dh) in the dtype of a cache whose keys are ``keys`` (B, N, S, Dh).
+
+    Raises: ValueError showing both shapes, or the dtypes.
+    """
+    B, N, _, Dh = keys.shape
+    shape = k.shape
+    if len(shape) != 4 or shape != v.shape or shape[0] != B or shape[1] != N or shape[3] != Dh:
+        raise ValueError(
+            f"k {tuple(shape)} and v {tuple(v.shape)} must both be (B, N, t, Dh) with (B, N, Dh) = ({B}, {N}, {Dh})"
+        )
+    if k.dtype != keys.dtype or v.dtype != keys.dtype:
+        raise ValueError(f"k ({k.dtype}) and v ({v.dtype}) must have the cache's dtype ({keys.dtype})")
