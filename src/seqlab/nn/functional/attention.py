@@ -68,12 +68,7 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
 def _check_keep_mask(keep_mask: Tensor, target: tuple[int, int, int, int]) -> None:
     if keep_mask.dtype != torch.bool:
         raise ValueError(f"keep_mask must be a bool tensor (True = may attend), got {keep_mask.dtype}")
-    try:
-        fits = torch.broadcast_shapes(keep_mask.shape, target) == target
-    except RuntimeError:
-        fits = False
-    if not fits:
-        raise ValueError(f"keep_mask shape {tuple(keep_mask.shape)} does not broadcast to (B, N, T, S) = {target}")
+    _check_broadcasts("keep_mask", keep_mask, target)
 
 
 def scaled_dot_product_attention(
@@ -168,12 +163,16 @@ def scaled_dot_product_attention(
 def _check_bias(attn_bias: Tensor, target: tuple[int, int, int, int]) -> None:
     if not attn_bias.is_floating_point():
         raise ValueError(f"attn_bias must be a float tensor (added to the scores), got {attn_bias.dtype}")
+    _check_broadcasts("attn_bias", attn_bias, target)
+
+
+def _check_broadcasts(name: str, tensor: Tensor, target: tuple[int, int, int, int]) -> None:
     try:
-        fits = torch.broadcast_shapes(attn_bias.shape, target) == target
+        fits = torch.broadcast_shapes(tensor.shape, target) == target
     except RuntimeError:
         fits = False
     if not fits:
-        raise ValueError(f"attn_bias shape {tuple(attn_bias.shape)} does not broadcast to (B, N, T, S) = {target}")
+        raise ValueError(f"{name} shape {tuple(tensor.shape)} does not broadcast to (B, N, T, S) = {target}")
 
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, chunk: int | None) -> Tensor | None:
