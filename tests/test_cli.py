@@ -593,8 +593,8 @@ def test_predict_nbest_prints_cmudict_variant_lines(checkpoint, references):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["école"], "command line: word 'école' has letters the model never saw: 'é'"),
-        (["two words"], "command line: word 'two words' has letters the model never saw: ' '"),
+        (["école"], "inputs: word 'école' has letters the model never saw: 'é'"),
+        (["two words"], "inputs: word 'two words' has letters the model never saw: ' '"),
         (["abc", "--num-beams", "0"], "--num-beams (0) must be >= 1"),
         (["abc", "--nbest", "0"], "--nbest (0) must be >= 1"),
         (["abc", "--nbest", "3"], "nbest (3) cannot exceed the beam width num_beams (2)"),
@@ -609,7 +609,7 @@ def test_predict_reports_bad_input_in_one_line(checkpoint, argv, message):
 def test_predict_reports_an_empty_word_in_one_line(checkpoint):
     result = run_cli("predict", checkpoint, "abc", "")
     assert result.code == 2 and result.out == ""
-    assert result.err.startswith("seqlab: error: command line: ") and "empty" in result.err
+    assert result.err.startswith("seqlab: error: inputs: ") and "empty" in result.err
     assert result.err.count("\n") == 1
 
 
@@ -775,4 +775,4 @@ def test_console_script_runs_and_reports_errors_in_one_line(checkpoint):
     bad = subprocess.run([script, "predict", str(checkpoint), "écu"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2
     assert bad.stdout == ""
-    assert bad.stderr == "seqlab: error: command line: word 'écu' has letters the model never saw: 'é'\n"
+    assert bad.stderr == "seqlab: error: inputs: word 'écu' has letters the model never saw: 'é'\n"

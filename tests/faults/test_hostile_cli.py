@@ -141,7 +141,7 @@ def test_long_words_and_huge_options_at_predict_time_are_one_line(checkpoint):
     word = "ab" * 10_000
     assert_error(
         run_cli("predict", checkpoint, word),
-        "command line: word of 20000 letters, longer than data.max_word_length (64)",
+        "inputs: word of 20000 letters, longer than data.max_word_length (64)",
     )
     assert_error(
         run_cli("predict", checkpoint, "cat", "--num-beams", 10**30), f"--num-beams ({10**30}) must be <= 1,000"

@@ -15,15 +15,15 @@ KELVIN = "\u212aelvin"  # U+212A KELVIN SIGN, which .lower() turns into an ASCII
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda run: run.name)
 def test_an_empty_predict_input_is_refused_in_one_line(run):
-    assert_error(run_cli("predict", run, "cat", ""), "command line: input 2 is empty")
-    assert_error(run_cli("predict", run, "  "), "command line: input 1 is empty")
+    assert_error(run_cli("predict", run, "cat", ""), "inputs: input 2 is empty")
+    assert_error(run_cli("predict", run, "  "), "inputs: input 1 is empty")
 
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda run: run.name)
 def test_a_compatibility_character_is_refused_not_read_as_its_look_alike(run):
     assert_error(
         run_cli("predict", run, KELVIN),
-        f"command line: input 1 {KELVIN!r}: U+212A KELVIN SIGN is a compatibility character (NFKC: 'K'); type 'K'",
+        f"inputs: input 1 {KELVIN!r}: U+212A KELVIN SIGN is a compatibility character (NFKC: 'K'); type 'K'",
     )
 
 

@@ -99,10 +99,10 @@ def test_the_command_prints_cmudict_lines():
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["hello", ""], "command line: input 2 is empty"),
-        (["c3po"], "command line: word 'c3po' has letters the model never saw: '3'"),
-        (["école"], "command line: word 'école' has letters the model never saw: 'é'"),
-        (["a" * 65], "command line: word of 65 letters, longer than data.max_word_length (64)"),
+        (["hello", ""], "inputs: input 2 is empty"),
+        (["c3po"], "inputs: word 'c3po' has letters the model never saw: '3'"),
+        (["école"], "inputs: word 'école' has letters the model never saw: 'é'"),
+        (["a" * 65], "inputs: word of 65 letters, longer than data.max_word_length (64)"),
         (["hello", "--num-beams", "0"], "--num-beams (0) must be >= 1"),
         (["hello", "--nbest", "9"], "nbest (9) cannot exceed the beam width num_beams (5)"),
         ([], "seqlab pronounce: the following arguments are required: WORD"),

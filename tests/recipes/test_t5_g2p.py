@@ -104,7 +104,7 @@ def test_predict_reads_the_direction_from_the_prefix(trained):
     assert hello.output == system.translate("g2p", [list("hello")], source="test", num_beams=2)[0]
     with pytest.raises(DataError, match=r"^input 'hello' must be 'graphemes to phonemes:' \+ a word or"):
         system.predict(["hello"])
-    with pytest.raises(DataError, match=r"^command line: 'HH ZZ' has symbols the model never saw: 'ZZ'$"):
+    with pytest.raises(DataError, match=r"^inputs: 'HH ZZ' has symbols the model never saw: 'ZZ'$"):
         system.predict(["phonemes to graphemes: HH ZZ"])
 
 

@@ -118,7 +118,7 @@ def test_predict_prints_the_stressed_pronunciation(run):
 def test_bad_input_gets_one_line(run):
     assert_error(
         run_cli("predict", run, "K AA ZH"),
-        "command line: unknown phoneme 'ZH' in 'K AA ZH' (known: AA IY K M N S T UW)",
+        "inputs: unknown phoneme 'ZH' in 'K AA ZH' (known: AA IY K M N S T UW)",
     )
     assert run_cli("recipes", "tagger").out.startswith("tagger: sequence labelling")
 
@@ -156,7 +156,7 @@ def test_the_transformer_arch_trains_and_predicts(data, tmp_path):
     assert predicted.code == 0 and predicted.out.split()[::2] == ["K", "S", "T"]
     assert_error(
         run_cli("predict", out, " ".join(["K"] * 65)),
-        f"command line: 65 phonemes in {' '.join(['K'] * 65)!r}, the model reads 64",
+        f"inputs: 65 phonemes in {' '.join(['K'] * 65)!r}, the model reads 64",
     )
 
 

@@ -140,7 +140,7 @@ def test_evaluate_equals_an_independent_computation(run, data):
 
 
 def test_bad_input_gets_one_line(run):
-    assert_error(run_cli("predict", run, "klingon"), "command line: unknown class 'klingon' (known: abc, mno, xyz)")
+    assert_error(run_cli("predict", run, "klingon"), "inputs: unknown class 'klingon' (known: abc, mno, xyz)")
     assert_error(run_cli("generate", run, "--prompt", "abc:Q!"), "--prompt: characters the model never saw: '!' 'Q'")
     assert_error(
         run_cli("generate", run, "--prompt", "abc", "--num-beams", "2", "--temperature", "0.5"),

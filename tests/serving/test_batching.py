@@ -267,7 +267,7 @@ def test_one_bad_word_gets_its_own_400_and_the_others_their_predictions(runs) ->
               {"model": G2P, "inputs": ["dog", "bat"]}]  # fmt: skip
     good, bad, pair = asyncio.run(post_all(app, bodies))
     assert (good.status_code, bad.status_code, pair.status_code) == (200, 400, 200)
-    assert bad.json() == {"error": "command line: word 'c@t' has letters the model never saw: '@'"}
+    assert bad.json() == {"error": "inputs: word 'c@t' has letters the model never saw: '@'"}
     assert "\n" not in bad.text
     assert_same(nbests(good), runs[G2P].system.predict(["cat"]))
     assert_same(nbests(pair), runs[G2P].system.predict(["dog", "bat"]))

@@ -302,11 +302,11 @@ class SeriesForecaster(Protocol):
         ...
 
 
-def check_inputs(inputs: Sequence[str], *, source: str = "command line") -> None:
+def check_inputs(inputs: Sequence[str], *, source: str = "inputs") -> None:
     """Refuse the inputs of ``System.predict`` given by a user (``seqlab predict``'s, a served request's) that no
     recipe can read: an empty one, or one with a compatibility character (``seqlab.data.files.check_typed_text``).
 
-    Raises: DataError naming ``source`` and the input's position (1-based), e.g. ``command line: input 2 is empty``.
+    Raises: DataError naming ``source`` and the input's position (1-based), e.g. ``inputs: input 2 is empty``.
     """
     for number, text in enumerate(inputs, 1):
         check_typed_text(text, f"{source}: input {number}" + (f" {text!r}" if text.strip() else ""))

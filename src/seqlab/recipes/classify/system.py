@@ -140,9 +140,9 @@ class ClassifySystem:
     def predict(self, inputs: Sequence[str]) -> list[ClassPrediction]:
         """The class of each input text and the probability of every class.
 
-        Raises: DataError (``command line: ...``) for a text the vocabulary cannot encode.
+        Raises: DataError (``inputs: ...``) for a text the vocabulary cannot encode.
         """
-        ids = self.encode(inputs, source="command line")
+        ids = self.encode(inputs, source="inputs")
         logits = predict_logits(self.model, ids, forward=self.onnx_model)  # (N, C)
         probabilities = logits.softmax(-1).tolist()
         return [

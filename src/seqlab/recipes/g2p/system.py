@@ -190,7 +190,7 @@ class G2PSystem:
             model never saw (naming the word and the letters).
         """
         words = [w.lower() for w in inputs]
-        hypotheses = self.transcribe(words, source="command line", num_beams=self.num_beams, nbest=self.nbest)
+        hypotheses = self.transcribe(words, source="inputs", num_beams=self.num_beams, nbest=self.nbest)
         return [G2PPrediction(w, tuple(h)) for w, h in zip(words, hypotheses, strict=True)]
 
     def with_search(self, *, num_beams: int | None = None, nbest: int | None = None) -> G2PSystem:

@@ -111,7 +111,7 @@ class T5G2PSystem:
         parsed = [parse_input(text) for text in inputs]
         predictions = []
         for direction, symbols in parsed:
-            (output,) = self.translate(direction, [symbols], source="command line")
+            (output,) = self.translate(direction, [symbols], source="inputs")
             predictions.append(T5G2PPrediction(direction, tuple(symbols), output))
         return predictions
 

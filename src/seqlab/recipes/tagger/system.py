@@ -86,10 +86,10 @@ class TaggerSystem:
     def predict(self, inputs: Sequence[str]) -> list[StressPrediction]:
         """The stress of each input's vowels (space-separated phonemes, any case; stress digits given are ignored).
 
-        Raises: DataError ("command line: ...") for an unknown phoneme, an empty input or one too long.
+        Raises: DataError ("inputs: ...") for an unknown phoneme, an empty input or one too long.
         """
         stripped = [tuple(p.upper().translate(DIGITS) for p in line.split()) for line in inputs]
-        tagged = self.tag(stripped, source="command line")
+        tagged = self.tag(stripped, source="inputs")
         return [StressPrediction(p, s) for p, s in zip(stripped, tagged, strict=True)]
 
     def evaluate(self, data_path: str) -> dict[str, float]:

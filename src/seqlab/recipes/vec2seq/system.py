@@ -180,9 +180,9 @@ class Vec2SeqSystem:
         """``nbest`` samples of each class named in ``inputs`` (case ignored), with the sample section's settings
         and seed, so the same call gives the same texts.
 
-        Raises: DataError ``command line: unknown class ...``.
+        Raises: DataError ``inputs: unknown class ...``.
         """
-        class_ids = [self.class_id(name, source="command line") for name in inputs]
+        class_ids = [self.class_id(name, source="inputs") for name in inputs]
         targets = [c for c in class_ids for _ in range(self.nbest)]
         samples = self.sample(targets, torch.Generator().manual_seed(self.config.sample.seed))
         return [
