@@ -16,7 +16,10 @@ from pathlib import Path
 from cli_helpers import Result, assert_error
 from recipe_example import example_source
 
+import seqlab
+
 TESTS = Path(__file__).parents[1]
+SOURCE = Path(seqlab.__file__).parents[1]  # the seqlab under test
 # Runs each argv of the JSON list in sys.argv[1] through seqlab's main, printing the Results as JSON.
 RUN_COMMANDS = """
 import json, sys
@@ -41,7 +44,7 @@ def install(site: Path, modules: dict[str, str], entry_points: dict[str, str]) -
 def seqlab(site: Path, *commands: list[object]) -> list[Result]:
     """What each of the ``seqlab`` ``commands`` returned and printed, run in one fresh interpreter with ``site`` on
     its path."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(TESTS)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(TESTS), str(SOURCE)])}
     argvs = json.dumps([[str(a) for a in argv] for argv in commands])
     process = subprocess.run(
         [sys.executable, "-c", RUN_COMMANDS, argvs], env=env, capture_output=True, text=True, timeout=600

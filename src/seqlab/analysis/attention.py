@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
-from matplotlib.figure import Figure
 from torch import Tensor, nn
 
-from seqlab.analysis.figures import save_figure
+from seqlab.analysis.figures import new_figure, save_figure
 from seqlab.errors import CheckpointError
 from seqlab.models import GPT, BertForMaskedLM, RNNSeq2Seq, TransformerSeq2Seq
 from seqlab.nn import MultiHeadAttention
@@ -136,7 +135,7 @@ def plot_attention(
     heads = max(m.head for m in maps) + 1
     cell = max(2.5, 0.28 * max(len(rows), len(columns)))
     width = cell * heads + 1.2  # inches
-    fig = Figure(figsize=(width, cell * len(modules) + 0.8), layout="constrained")
+    fig = new_figure(figsize=(width, cell * len(modules) + 0.8), layout="constrained")
     axes = fig.subplots(len(modules), heads, squeeze=False)
     image = None
     for m in maps:

@@ -11,11 +11,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from matplotlib.figure import Figure
-
 from seqlab.analysis.compare import ARCHITECTURES, RunSummary
 from seqlab.analysis.curves import TrainingCurves
-from seqlab.analysis.figures import save_figure
+from seqlab.analysis.figures import new_figure, save_figure
 from seqlab.files import atomic_write
 
 
@@ -73,7 +71,7 @@ def plot_learning_curves(
 ) -> None:
     """Training loss per step (left) and the held-out metric per validation (right) of the runs of one lag, one
     colour per arch, with the memoryless baseline dashed; written as a PNG."""
-    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    fig = new_figure(figsize=(11, 4.2), layout="constrained")
     loss_ax, metric_ax = fig.subplots(1, 2)
     for run in runs:
         steps, losses = zip(*run.losses, strict=True)
@@ -99,7 +97,7 @@ def plot_learning_curves(
 
 def plot_metric_vs_lag(runs: Sequence[RunSummary], path: Path, *, task_name: str, baseline: float, title: str) -> None:
     """The final held-out metric against the lag, one line per arch, with the baseline dashed; a PNG."""
-    fig = Figure(figsize=(6.5, 4.2), layout="constrained")
+    fig = new_figure(figsize=(6.5, 4.2), layout="constrained")
     ax = fig.subplots()
     for arch in dict.fromkeys(run.arch for run in runs):
         points = sorted((run.lag, run.final_metric) for run in runs if run.arch == arch)
@@ -173,7 +171,7 @@ def write_report(
 
 def plot_recipe_curves(curves: dict[str, TrainingCurves], path: Path, *, title: str) -> None:
     """Training loss per step (left) and validation loss (right) of one recipe trained with each arch; a PNG."""
-    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    fig = new_figure(figsize=(11, 4.2), layout="constrained")
     train_ax, valid_ax = fig.subplots(1, 2)
     for i, (arch, run) in enumerate(curves.items()):
         steps, losses = [s[0] for s in run.steps], [s[1] for s in run.steps]

@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from matplotlib.figure import Figure
 from torch import Tensor
 
-from seqlab.analysis.figures import save_figure
+from seqlab.analysis.figures import new_figure, save_figure
 from seqlab.analysis.gradients import least_squares_slope
 from seqlab.analysis.memory import measure_call
 from seqlab.nn import GRU, LSTM, RNN, S4DBlock, TransformerEncoderLayer
@@ -216,7 +215,7 @@ def plot_costs(measurements: Sequence[Measurement], path: Path, *, title: str) -
     exponent; written as a PNG."""
     modes = list(dict.fromkeys(m.mode for m in measurements))
     fits = fitted_exponents(measurements)
-    fig = Figure(figsize=(13, 4.5 * len(modes)), layout="constrained")
+    fig = new_figure(figsize=(13, 4.5 * len(modes)), layout="constrained")
     axes = fig.subplots(len(modes), 2, squeeze=False)
     for row, mode in enumerate(modes):
         panels = (("seconds", "time per call (s)"), ("peak_bytes", "peak memory (MiB)"))

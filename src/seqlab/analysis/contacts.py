@@ -15,10 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from matplotlib.figure import Figure
 from torch import Tensor
 
-from seqlab.analysis.figures import save_figure
+from seqlab.analysis.figures import new_figure, save_figure
 
 CONTACT_DISTANCE = 8.0  # Å between Cβ atoms
 MIN_SEPARATION = 6  # |i - j| of the pairs scored (medium and long range)
@@ -147,7 +146,7 @@ def plot_contacts(scores: Tensor, contacts: Tensor, path: Path, *, title: str) -
     order = torch.sort(scores[rows, columns], descending=True, stable=True).indices[: max(1, length // 5)]
     top_rows, top_columns = rows[order], columns[order]
     hit = contacts[top_rows, top_columns]
-    fig = Figure(figsize=(5.5, 5.5), layout="constrained")
+    fig = new_figure(figsize=(5.5, 5.5), layout="constrained")
     axis = fig.subplots()
     far = (torch.arange(length)[:, None] - torch.arange(length)[None, :]).abs() >= MIN_SEPARATION
     axis.imshow((contacts & far).numpy(), cmap="Greys", vmin=0, vmax=2.5, origin="upper")

@@ -12,9 +12,7 @@ import math
 from pathlib import Path
 from typing import NamedTuple
 
-from matplotlib.figure import Figure
-
-from seqlab.analysis.figures import save_figure
+from seqlab.analysis.figures import new_figure, save_figure
 from seqlab.errors import DataError
 
 METRICS_FILE = "metrics.jsonl"
@@ -69,7 +67,7 @@ def read_metrics(run_dir: Path) -> TrainingCurves:
 def plot_training_curves(curves: TrainingCurves, path: Path, *, title: str) -> None:
     """Four panels against the optimizer step: loss (each step, and the validations' losses), the validation
     metrics, the gradient norm before clipping (log scale) and the learning rate; written as a PNG."""
-    fig = Figure(figsize=(12, 8), layout="constrained")
+    fig = new_figure(figsize=(12, 8), layout="constrained")
     (loss, metric), (grad, lr) = fig.subplots(2, 2, sharex=True)
     step, step_loss, step_lr, step_grad = zip(*curves.steps, strict=True)
     loss.plot(step, step_loss, color="C0", alpha=0.5, lw=1, label="training loss (each step)")

@@ -21,10 +21,9 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from matplotlib.figure import Figure
 from torch import Tensor, nn
 
-from seqlab.analysis.figures import save_figure
+from seqlab.analysis.figures import new_figure, save_figure
 from seqlab.data.batching import Seq2SeqBatch
 from seqlab.errors import DataError
 from seqlab.models.seq2seq.unroll import unroll
@@ -108,7 +107,7 @@ def exposure_bias(model: nn.Module, batches: Iterable[Seq2SeqBatch], *, pad_id: 
 def plot_exposure(result: ExposureBias, path: Path, *, title: str) -> None:
     """Two panels of paired bars, teacher-forced beside free-running: loss (nats per token) and token accuracy
     (%); a PNG at ``path``."""
-    fig = Figure(figsize=(9, 4), layout="constrained")
+    fig = new_figure(figsize=(9, 4), layout="constrained")
     loss, accuracy = fig.subplots(1, 2)
     feeds = ("teacher-forced", "free-running")
     for ax, values, ylabel in (

@@ -1,13 +1,28 @@
-"""Figures written whole or not at all: every picture of ``seqlab.analysis`` is saved through ``save_figure``."""
+"""Figures made and written whole or not at all: every picture of ``seqlab.analysis`` is made by ``new_figure`` and
+saved through ``save_figure``.
+
+matplotlib is imported by the first ``new_figure``, not with this package: the ``seqlab`` command imports
+``seqlab.analysis`` for every command (its ``analyze`` and ``compare`` groups), and most commands draw nothing.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
 from seqlab.files import atomic_path
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+def new_figure(figsize: tuple[float, float], layout: str | None = None) -> Figure:
+    """A new matplotlib ``Figure`` of ``figsize`` (width, height) inches and ``layout`` (matplotlib's: None,
+    ``"constrained"``, ...), drawn without pyplot (no global state, no display)."""
+    from matplotlib.figure import Figure  # deferred: about 1 s of import, paid only by a command that draws
+
+    return Figure(figsize=figsize, layout=layout)
 
 
 def save_figure(fig: Figure, path: str | os.PathLike[str], *, dpi: int) -> None:

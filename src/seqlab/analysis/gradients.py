@@ -27,10 +27,9 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from matplotlib.figure import Figure
 from torch import Tensor, nn
 
-from seqlab.analysis.figures import save_figure
+from seqlab.analysis.figures import new_figure, save_figure
 from seqlab.errors import CheckpointError
 from seqlab.nn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from seqlab.validation import check_int
@@ -202,7 +201,7 @@ def random_input(length: int, input_size: int, *, seed: int) -> Tensor:
 def plot_gradient_flow(flows: dict[str, GradientFlow], path: Path) -> None:
     """One log-scale panel per architecture: ||d h_T / d h_k||_2 against T - k with the RNN's bounds and the
     gated paths' gate products; written as a PNG to ``path``."""
-    fig = Figure(figsize=(5 * len(flows), 4.5), layout="constrained")
+    fig = new_figure(figsize=(5 * len(flows), 4.5), layout="constrained")
     axes = fig.subplots(1, len(flows), sharey=True, squeeze=False)[0]
     for ax, (arch, flow) in zip(axes, flows.items(), strict=True):
         d = flow.distance.numpy()

@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from matplotlib.figure import Figure
 from torch import Tensor
 
-from seqlab.analysis.figures import save_figure
+from seqlab.analysis.figures import new_figure, save_figure
 from seqlab.nn import SinusoidalPositionalEncoding
 from seqlab.validation import check_int
 
@@ -75,7 +74,7 @@ def positional_analysis(d_model: int, max_length: int) -> PositionalAnalysis:
 
 def plot_positional(result: PositionalAnalysis, path: Path) -> None:
     """Three panels: the encoding matrix, PE(p) . PE(q) against |p - q|, and the shift error against k; a PNG."""
-    fig = Figure(figsize=(15, 4.5), layout="constrained")
+    fig = new_figure(figsize=(15, 4.5), layout="constrained")
     matrix, dots, shifts = fig.subplots(1, 3)
     D = result.table.shape[1]
     image = matrix.imshow(result.table.T.numpy(), aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, origin="lower")

@@ -35,10 +35,9 @@ from pathlib import Path
 from typing import Literal, NamedTuple
 
 import torch
-from matplotlib.figure import Figure
 from torch import Tensor, nn
 
-from seqlab.analysis.figures import save_figure
+from seqlab.analysis.figures import new_figure, save_figure
 from seqlab.analysis.gradients import GradientFlow, architecture_of, decay_rate
 from seqlab.errors import ConfigError
 from seqlab.nn import LSTMCell
@@ -233,7 +232,7 @@ def plot_regimes(
     and direct path, and the GRU's mean keep-gate product; written as a PNG to ``path``."""
     archs = list(dict.fromkeys(arch for arch, _ in flows))
     scales = list(dict.fromkeys(scale for _, scale in flows))
-    fig = Figure(figsize=(4.2 * len(scales), 3.4 * len(archs)), layout="constrained")
+    fig = new_figure(figsize=(4.2 * len(scales), 3.4 * len(archs)), layout="constrained")
     axes = fig.subplots(len(archs), len(scales), sharex=True, squeeze=False)
     symbol = "sigma_max" if measure == "spectral_norm" else "|lambda_max|"
     for row, arch in enumerate(archs):
@@ -270,7 +269,7 @@ def plot_regimes(
 
 def plot_clipping(runs: dict[str, ClippingRun], path: Path, *, title: str, clip_norm: float) -> None:
     """Loss and pre-clip gradient norm against the step, with and without clipping; written as a PNG."""
-    fig = Figure(figsize=(9, 3.4), layout="constrained")
+    fig = new_figure(figsize=(9, 3.4), layout="constrained")
     loss_ax, norm_ax = fig.subplots(1, 2)
     labels = {"unclipped": "no clipping", "clipped": f"clip_norm = {clip_norm:g}"}
     for color, (name, run) in zip(("C3", "C0"), runs.items(), strict=True):

@@ -25,7 +25,7 @@ from seqlab.data.structures import read_chain
 from seqlab.errors import ConfigError
 from seqlab.files import atomic_write, output_directory
 from seqlab.models import load_pretrained
-from seqlab.recipes import RECIPES, recipe_of_checkpoint
+from seqlab.recipes import recipe_of_checkpoint, recipes_offering
 from seqlab.recipes.system import AttentionSource, ContactSource, ExposureSource, SystemOptions
 from seqlab.training.clipping import clip_grad_norm
 from seqlab.validation import MAX_WIDTH
@@ -303,8 +303,13 @@ def _positional(args: argparse.Namespace, out_dir: Path) -> str:
 # attention ---------------------------------------------------------------------------------------------------------
 
 
+# The built-in recipes whose runs each analysis takes, for its --help: a copy, as asking the Systems
+# (``recipes_offering``) imports every recipe, seconds of start-up for every ``seqlab`` command; a test holds it equal.
+HELP_OFFERING = {AttentionSource: "g2p, lm, protein, translate", ContactSource: "protein", ExposureSource: "g2p"}
+
+
 def _attention_arguments(parser: argparse.ArgumentParser) -> None:
-    offering = ", ".join(_recipes_offering(AttentionSource))
+    offering = HELP_OFFERING[AttentionSource]
     parser.add_argument("checkpoint", type=Path, help=f"a run whose model attends (a run of {offering})")
     parser.add_argument("--input", required=True, help="one input, as the run's predict reads it (a word, a text)")
 
@@ -316,14 +321,9 @@ def _offering(checkpoint: Path, protocol: type, what: str) -> Any:
     """
     recipe = recipe_of_checkpoint(checkpoint)
     if not issubclass(recipe.System, protocol):
-        offering = ", ".join(_recipes_offering(protocol))
+        offering = ", ".join(recipes_offering(protocol))
         raise ConfigError(f"{checkpoint}: a {recipe.NAME} run; {what} needs a run of {offering}")
     return recipe.System.load(checkpoint, SystemOptions())
-
-
-def _recipes_offering(protocol: type) -> list[str]:
-    """The names of the registered recipes whose System offers ``protocol``, sorted."""
-    return [name for name, recipe in sorted(RECIPES.items()) if issubclass(recipe.System, protocol)]
 
 
 def _attention(args: argparse.Namespace, out_dir: Path) -> str:
@@ -452,7 +452,7 @@ def _plot(args: argparse.Namespace, out_dir: Path) -> str:
 
 
 def _exposure_arguments(parser: argparse.ArgumentParser) -> None:
-    offering = ", ".join(_recipes_offering(ExposureSource))
+    offering = HELP_OFFERING[ExposureSource]
     parser.add_argument("checkpoint", type=Path, help=f"a seq2seq run trained with teacher forcing (of {offering})")
     parser.add_argument("--data", help="a data file in the run's format (default: the run's own test split)")
 
@@ -474,7 +474,7 @@ def _exposure(args: argparse.Namespace, out_dir: Path) -> str:
 
 
 def _contacts_arguments(parser: argparse.ArgumentParser) -> None:
-    offering = ", ".join(_recipes_offering(ContactSource))
+    offering = HELP_OFFERING[ContactSource]
     parser.add_argument("checkpoint", type=Path, help=f"a masked protein model (a run of {offering})")
     parser.add_argument(
         "--structures", type=Path, nargs="+", required=True, metavar="FILE",

@@ -12,7 +12,7 @@ from typing import Any
 from seqlab.cli.tables import format_value, table
 from seqlab.config import apply_overrides, describe, flatten, load_toml, parse_assignments
 from seqlab.errors import ConfigError, SeqlabError
-from seqlab.recipes import PLUGIN_ERRORS, RECIPES, Recipe, get_recipe, recipe_of_checkpoint
+from seqlab.recipes import PLUGIN_ERRORS, RECIPES, Recipe, get_recipe, recipe_of_checkpoint, recipes_offering
 from seqlab.recipes.base import load_recipe_config, run_directory, run_training
 from seqlab.recipes.run_directory import RunMode
 from seqlab.recipes.system import (
@@ -280,7 +280,7 @@ def _generate(args: argparse.Namespace) -> int:
         raise ConfigError(_with_flags(str(e), flags)) from None
     recipe = recipe_of_checkpoint(args.checkpoint)
     if not issubclass(recipe.System, TextGenerator):
-        generating = ", ".join(name for name, r in sorted(RECIPES.items()) if issubclass(r.System, TextGenerator))
+        generating = ", ".join(recipes_offering(TextGenerator))
         raise ConfigError(f"{args.checkpoint}: the {recipe.NAME} recipe does not generate; runs of {generating} do")
     options = SystemOptions(backend=args.backend, compile=args.compile)  # the other flags are the request's
     refuse_options(recipe.System, options, OPTION_FLAGS, recipe.NAME)
@@ -311,7 +311,7 @@ def _write(text: str) -> None:
 
 def _recipes(args: argparse.Namespace) -> int:
     if args.name is None:
-        print(table(["recipe", "description"], [(name, r.DESCRIPTION) for name, r in sorted(RECIPES.items())]))
+        print(table(["recipe", "description"], [(name, RECIPES.description(name)) for name in sorted(RECIPES)]))
         for _, error in sorted(PLUGIN_ERRORS.items()):
             print(error, file=sys.stderr)
         return 0

@@ -13,8 +13,6 @@ from pathlib import Path
 
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.recipes.base import recipe_name_of
-from seqlab.recipes.g2p import G2PSystem
-from seqlab.recipes.g2p.distillation import DISTILLED_FILES, distillation_files, teacher_data
 from seqlab.recipes.system import SystemOptions
 
 
@@ -34,6 +32,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _distill(args: argparse.Namespace) -> int:
+    # The g2p recipe is imported by this command only, not by every ``seqlab`` command's start-up (seqlab.recipes).
+    from seqlab.recipes.g2p import G2PSystem
+    from seqlab.recipes.g2p.distillation import DISTILLED_FILES, distillation_files, teacher_data
+
     if args.num_beams is not None and args.num_beams < 1:
         raise ConfigError(f"--num-beams must be at least 1, got {args.num_beams}")
     name = recipe_name_of(args.teacher)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 
 from seqlab.errors import ConfigError
-from seqlab.recipes.pronouncer import load_pronouncer
 from seqlab.recipes.system import SystemOptions, check_inputs
 
 
@@ -25,6 +24,9 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _pronounce(args: argparse.Namespace) -> int:
+    # The g2p recipe is imported by this command only, not by every ``seqlab`` command's start-up (seqlab.recipes).
+    from seqlab.recipes.pronouncer import load_pronouncer
+
     check_inputs(args.words)
     try:
         SystemOptions(num_beams=args.num_beams, nbest=args.nbest)
