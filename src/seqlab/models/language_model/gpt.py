@@ -275,6 +275,9 @@ class GPT(PretrainedMixin, nn.Module):
         its fast path, ``IncrementalStep`` (the state's, else made here), over the modules the model holds now
         (wrapped or quantized ones are called; ``state.incremental_step.module_calls`` names them); otherwise
         ``forward``'s modules (``state.incremental_step`` of the result says which ran: None for the modules).
+        At one row on the CPU, the widening products (q, k, v stacked, the first feed-forward layer, the head) run
+        from transposed copies of their weights that the state's ``incremental_step`` keeps for this decoding run
+        (made by ``prefill``) and rebuilds when a weight changes (``seqlab.nn.direct_calls.one_row_product``).
 
         A static state (``static_state``) takes the fast path only, writes the token into slot S of its
         buffers (S + 1 <= C is the caller's to keep: ``CompiledGPT`` grows the buffers) and passes on no
