@@ -20,7 +20,8 @@ Both sides of greedy and beam must pick the same tokens (checked and printed).
               for itself against the eager path, compile seconds / (eager - compiled seconds per token).
     products  with --products, a third row under greedy and beam, timed in the same rounds: the matrix products of
               those --new-tokens steps alone (each step's 6 L block products and its V x D head, at 1 or K rows,
-              through ``seqlab.nn.direct_calls`` as the step computes them, on the model's weights). Its ratio,
+              through ``seqlab.nn.direct_calls`` as the step computes them, at one row the widening ones from
+              transposed copies, on the model's weights). Its ratio,
               transformers' time over the products' time, is the most seqlab could reach at that shape with no
               per-step cost besides the products (no attention, norms, cache, search or Python).
 RNN row: seqlab's ``RNNLanguageModel`` (fused LSTM) against a bare torch.nn language model (Embedding ->
@@ -142,16 +143,27 @@ def hf_generate(model: GPT2LMHeadModel, prompt: Tensor, new_tokens: int, beams: 
 @torch.inference_mode()
 def step_products(model: GPT, rows: int, steps: int) -> None:
     """The matrix products of ``steps`` decoding steps of ``rows`` rows alone: each Linear of the decoder's layers and
-    the tied V x D head, computed as ``GPT.step`` computes them (``direct_calls``), on constant inputs."""
+    the tied V x D head, computed as ``GPT.step`` computes them (``direct_calls``: at one row, q, k, v stacked, the
+    first feed-forward layer and the head from transposed copies made once), on the model's weights and constant
+    inputs."""
     weight = model.wte.weight
-    linears = [m for m in model.decoder.modules() if isinstance(m, nn.Linear)]
-    inputs = {m.in_features: torch.ones(rows, m.in_features, device=weight.device) for m in linears}
+    derived = direct_calls.DerivedWeights() if rows == 1 else None
+    groups = []  # the step's products, in its order
+    for layer in model.decoder.layers:
+        attention, feed_forward = layer.self_attn, layer.feed_forward
+        groups += [(attention.q_proj, attention.k_proj, attention.v_proj), (attention.out_proj,)]
+        groups += [(feed_forward.linear1,), (feed_forward.linear2,)]
+    inputs = {m.in_features: torch.ones(rows, m.in_features, device=weight.device) for g in groups for m in g}
     h = torch.ones(rows, model.config.d_model, device=weight.device)
     few = direct_calls.few_rows(h)
     for _ in range(steps):
-        for m in linears:
-            direct_calls.linear(m, inputs[m.in_features], few=few)
-        direct_calls.affine(h, weight) if few else F.linear(h, weight)
+        for group in groups:
+            x = inputs[group[0].in_features]
+            if derived is None or direct_calls.one_row_linear(group, x, derived) is None:
+                for m in group:
+                    direct_calls.linear(m, x, few=few)
+        if derived is None or direct_calls.one_row_product(h, (weight,), (), derived) is None:
+            direct_calls.affine(h, weight) if few else F.linear(h, weight)
 
 
 def time_pair(

@@ -113,8 +113,8 @@ class _Recording:
 
 
 @torch.no_grad()
-def _module_path_greedy(model: GPT) -> tuple[torch.Tensor, torch.Tensor]:
-    out, tokens, logits = model(PROMPT), PROMPT, []
+def _module_path_greedy(model: GPT, prompt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    out, tokens, logits = model(prompt), prompt, []
     for i in range(NEW_TOKENS):
         logits.append(out.logits[:, -1])
         following = logits[-1].argmax(dim=-1, keepdim=True)  # (B, 1)
@@ -124,14 +124,16 @@ def _module_path_greedy(model: GPT) -> tuple[torch.Tensor, torch.Tensor]:
     return tokens, torch.stack(logits, dim=1)
 
 
-def test_gpt_fast_path_on_a_quantized_model_equals_its_module_path():
+@pytest.mark.parametrize("prompt", [PROMPT[:1], PROMPT], ids=["one row", "two rows"])
+def test_gpt_fast_path_on_a_quantized_model_equals_its_module_path(prompt):
+    """Also at one row, where plain weights would run from transposed copies: int8 weights run as themselves."""
     model = _gpt()
-    float_logits = _module_path_greedy(model)[1]
+    float_logits = _module_path_greedy(model, prompt)[1]
     assert len(quantize_model(model)) == 2 * 6 + 1  # q, k, v, out, linear1, linear2 per layer, and lm_head
     recording = _Recording(model)
-    tokens = generate(recording, PROMPT, max_new_tokens=NEW_TOKENS).tokens
+    tokens = generate(recording, prompt, max_new_tokens=NEW_TOKENS).tokens
     assert recording.fast == [True] * (NEW_TOKENS - 1)
-    expected_tokens, expected_logits = _module_path_greedy(model)
+    expected_tokens, expected_logits = _module_path_greedy(model, prompt)
     assert torch.equal(tokens, expected_tokens)
     assert_close(torch.stack(recording.logits, dim=1), expected_logits, rtol=1e-6, atol=1e-6)
     assert not torch.allclose(expected_logits, float_logits, atol=1e-4)  # the int8 weights are what ran

@@ -184,26 +184,31 @@ def _gpt() -> GPT:
 
 PROMPT = torch.tensor([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]])
 NEW_TOKENS = 6
+# One row takes transposed copies of the widening weights (direct_calls.one_row_linear), two rows the weights.
+PROMPTS = pytest.mark.parametrize("prompt", [PROMPT[:1], PROMPT], ids=["one row", "two rows"])
 
 
-def _fast_generate(model: GPT, **options) -> tuple[torch.Tensor, torch.Tensor, _Recording]:
+def _fast_generate(
+    model: GPT, prompt: torch.Tensor = PROMPT, **options
+) -> tuple[torch.Tensor, torch.Tensor, _Recording]:
     """Greedy ``generate``: its tokens (B, T + NEW_TOKENS), the logits it chose from (B, NEW_TOKENS, V), and the
     recording, after checking that every step ran the fast path."""
     recording = _Recording(model)
-    out = generate(recording, PROMPT, max_new_tokens=NEW_TOKENS, **options)
+    out = generate(recording, prompt, max_new_tokens=NEW_TOKENS, **options)
     assert len(recording.fast_steps) == NEW_TOKENS - 1
     assert all(step is not None for step in recording.fast_steps)
     return out.tokens, torch.stack(recording.logits, dim=1), recording
 
 
 @torch.no_grad()
-def _module_path_greedy(model: GPT, change_after_prefill=None) -> tuple[torch.Tensor, torch.Tensor]:
+def _module_path_greedy(model: GPT, change=None, prompt=PROMPT, *, after=0) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy decoding by ``GPT.forward`` (every module called) with the KV cache, one token per call:
-    tokens (B, T + NEW_TOKENS) and logits (B, NEW_TOKENS, V); ``change_after_prefill()`` runs after the prompt."""
-    out, tokens, logits = model(PROMPT), PROMPT, []
-    if change_after_prefill is not None:
-        change_after_prefill()
+    tokens (B, T + NEW_TOKENS) and logits (B, NEW_TOKENS, V); ``change()`` runs after the prompt and ``after``
+    steps."""
+    out, tokens, logits = model(prompt), prompt, []
     for i in range(NEW_TOKENS):
+        if change is not None and i == after:
+            change()
         logits.append(out.logits[:, -1])
         following = logits[-1].argmax(dim=-1, keepdim=True)  # (B, 1)
         tokens = torch.cat([tokens, following], dim=1)
@@ -212,19 +217,20 @@ def _module_path_greedy(model: GPT, change_after_prefill=None) -> tuple[torch.Te
     return tokens, torch.stack(logits, dim=1)
 
 
-def test_generate_with_lora_adapters_uses_them_on_the_fast_path():
+@PROMPTS
+def test_generate_with_lora_adapters_uses_them_on_the_fast_path(prompt):
     model = _gpt()
-    _, base_logits, _ = _fast_generate(copy.deepcopy(model))
+    _, base_logits, _ = _fast_generate(copy.deepcopy(model), prompt)
     targets = ["q_proj", "v_proj", "out_proj", "linear1"]
     model = peft.inject_adapter_in_model(peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets), model)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0.0, 0.5)  # B = 0 at init: the adapters would change nothing
-    tokens, logits, recording = _fast_generate(model)
-    T = PROMPT.shape[1]
+    tokens, logits, recording = _fast_generate(model, prompt)
+    T = prompt.shape[1]
     assert_close(logits, model(tokens[:, :-1]).logits[:, T - 1 :])  # the whole sequence through the modules
-    expected_tokens, expected_logits = _module_path_greedy(model)
+    expected_tokens, expected_logits = _module_path_greedy(model, prompt=prompt)
     assert torch.equal(tokens, expected_tokens)
     assert_close(logits, expected_logits)
     assert not torch.allclose(logits, base_logits, atol=1e-2)  # the adapters matter
@@ -234,55 +240,65 @@ def test_generate_with_lora_adapters_uses_them_on_the_fast_path():
     assert _gpt().decoder.incremental_step().module_calls == []
 
 
-def test_generate_with_seqlab_lora_layers_equals_the_module_path_unmerged_and_merged():
+@PROMPTS
+def test_generate_with_seqlab_lora_layers_equals_the_module_path_unmerged_and_merged(prompt):
     model = _gpt()
     names = [f"decoder.layers.{i}.{n}" for i in range(2) for n in ("self_attn.q_proj", "feed_forward.linear2")]
     add_lora(model, names, rank=2, alpha=4.0)
     with torch.no_grad():
         for layer in lora_layers(model).values():
             layer.lora_B.normal_(0.0, 0.5)  # B = 0 at init: the adapters would change nothing
-    tokens, logits, recording = _fast_generate(model)
-    expected_tokens, expected_logits = _module_path_greedy(model)
+    tokens, logits, recording = _fast_generate(model, prompt)
+    expected_tokens, expected_logits = _module_path_greedy(model, prompt=prompt)
     assert torch.equal(tokens, expected_tokens)
     assert_close(logits, expected_logits)
     assert sorted(recording.fast_steps[-1].module_calls) == sorted(n.removeprefix("decoder.") for n in names)
     merge_lora(model)
-    merged_tokens, merged_logits, recording = _fast_generate(model)
+    merged_tokens, merged_logits, recording = _fast_generate(model, prompt)
     assert recording.fast_steps[-1].module_calls == []  # merged: plain Linear layers, inlined again
     assert torch.equal(merged_tokens, tokens)
     assert_close(merged_logits, logits, rtol=0, atol=1e-5)
 
 
 @pytest.mark.filterwarnings("ignore:torch.ao.quantization is deprecated", "ignore:torch.quantize_per_tensor")
-def test_generate_with_a_dynamically_quantized_gpt_equals_its_module_path():
+@PROMPTS
+def test_generate_with_a_dynamically_quantized_gpt_equals_its_module_path(prompt):
     model = torch.ao.quantization.quantize_dynamic(_gpt(), {nn.Linear}, dtype=torch.qint8)
-    tokens, logits, recording = _fast_generate(model)
-    expected_tokens, expected_logits = _module_path_greedy(model)
+    tokens, logits, recording = _fast_generate(model, prompt)
+    expected_tokens, expected_logits = _module_path_greedy(model, prompt=prompt)
     assert torch.equal(tokens, expected_tokens)
     assert_close(logits, expected_logits)
     assert len(recording.fast_steps[-1].module_calls) == 2 * 6  # every Linear of both layers is quantized
 
 
-def test_generate_uses_weights_changed_in_place_after_the_prefill():
+@PROMPTS
+@pytest.mark.parametrize("after", [0, 2])
+def test_generate_uses_weights_changed_in_place_after_the_prefill(prompt, after):
+    """Weights changed after the prompt (after = 0) or after two steps, which at one row have built transposed
+    copies of them: the next step reads the new weights."""
+
     def change(model: GPT) -> None:
-        with torch.no_grad():  # W^Q (the old fast path's stacked copy) and an FFN weight
+        with torch.no_grad():  # W^Q (in the stacked q, k, v copy at one row) and an FFN weight
             model.decoder.layers[0].self_attn.q_proj.weight.mul_(-2.0)
             model.decoder.layers[1].feed_forward.linear1.weight.add_(0.5)
 
-    model, changed = _gpt(), []
+    model, chosen = _gpt(), []
 
     def change_once(_tokens):  # a streamer runs after each chosen token, before the step that feeds it
-        if not changed:
+        chosen.append(True)
+        if len(chosen) == after + 1:
             change(model)
-            changed.append(True)
 
-    tokens, logits, _ = _fast_generate(model, streamer=change_once)
+    tokens, logits, recording = _fast_generate(model, prompt, streamer=change_once)
+    one_row = prompt.shape[0] == 1  # then q, k, v stacked (weight and bias) and linear1 ran transposed, per layer
+    assert len(recording.fast_steps[-1].derived) == (2 * 3 if one_row else 0)
     reference = _gpt()
-    expected_tokens, expected_logits = _module_path_greedy(reference, lambda: change(reference))
+    expected_tokens, expected_logits = _module_path_greedy(reference, lambda: change(reference), prompt, after=after)
     assert torch.equal(tokens, expected_tokens)
     assert_close(logits, expected_logits)
-    _, unchanged_logits = _module_path_greedy(_gpt())
-    assert not torch.allclose(logits[:, 1:], unchanged_logits[:, 1:], atol=1e-3)  # the change matters
+    _, unchanged_logits = _module_path_greedy(_gpt(), prompt=prompt)
+    changed = slice(after + 1, None)
+    assert not torch.allclose(logits[:, changed], unchanged_logits[:, changed], atol=1e-3)  # the change matters
 
 
 def test_incremental_step_calls_hooked_modules_and_names_them():

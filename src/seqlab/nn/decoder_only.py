@@ -95,12 +95,13 @@ class TransformerDecoderOnly(nn.Module):
         """One empty self-attention KVCache per layer (S = 0)."""
         return empty_self_attention_caches(self.layers, batch_size, dtype=dtype, device=device)
 
-    def incremental_step(self) -> IncrementalStep | None:
+    def incremental_step(self, *, derive: bool = True) -> IncrementalStep | None:
         """The fast path of a one-position call with caches (``IncrementalStep``), or None where no layer could
-        take it: a dropout in effect (training with p > 0), or an attention kind other than "full"."""
+        take it: a dropout in effect (training with p > 0), or an attention kind other than "full". derive: as
+        ``IncrementalStep``'s (False for a step made afresh at every position)."""
         if not any(_inlinable(layer) for layer in self.layers):
             return None
-        return IncrementalStep(self)
+        return IncrementalStep(self, derive=derive)
 
     def forward(
         self, x: Tensor, *, keep_mask: Tensor | None = None, caches: Sequence[KVCache] | None = None
@@ -151,7 +152,17 @@ class IncrementalStep:
     decoder holds, and a weight changed after the prompt is used by the next step. ``module_calls`` names what is
     called as a module.
 
+    At one row (B = 1, on the CPU) the widening products, q, k and v stacked and the first feed-forward layer, run
+    from transposed copies of their weights (``direct_calls.one_row_linear``), which ``derived`` keeps for the
+    steps of this object and rebuilds when a weight changes (``direct_calls.DerivedWeights``): build one per
+    decoding run, as ``GPT.prefill`` does.
+
     Build it with ``TransformerDecoderOnly.incremental_step()``; use ``forward`` to train.
+
+    Args:
+        decoder: the ``TransformerDecoderOnly`` whose modules every call reads.
+        derive: keep derived weights (``derived``, a ``DerivedWeights``); False (``derived`` None) computes every
+            product from the weights themselves, for an object made afresh at every position.
 
     Inputs (``__call__``): x (B, 1, D), the newest position; caches: one KVCache per layer, S steps each;
         keep_mask (B, S + 1) bool, True at real positions, or None when all are real; the new position must be
@@ -164,8 +175,9 @@ class IncrementalStep:
             wrong shape or dtype.
     """
 
-    def __init__(self, decoder: TransformerDecoderOnly) -> None:
+    def __init__(self, decoder: TransformerDecoderOnly, *, derive: bool = True) -> None:
         self.decoder = decoder
+        self.derived = direct_calls.DerivedWeights() if derive else None
 
     @property
     def module_calls(self) -> list[str]:
@@ -198,10 +210,11 @@ class IncrementalStep:
         if len(caches) != len(layers):
             raise ValueError(f"got {len(caches)} caches for a decoder of {len(layers)} layers")
         mask = None if keep_mask is None else keep_mask[:, None, None, :]  # (B, 1, 1, S + 1)
+        derived = self.derived if x.shape[0] == 1 and x.device.type == "cpu" else None  # one row: see the class
         new_caches = []
         for layer, cache in zip(layers, caches, strict=True):
             if _inlinable(layer):
-                x, cache = _layer_step(layer, x, cache, mask)
+                x, cache = _layer_step(layer, x, cache, mask, derived)
             else:
                 x, cache = layer(x, keep_mask=keep_mask, cache=cache)
             new_caches.append(cache)
@@ -214,10 +227,15 @@ _ATTENTION_LINEARS = ("q_proj", "k_proj", "v_proj", "out_proj")
 
 
 def _layer_step(
-    layer: TransformerDecoderOnlyLayer, x: Tensor, cache: KVCache | StaticKVCache, mask: Tensor | None
+    layer: TransformerDecoderOnlyLayer,
+    x: Tensor,
+    cache: KVCache | StaticKVCache,
+    mask: Tensor | None,
+    derived: direct_calls.DerivedWeights | None,
 ) -> tuple[Tensor, KVCache | StaticKVCache]:
     """One ``_inlinable`` layer on x (B, 1, D) over its cache; mask (B, 1, 1, S + 1) or None, or (B, 1, 1, C) for a
-    static cache. Returns the layer's output (B, 1, D) and the cache with x's keys and values appended."""
+    static cache; derived: the run's derived weights for one row (B = 1), or None. Returns the layer's output
+    (B, 1, D) and the cache with x's keys and values appended."""
     modules, norm_first = layer._modules, layer.norm_first  # not layer.self_attn: see seqlab.nn.direct_calls
     attn, feed_forward, norm1, norm2 = modules["self_attn"], modules["feed_forward"], modules["norm1"], modules["norm2"]
     projections, ff_modules = attn._modules, feed_forward._modules
@@ -225,10 +243,17 @@ def _layer_step(
     N, Dh = attn.num_heads, attn.head_dim
     few = direct_calls.few_rows(x)  # the products' orientation (direct_calls.affine)
     h = direct_calls.layer_norm(norm1, x) if norm_first else x
+    qkv = None
+    if derived is not None:
+        stacked = (projections["q_proj"], projections["k_proj"], projections["v_proj"])
+        qkv = direct_calls.one_row_linear(stacked, h.view(1, D), derived)  # (1, 3D)
     # With T = 1, (B, 1, D) and (B, N, 1, Dh) have the same layout: the heads split by a view, no transpose.
-    q = direct_calls.linear(projections["q_proj"], h, few=few).view(B, N, 1, Dh)  # (B, N, 1, Dh)
-    k = direct_calls.linear(projections["k_proj"], h, few=few).view(B, N, 1, Dh)
-    v = direct_calls.linear(projections["v_proj"], h, few=few).view(B, N, 1, Dh)
+    if qkv is not None:
+        q, k, v = qkv.view(3, 1, N, 1, Dh).unbind(0)  # each (1, N, 1, Dh)
+    else:
+        q = direct_calls.linear(projections["q_proj"], h, few=few).view(B, N, 1, Dh)  # (B, N, 1, Dh)
+        k = direct_calls.linear(projections["k_proj"], h, few=few).view(B, N, 1, Dh)
+        v = direct_calls.linear(projections["v_proj"], h, few=few).view(B, N, 1, Dh)
     if attn.rotary is not None:  # a static cache's length is a (1,) tensor, which the rotary embedding takes
         q, k = attn.rotary(q, offset=cache.length), attn.rotary(k, offset=cache.length)
     cache = cache.append(k, v)
@@ -236,7 +261,10 @@ def _layer_step(
     x = x + direct_calls.linear(projections["out_proj"], attended.view(B, 1, D), few=few)  # heads merged, (B, 1, D)
     x = x if norm_first else direct_calls.layer_norm(norm1, x)
     h = direct_calls.layer_norm(norm2, x) if norm_first else x
-    inner = ACTIVATIONS[feed_forward.activation](direct_calls.linear(ff_modules["linear1"], h, few=few))
+    linear1 = ff_modules["linear1"]
+    widened = None if derived is None else direct_calls.one_row_linear((linear1,), h.view(1, D), derived)
+    widened = direct_calls.linear(linear1, h, few=few) if widened is None else widened.view(1, 1, -1)  # (B, 1, d_ff)
+    inner = ACTIVATIONS[feed_forward.activation](widened)
     x = x + direct_calls.linear(ff_modules["linear2"], inner, few=few)
     x = x if norm_first else direct_calls.layer_norm(norm2, x)
     return x, cache

@@ -107,6 +107,44 @@ def test_steps_without_gradients_take_the_fast_path_and_equal_the_module_path(po
         assert model.step(following[:, 0], state).state.incremental_step is not None
 
 
+@pytest.mark.parametrize("positional", POSITIONALS)
+@pytest.mark.parametrize("tie_embeddings", [True, False])
+def test_one_row_steps_from_transposed_weights_equal_the_full_forward(positional, tie_embeddings):
+    """At one row the widening products (q, k, v stacked, the first FFN layer, the head: V = 40 > D = 16) run from
+    transposed copies; each step equals the module path in float64 (and the full forward), also after weights
+    change in place mid-run."""
+    torch.manual_seed(0)
+    config = GPTConfig(
+        vocab_size=40,
+        context_length=12,
+        d_model=16,
+        num_heads=2,
+        num_layers=2,
+        positional=positional,
+        tie_embeddings=tie_embeddings,
+    )
+    model = GPT(config).double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)  # larger than GPT-2's init, so every weight moves the logits visibly
+    sequence = torch.randint(0, 40, (1, 8), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        out = model.prefill(sequence[:, :4])
+        derived = out.state.incremental_step.derived
+        for t in range(4, 8):
+            if t == 6:
+                model.decoder.layers[0].self_attn.k_proj.weight.mul_(-2.0)
+                model.decoder.layers[1].feed_forward.linear1.bias.add_(0.5)
+                head = model.wte if tie_embeddings else model.lm_head
+                head.weight.mul_(1.5)
+            module_path = model(sequence[:, t : t + 1], out.state).logits[:, -1]  # the same caches, by the modules
+            out = model.step(sequence[:, t], out.state)
+            assert_close(out.logits, module_path, rtol=1e-12, atol=1e-12)
+            if t < 6:  # before the change, the caches hold what the whole sequence gives
+                assert_close(out.logits, model(sequence[:, : t + 1]).logits[:, -1], rtol=1e-12, atol=1e-12)
+    assert len(derived) == 2 * 3 + 1  # per layer q, k, v stacked and their bias, linear1; the head
+
+
 def test_the_fast_path_uses_the_models_layer_norm_eps():
     # eps = 0.5 is large against the unit-scale activations, so a fast path that normalised with 1e-5 would differ
     model = tiny(layer_norm_eps=0.5)

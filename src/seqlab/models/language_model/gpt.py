@@ -275,6 +275,9 @@ class GPT(PretrainedMixin, nn.Module):
         its fast path, ``IncrementalStep`` (the state's, else made here), over the modules the model holds now
         (wrapped or quantized ones are called; ``state.incremental_step.module_calls`` names them); otherwise
         ``forward``'s modules (``state.incremental_step`` of the result says which ran: None for the modules).
+        At one row on the CPU, the widening products (q, k, v stacked, the first feed-forward layer, the head) run
+        from transposed copies of their weights that the state's ``incremental_step`` keeps for this decoding run
+        (made by ``prefill``) and rebuilds when a weight changes (``seqlab.nn.direct_calls.one_row_product``).
 
         A static state (``static_state``) takes the fast path only, writes the token into slot S of its
         buffers (S + 1 <= C is the caller's to keep: ``CompiledGPT`` grows the buffers) and passes on no
@@ -288,7 +291,8 @@ class GPT(PretrainedMixin, nn.Module):
         static = isinstance(state.caches[0], StaticKVCache)
         fast = None
         if not torch.is_grad_enabled() and not (self.training and self.drop.p > 0.0):
-            fast = (None if static else state.incremental_step) or self.decoder.incremental_step()
+            fast = self.decoder.incremental_step(derive=False) if static else state.incremental_step
+            fast = fast or self.decoder.incremental_step()
         if fast is None:
             if static:
                 raise ValueError(
@@ -312,11 +316,24 @@ class GPT(PretrainedMixin, nn.Module):
             keep_mask = torch.cat([keep_mask, keep_mask.new_ones(keep_mask.shape[0], 1)], dim=1)  # (B, S + 1)
         out = fast(x.unsqueeze(1), caches=caches, keep_mask=keep_mask)
         h = out.output[:, 0]  # (B, D)
+        return StepOutput(
+            self._step_logits(h, fast), GPTState(out.caches, following, keep_mask, None if static else fast)
+        )
+
+    def _step_logits(self, h: Tensor, fast: IncrementalStep) -> Tensor:
+        """A step's logits (B, V) from h (B, D): at one row from the transposed head that the run's derived weights
+        keep (``direct_calls.one_row_product``), at a few rows by ``direct_calls.affine``."""
+        logits = None
+        if fast.derived is not None and h.shape[0] == 1:
+            if self.lm_head is not None:
+                logits = direct_calls.one_row_linear((self.lm_head,), h, fast.derived)
+            else:
+                logits = direct_calls.one_row_product(h, (self.wte.weight,), (), fast.derived)
+        if logits is not None:
+            return logits
         if self.lm_head is not None:
-            logits = direct_calls.linear(self.lm_head, h, few=direct_calls.few_rows(h))  # (B, V)
-        else:
-            logits = direct_calls.affine(h, self.wte.weight) if direct_calls.few_rows(h) else self._project(h)
-        return StepOutput(logits, GPTState(out.caches, following, keep_mask, None if static else fast))
+            return direct_calls.linear(self.lm_head, h, few=direct_calls.few_rows(h))
+        return direct_calls.affine(h, self.wte.weight) if direct_calls.few_rows(h) else self._project(h)
 
     def reorder_state(self, state: GPTState, index: Tensor) -> GPTState:
         """The state of rows ``index`` (B',), in that order; the caches keep their spare capacity
