@@ -25,9 +25,7 @@ client is a plain blocking ``http.client`` connection that splits the stream int
 while timing (httpx's async client spent about as much CPU per token as the server's event loop), so the client is
 not what is measured.
 
-The servers run with --max-concurrency (default 4): requests beyond it wait. Each runs in a session of its own (on
-Linux, a scheduler group of its own, as a server started from its own shell is), so a busy machine shares its
-cores between the server and this client as it would between two programs. The processes share the machine's
+The servers run with --max-concurrency (default 4): requests beyond it wait. The processes share the machine's
 cores, so the absolute numbers depend on its load (printed with table 3); ratios are measured in one run, off
 and on taking turns. --tables picks the tables to run (table 3 alone needs no --g2p).
 
@@ -92,7 +90,7 @@ def main() -> None:
         for runs, settings in served:
             port = free_port()
             command = [sys.executable, "-m", "seqlab", "serve", *map(str, runs), "--port", str(port), *shared]
-            servers.append(subprocess.Popen([*command, *settings], start_new_session=True))
+            servers.append(subprocess.Popen([*command, *settings]))
             urls.append(f"http://127.0.0.1:{port}")
         for url, server in zip(urls, servers, strict=True):
             wait_for(url, server)
