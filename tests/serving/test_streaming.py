@@ -133,8 +133,7 @@ def test_the_loop_is_woken_only_when_it_waits() -> None:
     produced = threading.Event()
 
     def chunks() -> Iterator[GenerationChunk]:
-        yield GenerationChunk(0, "t0 ", False)
-        for i in range(1, 20):
+        for i in range(20):
             yield GenerationChunk(0, f"t{i} ", False)
         produced.set()
 
