@@ -15,14 +15,22 @@ Table 2: for the same levels, --requests ``POST /v1/generate`` of --new-tokens t
 does the same work; never batched) on the lm run, read to its ``done`` event: requests/s, p50 and p95 latency
 until the last event, p50 time to first token (the first chunk with text) and tokens/s summed over clients.
 
-Table 3: tokens/s of one client streaming, against ``System.generate`` of the same request in this process
-(every chunk consumed), each the median of --repeats runs taking turns; the ratio is streaming
-over in-process (target >= 0.9).
+Table 3: one client streaming ``POST /v1/generate`` of --new-tokens tokens (greedy), against ``System.generate``
+of the same request in this process, --repeats runs of each taking turns (medians). Both sides are timed alike:
+from the request (the call) to the first chunk with text (TTFT) and to the end of the stream (the ``done`` event;
+the generator's end), over the same tokens (the chunks with text, counted on both sides; the streamed text must
+equal the in-process text). Columns: TTFT in ms, tokens/s from the request to the end, and tokens/s while
+streaming (from the first token to the end), each with its ratio streaming / in-process (target >= 0.9). The
+client is a plain blocking ``http.client`` connection that splits the stream into events and parses none of them
+while timing (httpx's async client spent about as much CPU per token as the server's event loop), so the client is
+not what is measured.
 
 The servers run with --max-concurrency (default 4): requests beyond it wait. The processes share the machine's
-cores, so the absolute numbers depend on its load; ratios are measured in one run, off and on taking turns.
+cores, so the absolute numbers depend on its load (printed with table 3); ratios are measured in one run, off
+and on taking turns. --tables picks the tables to run (table 3 alone needs no --g2p).
 
     nice python benchmarks/serve.py --g2p /work/runs/pronouncer20k --lm /work/runs/lm
+    nice python benchmarks/serve.py --lm /work/runs/lm --tables 3 --repeats 21
     python benchmarks/serve.py --g2p tests/fixtures/checkpoints/g2p_v0_1 \\
         --lm tests/fixtures/checkpoints/lm_gpt_9a192c4 --words cat,dog --requests 16 --new-tokens 16 --repeats 1
 """
@@ -31,9 +39,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import functools
+import http.client
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -52,32 +61,43 @@ WORDS = "pronunciation,cat,thoroughly,seqlab,water,alphabet,knight,encyclopedia"
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--g2p", type=Path, required=True, help="a g2p run directory")
+    parser.add_argument("--g2p", type=Path, help="a g2p run directory (tables 1 and 2)")
     parser.add_argument("--lm", type=Path, required=True, help="an lm run directory (a GPT)")
     parser.add_argument("--words", default=WORDS, help="the words to predict, comma-separated")
     parser.add_argument("--prompt", default="The ", help="the prompt to continue")
     parser.add_argument("--requests", type=int, default=64, help="requests of each kind per concurrency level")
     parser.add_argument("--new-tokens", type=int, default=64, help="max_new_tokens of each generation")
-    parser.add_argument("--repeats", type=int, default=5, help="runs of each side of table 2")
+    parser.add_argument("--repeats", type=int, default=9, help="runs of each side of table 3")
     parser.add_argument("--max-concurrency", type=int, default=4, help="the server's --max-concurrency")
     parser.add_argument("--nbest", type=int, default=5, help="the servers' --nbest")
     parser.add_argument("--max-batch-size", type=int, default=32, help="--max-batch-size of the batching server")
     parser.add_argument("--batch-wait-ms", type=int, default=2, help="--batch-wait-ms of the batching server")
     parser.add_argument("--rounds", type=int, default=1, help="turns of off and on at each level of table 1")
+    parser.add_argument("--tables", default="1,2,3", help="the tables to run, comma-separated (default: 1,2,3)")
     args = parser.parse_args()
+    args.tables = set(args.tables.split(","))
+    if not args.tables or not args.tables <= {"1", "2", "3"}:
+        parser.error(f"--tables: expected some of 1,2,3, got {','.join(sorted(args.tables))}")
+    if args.g2p is None and args.tables & {"1", "2"}:
+        parser.error("--g2p is needed for tables 1 and 2")
 
     shared = ["--max-concurrency", str(args.max_concurrency), "--nbest", str(args.nbest)]
     batching = ["--max-batch-size", str(args.max_batch_size), "--batch-wait-ms", str(args.batch_wait_ms)]
+    served = [([args.g2p], ["--max-batch-size", "1"])] if "1" in args.tables else []
+    served.append(([args.g2p, args.lm] if args.g2p else [args.lm], batching))
     servers, urls = [], []
     try:
-        for runs, settings in (([args.g2p], ["--max-batch-size", "1"]), ([args.g2p, args.lm], batching)):
+        for runs, settings in served:
             port = free_port()
             command = [sys.executable, "-m", "seqlab", "serve", *map(str, runs), "--port", str(port), *shared]
             servers.append(subprocess.Popen([*command, *settings]))
             urls.append(f"http://127.0.0.1:{port}")
         for url, server in zip(urls, servers, strict=True):
             wait_for(url, server)
-        asyncio.run(measure(args, off=urls[0], on=urls[1]))
+        if args.tables & {"1", "2"}:
+            asyncio.run(measure(args, off=urls[0], on=urls[-1]))
+        if "3" in args.tables:
+            streaming_table(args, urls[-1])
     finally:
         for server in servers:
             server.terminate()
@@ -104,6 +124,7 @@ def wait_for(url: str, server: subprocess.Popen, seconds: float = 300) -> None:
 
 
 async def measure(args: argparse.Namespace, *, off: str, on: str) -> None:
+    """Tables 1 and 2 (as --tables asks) against the servers without (``off``) and with (``on``) batching."""
     g2p, lm = args.g2p.resolve().name, args.lm.resolve().name
     words = args.words.split(",")
     generation = {"model": lm, "prompt": args.prompt, "max_new_tokens": args.new_tokens, "do_sample": False}
@@ -114,7 +135,7 @@ async def measure(args: argparse.Namespace, *, off: str, on: str) -> None:
         httpx.AsyncClient(base_url=off, timeout=600, limits=limits) as unbatched,
         httpx.AsyncClient(base_url=on, timeout=600, limits=limits) as client,
     ):
-        for server in (unbatched, client):  # warm up every model
+        for server in (unbatched, client) if "1" in args.tables else ():  # warm up every model
             await predict_once(server, {"model": g2p, "inputs": words[:1]})
         await generate_once(client, generation)
         predicts, generations = [], []
@@ -122,10 +143,12 @@ async def measure(args: argparse.Namespace, *, off: str, on: str) -> None:
             body = {"model": g2p, "inputs": words[:1]}
             rounds = [
                 [await predict_level(server, clients, args.requests, body, words) for server in (unbatched, client)]
-                for _ in range(args.rounds)
+                for _ in range(args.rounds if "1" in args.tables else 0)
             ]  # off and on taking turns
             predicts += [functools.reduce(Level.merged, column) for column in zip(*rounds, strict=True)]
-            generations.append(await level(clients, args.requests, generate_once, client, generation))
+            if "2" in args.tables:
+                generations.append(await level(clients, args.requests, generate_once, client, generation))
+    if predicts:
         print(f"Table 1: seqlab serve, g2p predict of one word, batching off (--max-batch-size 1) and on "
               f"(--max-batch-size {args.max_batch_size} --batch-wait-ms {args.batch_wait_ms})")  # fmt: skip
         print(f"{'batching':<10}{'clients':>8}{'req/s':>9}{'on/off':>8}{'p50 ms':>9}{'p95 ms':>9}{'req/call':>10}")
@@ -134,6 +157,7 @@ async def measure(args: argparse.Namespace, *, off: str, on: str) -> None:
                 ratio = row.rate / row_off.rate
                 print(f"{name:<10}{row.clients:>8}{row.rate:>9.1f}{ratio:>8.2f}{1000 * row.p50:>9.1f}"
                       f"{1000 * row.p95:>9.1f}{len(row.latencies) / row.calls:>10.1f}")  # fmt: skip
+    if generations:
         print("\nTable 2: seqlab serve, gpt generate (greedy, never batched)")
         print(f"{'kind':<14}{'clients':>8}{'req/s':>9}{'p50 ms':>9}{'p95 ms':>9}{'TTFT ms':>9}{'tok/s':>9}")
         for row in generations:
@@ -142,23 +166,101 @@ async def measure(args: argparse.Namespace, *, off: str, on: str) -> None:
             print(f"{'gpt generate':<14}{row.clients:>8}{row.rate:>9.1f}{1000 * row.p50:>9.1f}"
                   f"{1000 * row.p95:>9.1f}{ttft:>9.1f}{tokens:>9.0f}")  # fmt: skip
 
-        system = load_system(args.lm)
-        request = GenerationRequest(**{k: v for k, v in generation.items() if k != "model"})
-        collections.deque(system.generate(request), maxlen=0)  # warm up, as the server was
-        streamed, direct = [], []
-        for _ in range(args.repeats):  # taking turns, so a change of load falls on both
-            started = time.perf_counter()
-            await generate_once(client, generation)
-            streamed.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            collections.deque(system.generate(request), maxlen=0)  # every chunk consumed, nothing kept
-            direct.append(time.perf_counter() - started)
-    stream_rate = args.new_tokens / statistics.median(streamed)
-    direct_rate = args.new_tokens / statistics.median(direct)
-    print(f"\nTable 3: one client, {args.new_tokens} tokens, median of {args.repeats}")
-    print(f"{'path':<28}{'tok/s':>10}{'ratio':>8}")
-    print(f"{'System.generate in process':<28}{direct_rate:>10.1f}{1.0:>8.2f}")
-    print(f"{'POST /v1/generate (SSE)':<28}{stream_rate:>10.1f}{stream_rate / direct_rate:>8.2f}")
+
+class Stream(NamedTuple):
+    """One generation as its consumer saw it: seconds from the request to the first chunk with text and to the
+    end, the chunks with text, and the text."""
+
+    first: float
+    end: float
+    tokens: int
+    text: str
+
+    @property
+    def rate(self) -> float:
+        """Tokens per second from the request to the end."""
+        return self.tokens / self.end
+
+    @property
+    def streaming_rate(self) -> float:
+        """Tokens per second from the first token to the end (the tokens after the first)."""
+        return (self.tokens - 1) / (self.end - self.first)
+
+
+def streaming_table(args: argparse.Namespace, url: str) -> None:
+    """Table 3: one client streaming from ``url`` against ``System.generate`` in this process, taking turns."""
+    body = {"model": args.lm.resolve().name, "prompt": args.prompt, "max_new_tokens": args.new_tokens,
+            "do_sample": False}  # fmt: skip
+    system = load_system(args.lm)
+    request = GenerationRequest(**{k: v for k, v in body.items() if k != "model"})
+    stream_once(url, body)  # warm up both sides
+    generate_in_process(system, request)
+    load = os.getloadavg()[0]
+    streamed, direct = [], []
+    for _ in range(args.repeats):  # taking turns, so a change of load falls on both
+        streamed.append(stream_once(url, body))
+        direct.append(generate_in_process(system, request))
+    if {(s.tokens, s.text) for s in streamed + direct} != {(direct[0].tokens, direct[0].text)}:
+        raise SystemExit("table 3: the streamed generations differ from the in-process ones")
+    print(f"\nTable 3: one client, {direct[0].tokens} tokens (greedy), median of {args.repeats} each, taking turns; "
+          f"load average {load:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")  # fmt: skip
+    print(f"{'path':<28}{'TTFT ms':>9}{'tok/s':>8}{'ratio':>7}{'tok/s streaming':>17}{'ratio':>7}")
+    reference = None
+    for name, rows in (("System.generate in process", direct), ("POST /v1/generate (SSE)", streamed)):
+        row = (1000 * statistics.median(r.first for r in rows), statistics.median(r.rate for r in rows),
+               statistics.median(r.streaming_rate for r in rows))  # fmt: skip
+        reference = reference or row
+        print(f"{name:<28}{row[0]:>9.1f}{row[1]:>8.1f}{row[1] / reference[1]:>7.2f}{row[2]:>17.1f}"
+              f"{row[2] / reference[2]:>7.2f}")  # fmt: skip
+    print("same tokens on both sides: yes")
+
+
+def generate_in_process(system, request: GenerationRequest) -> Stream:
+    """``system.generate(request)`` consumed chunk by chunk, timed as ``stream_once`` times a stream."""
+    started = time.perf_counter()
+    first, tokens, texts = None, 0, []
+    for chunk in system.generate(request):
+        if chunk.text:
+            tokens += 1
+            first = first or time.perf_counter() - started
+        texts.append(chunk.text)
+    return Stream(first, time.perf_counter() - started, tokens, "".join(texts))
+
+
+def stream_once(url: str, body: dict) -> Stream:
+    """One ``POST /v1/generate`` read to its ``done`` event over a blocking connection, opened before the clock
+    starts. While timing, the stream is only split into events (a chunk's text is empty exactly when its JSON
+    holds ``"text": ""``); the events are parsed afterwards."""
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=600)
+    try:
+        connection.connect()  # as a kept-alive connection would be
+        started = time.perf_counter()
+        connection.request("POST", "/v1/generate", json.dumps(body), {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        if response.status != 200:
+            raise SystemExit(f"POST /v1/generate: {response.status} {response.read().decode()}")
+        first, tokens, events, pending = None, 0, [], b""
+        while not events or not events[-1].startswith((b"event: done", b"event: error")):
+            data = response.read1(65536)
+            if not data:
+                raise SystemExit("the stream ended before its done event")
+            *complete, pending = (pending + data).split(b"\n\n")
+            for event in complete:
+                if event.startswith(b"event: chunk") and b'"text": ""' not in event:
+                    tokens += 1
+                    first = first or time.perf_counter() - started
+            events += complete
+        end = time.perf_counter() - started
+    finally:
+        connection.close()
+    texts = []
+    for event in events:
+        name, data = event.decode().split("\n")
+        if name == "event: error":
+            raise SystemExit(f"POST /v1/generate: {data}")
+        texts.append(json.loads(data.removeprefix("data: ")).get("text", ""))
+    return Stream(first, end, tokens, "".join(texts))
 
 
 async def predict_once(client: httpx.AsyncClient, body: dict) -> tuple[float, float | None]:

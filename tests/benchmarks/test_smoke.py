@@ -89,6 +89,7 @@ SMOKE = {
             f"{'on':<10}{32:>8}",
             "gpt generate",
             "POST /v1/generate (SSE)",
+            "same tokens on both sides: yes",
         ],
     ),
     "quantize.py": (

@@ -8,8 +8,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -90,6 +90,12 @@ def serving(app: FastAPI) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=30)
         listener.close()
+
+
+@pytest.fixture(scope="session")
+def serve() -> Callable[[FastAPI], AbstractContextManager[str]]:
+    """``serving``, for a test that runs an app of its own."""
+    return serving
 
 
 @pytest.fixture(scope="session")
