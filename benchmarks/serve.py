@@ -25,9 +25,10 @@ client is a plain blocking ``http.client`` connection that splits the stream int
 while timing (httpx's async client spent about as much CPU per token as the server's event loop), so the client is
 not what is measured.
 
-The servers run with --max-concurrency (default 4): requests beyond it wait. The processes share the machine's
-cores, so the absolute numbers depend on its load (printed with table 3); ratios are measured in one run, off
-and on taking turns. --tables picks the tables to run (table 3 alone needs no --g2p).
+The servers run with --max-concurrency (default 4): requests beyond it wait, and with --server-threads torch threads
+(their --threads; default: torch's). The processes share the machine's cores, so the absolute numbers depend on its
+load (printed with table 3); ratios are measured in one run, off and on taking turns. --tables picks the tables to run
+(table 3 alone needs no --g2p).
 
     nice python benchmarks/serve.py --g2p /work/runs/pronouncer20k --lm /work/runs/lm
     nice python benchmarks/serve.py --lm /work/runs/lm --tables 3 --repeats 21
@@ -73,6 +74,7 @@ def main() -> None:
     parser.add_argument("--max-batch-size", type=int, default=32, help="--max-batch-size of the batching server")
     parser.add_argument("--batch-wait-ms", type=int, default=2, help="--batch-wait-ms of the batching server")
     parser.add_argument("--rounds", type=int, default=1, help="turns of off and on at each level of table 1")
+    parser.add_argument("--server-threads", type=int, help="the servers' --threads (default: torch's)")
     parser.add_argument("--tables", default="1,2,3", help="the tables to run, comma-separated (default: 1,2,3)")
     args = parser.parse_args()
     args.tables = set(args.tables.split(","))
@@ -82,6 +84,8 @@ def main() -> None:
         parser.error("--g2p is needed for tables 1 and 2")
 
     shared = ["--max-concurrency", str(args.max_concurrency), "--nbest", str(args.nbest)]
+    if args.server_threads is not None:
+        shared += ["--threads", str(args.server_threads)]
     batching = ["--max-batch-size", str(args.max_batch_size), "--batch-wait-ms", str(args.batch_wait_ms)]
     served = [([args.g2p], ["--max-batch-size", "1"])] if "1" in args.tables else []
     served.append(([args.g2p, args.lm] if args.g2p else [args.lm], batching))

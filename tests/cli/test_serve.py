@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 import uvicorn
 from cli_helpers import assert_error, run_cli
 from fastapi.testclient import TestClient
@@ -43,6 +44,18 @@ def test_batching_settings_are_passed_on(started: dict) -> None:
     assert (started["app"].state.batcher.max_batch_size, started["app"].state.batcher.batch_wait_ms) == (32, 2)
 
 
+def test_threads_are_set_for_the_models(started: dict) -> None:
+    threads = torch.get_num_threads()
+    try:
+        assert run_cli("serve", GPT, "--threads", "1").code == 0
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(threads + 1)
+        assert run_cli("serve", GPT).code == 0
+        assert torch.get_num_threads() == threads + 1  # not given: left as it is
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -53,6 +66,7 @@ def test_batching_settings_are_passed_on(started: dict) -> None:
         (["serve", GPT, "--batch-wait-ms", "-1"], "--batch-wait-ms: batch_wait_ms (-1) must be an integer >= 0"),
         (["serve", GPT, GPT], f"{GPT}: two runs are named {GPT.name!r}; serve runs from directories of distinct names"),
         (["serve", G2P, "--nbest", "0"], "--nbest (0) must be in [1, 16]"),
+        (["serve", G2P, "--threads", "0"], "--threads (0) must be >= 1"),
     ],
 )  # fmt: skip
 def test_bad_arguments(started: dict, argv: list, message: str) -> None:
