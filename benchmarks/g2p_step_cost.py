@@ -115,7 +115,7 @@ def main() -> None:
             runs[r]()
             if i > 0:
                 seconds[r].append((time.perf_counter() - start) / args.batches)
-    print(f"torch {torch.__version__}, cpu, {torch.get_num_threads()} CPU threads; {args.batches} batches a round, ")
+    print(f"torch {torch.__version__}, cpu, {torch.get_num_threads()} CPU threads; {args.batches} batches a round")
     print(f"{args.repeats} rounds; median [interquartile range]; ratio = row time / RNN time of the same round\n")
     header = f"{'row':<20} {'parameters':>10} {'batch':>6} {'ms/step':>8} {'ratio':>6} {'ratio IQR':>10}"
     print(header)
