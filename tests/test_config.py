@@ -4,7 +4,7 @@ import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import pytest
 
@@ -400,6 +400,35 @@ def test_switching_arch_keeps_shared_values_and_refuses_values_it_would_drop():
     with pytest.raises(ConfigError) as caught:
         apply_overrides(sized, {"model.arch": "transformer"})
     assert str(caught.value) == "--set model.arch=transformer: model.hidden_size (set to 16) does not apply to it"
+
+
+@dataclass(frozen=True)
+class Wide:
+    arch: Literal["wide"] = "wide"
+    SECTION_DEFAULTS: ClassVar = {"window": {"low": 2, "high": 5}}
+
+
+@dataclass(frozen=True)
+class Chosen:
+    model: Recurrent | Wide = field(default_factory=Recurrent)
+    window: Window = field(default_factory=Window)
+
+
+def test_an_arch_sets_its_defaults_of_other_sections_unless_given_and_its_leaving_restores_the_recipes():
+    wide = apply_overrides(Chosen(), {"model.arch": "wide"})
+    assert wide.window == Window(low=2, high=5)
+    assert apply_overrides(wide, {"model.arch": "rnn"}) == Chosen()
+    assert apply_overrides(Chosen(), {"window.high": "3", "model.arch": "wide"}).window == Window(low=2, high=3)
+    earlier = apply_overrides(Chosen(), {"window.high": 3}, source="a.toml")
+    assert apply_overrides(earlier, {"model.arch": "wide"}).window == Window(low=2, high=3)
+    assert apply_overrides(wide, {"window.high": 7}).window == Window(low=2, high=7)
+    earlier = apply_overrides(Chosen(), {"window.high": 2}, source="a.toml")
+    with pytest.raises(ConfigError) as caught:
+        apply_overrides(earlier, {"model.arch": "wide"})
+    assert str(caught.value) == (
+        "--set model.arch=wide sets window.low=2 (its defaults): [window] low (2) must be less than high (2); "
+        "set them as well"
+    )
 
 
 def test_describe_lists_the_other_archs_keys_with_their_arch():

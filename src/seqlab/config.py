@@ -131,6 +131,12 @@ def apply_overrides(config: ConfigT, overrides: Mapping[str, Any], *, source: st
     earlier (a TOML file, then ``--set``); a value given earlier for a key the new class lacks is refused.
     A key's old name (``RENAMED_KEYS``: ``decode.beam_size``) sets its new one, with a FutureWarning.
 
+    A choice class may also list its own defaults for keys of other sections, in a ``SECTION_DEFAULTS`` class
+    variable (``{"train": {"lr": 5e-3}}``: the g2p Transformer trains with other settings than the RNN).
+    Switching to it sets those keys, and switching away sets them back to the recipe's defaults, except a key given
+    in the same overrides or set earlier to a value other than the previous architecture's default (as for the
+    shared fields above).
+
     Args:
         config: a frozen dataclass whose fields are frozen dataclasses (the sections).
         overrides: ``{"section.key": value}``; string values are converted to the field's type
@@ -171,7 +177,42 @@ def apply_overrides(config: ConfigT, overrides: Mapping[str, Any], *, source: st
             replaced[section] = dataclasses.replace(current, **fields)
         except (ValueError, TypeError) as e:
             raise ConfigError(f"{source}: [{section}] {e}") from None
+    switches = [
+        (s, (type(getattr(config, s)), type(v))) for s, v in replaced.items() if type(v) is not type(getattr(config, s))
+    ]
+    for section, switch in switches:
+        _follow_arch(config, replaced, grouped, switch, f"{source} {section}.{ARCH}={_arch_of(switch[1])}")
     return dataclasses.replace(config, **replaced)
+
+
+def _follow_arch(
+    config: Any,
+    replaced: dict[str, Any],
+    given: Mapping[str, Mapping[str, Any]],
+    switch: tuple[type, type],
+    source: str,
+) -> None:
+    """Set in ``replaced`` the keys of other sections that the new architecture's ``SECTION_DEFAULTS`` (or the
+    old one's) lists: to the new architecture's default, or the recipe's where it lists none; a key ``given`` in
+    the same overrides, or whose value is not the old architecture's default, keeps its value. ``source`` names
+    the switch (``--set model.arch=transformer``).
+
+    Raises: ConfigError if the section's validation refuses a value the switch set (naming the switch, the keys it
+        set and the reason), e.g. Adam's betas with ``train.optimizer=sgd`` given earlier.
+    """
+    old, new = (getattr(cls, "SECTION_DEFAULTS", {}) for cls in switch)
+    for section in dict.fromkeys([*old, *new]):
+        earlier, recipe = getattr(config, section), getattr(type(config)(), section)
+        fields = {}
+        for key in dict.fromkeys([*old.get(section, {}), *new.get(section, {})]):
+            before = old.get(section, {}).get(key, getattr(recipe, key))
+            if key not in given.get(section, {}) and getattr(earlier, key) == before:
+                fields[key] = new.get(section, {}).get(key, getattr(recipe, key))
+        try:
+            replaced[section] = dataclasses.replace(replaced.get(section, earlier), **fields)
+        except (ValueError, TypeError) as e:
+            changed = ", ".join(f"{section}.{k}={v!r}" for k, v in fields.items())
+            raise ConfigError(f"{source} sets {changed} (its defaults): [{section}] {e}; set them as well") from None
 
 
 def architectures(annotation: Any) -> dict[str, type] | None:

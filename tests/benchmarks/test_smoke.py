@@ -55,6 +55,13 @@ SMOKE = {
         flags({"--batch": 2, "--steps": 1, "--words": 2, "--repeats": 1, "--threads": 1}),
         ["row                    train s/step  ratio decode s/word  ratio", "no prior", "1.00", "ALiBi bias 1.0"],
     ),
+    "g2p_step_cost.py": (
+        [
+            *flags({"--batches": 1, "--repeats": 1, "--threads": 1}),
+            *("--row", "tiny=model.arch=transformer,model.d_model=16,model.d_ff=16,model.num_heads=2"),
+        ],
+        ["row                  parameters  batch", "rnn                     834,730     64", "tiny  ", "1.00x"],
+    ),
     "g2p_training.py": (
         flags({"--batch": 2, "--repeats": 1, "--threads": 1}),
         ["model    parameters precision", "default     834,730      fp32", "preset    3,965,482      bf16"],
