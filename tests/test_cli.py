@@ -740,15 +740,26 @@ def test_recipes_g2p_shows_every_key_with_its_default():
     rnn, transformer = g2p.RNNConfig(), g2p.TransformerConfig()
     shared = {f.name for f in dataclasses.fields(g2p.config.SharedModelConfig)}
     shown = lambda value: ",".join(map(repr, value)) if isinstance(value, tuple) else repr(value)  # noqa: E731
-    expected = [
-        (f"{section.name}.{f.name}", shown(getattr(getattr(defaults, section.name), f.name)), "all")
-        for section in dataclasses.fields(defaults)
-        if section.name != "model"
-        for f in dataclasses.fields(getattr(defaults, section.name))
-    ]
-    expected += [
-        (f"model.{f.name}", repr(getattr(rnn, f.name)), "all") for f in dataclasses.fields(rnn) if f.name in shared
-    ]
+    own = g2p.TransformerConfig.SECTION_DEFAULTS  # the Transformer's values of other sections' keys
+    expected = []
+    for section in dataclasses.fields(defaults):
+        for f in dataclasses.fields(getattr(defaults, section.name)) if section.name != "model" else ():
+            value = getattr(getattr(defaults, section.name), f.name)
+            if f.name in own.get(section.name, {}):
+                expected += [(f"{section.name}.{f.name}", shown(value), "model.arch=rnn")]
+                expected += [(f"{section.name}.{f.name}", shown(own[section.name][f.name]), "model.arch=transformer")]
+            else:
+                expected += [(f"{section.name}.{f.name}", shown(value), "all")]
+    for f in dataclasses.fields(rnn):
+        if f.name not in shared:
+            continue
+        if f.name == "arch" or getattr(rnn, f.name) == getattr(transformer, f.name):
+            expected += [(f"model.{f.name}", repr(getattr(rnn, f.name)), "all")]
+        else:
+            expected += [
+                (f"model.{f.name}", repr(getattr(c, f.name)), f"arch={a}")
+                for a, c in (("rnn", rnn), ("transformer", transformer))
+            ]
     for arch, config in (("rnn", rnn), ("transformer", transformer)):
         expected += [
             (f"model.{f.name}", repr(getattr(config, f.name)), f"arch={arch}")
@@ -758,8 +769,10 @@ def test_recipes_g2p_shows_every_key_with_its_default():
     rows = [tuple(line.split()) for line in table.strip().splitlines()[2:]]
     assert sorted(rows) == sorted(expected)
     assert ("data.train_path", "None", "all") in rows and ("model.d_model", "256", "arch=transformer") in rows
-    assert ("train.betas", "0.9,0.999", "all") in rows  # as --set takes it
-    assert ("model.hidden_size", "128", "arch=rnn") in rows and ("model.dropout", "0.1", "all") in rows
+    assert {("model.dropout", "0.0", "arch=transformer"), ("train.lr", "0.001", "model.arch=transformer")} < set(rows)
+    assert {("model.dropout", "0.1", "arch=rnn"), ("train.betas", "0.9,0.98", "model.arch=transformer")} < set(rows)
+    assert ("train.betas", "0.9,0.999", "model.arch=rnn") in rows  # as --set takes it
+    assert ("model.hidden_size", "128", "arch=rnn") in rows and ("train.clip_norm", "1.0", "all") in rows
 
 
 # --- the installed console script -----------------------------------------------------------------------

@@ -431,10 +431,28 @@ def test_an_arch_sets_its_defaults_of_other_sections_unless_given_and_its_leavin
     )
 
 
+def test_describe_gives_a_row_per_value_of_a_key_whose_default_depends_on_the_arch():
+    rows = describe(Chosen())  # Wide sets window.low 2 and window.high 5; Recurrent keeps Window's 0 and 1
+    assert rows[-4:] == [
+        ("window.low", 0, "model.arch=rnn"),
+        ("window.low", 2, "model.arch=wide"),
+        ("window.high", 1, "model.arch=rnn"),
+        ("window.high", 5, "model.arch=wide"),
+    ]
+    rows = describe(apply_overrides(Chosen(), {"model.arch": "wide"}))  # the chosen arch's value first
+    assert rows[-4:] == [
+        ("window.low", 2, "model.arch=wide"),
+        ("window.low", 0, "model.arch=rnn"),
+        ("window.high", 5, "model.arch=wide"),
+        ("window.high", 1, "model.arch=rnn"),
+    ]
+
+
 def test_describe_lists_the_other_archs_keys_with_their_arch():
-    rows = describe(Choice())
-    assert rows[:3] == [("model.arch", "rnn", ""), ("model.hidden_size", 8, "arch=rnn"), ("model.dropout", 0.1, "")]
-    assert rows[3:] == [("model.num_heads", 2, "arch=transformer"), ("window.low", 0, ""), ("window.high", 1, "")]
+    rows = describe(Choice())  # dropout, a key of both, defaults to 0.1 in Recurrent and 0.0 in Attention
+    assert rows[:2] == [("model.arch", "rnn", ""), ("model.hidden_size", 8, "arch=rnn")]
+    assert rows[2:4] == [("model.dropout", 0.1, "arch=rnn"), ("model.dropout", 0.0, "arch=transformer")]
+    assert rows[4:] == [("model.num_heads", 2, "arch=transformer"), ("window.low", 0, ""), ("window.high", 1, "")]
 
 
 @dataclass(frozen=True)

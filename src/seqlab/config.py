@@ -283,7 +283,9 @@ def describe(config: Any) -> list[tuple[str, Any, str]]:
 
     ``applies_to`` is "" for a key of a plain section, or of every architecture of a choice section; a key of only
     some architectures says which (``"arch=rnn"``). A choice section lists the chosen architecture's keys with
-    their values, then the other architectures' own keys with their defaults.
+    their values, then the other architectures' own keys with their defaults. A key whose default depends on the
+    architecture (a shared field a class overrides, or a key of another section in a class's ``SECTION_DEFAULTS``)
+    has a row per value, each naming its architectures (``"arch=transformer"``, ``"model.arch=transformer"``).
     """
     hints = typing.get_type_hints(type(config))
     rows = []
@@ -300,7 +302,45 @@ def describe(config: Any) -> list[tuple[str, Any, str]]:
                 if f.name not in listed:
                     listed.add(f.name)
                     rows.append((f"{section.name}.{f.name}", getattr(other(), f.name), _applies_to(f.name, choices)))
+    defaults = type(config)()  # the recipe's values, which an architecture without SECTION_DEFAULTS keeps
+    for section in dataclasses.fields(config):
+        choices = architectures(hints[section.name])
+        if choices:
+            chosen = getattr(config, section.name)
+            rows = [split for row in rows for split in _split_by_arch(row, section.name, chosen, choices, defaults)]
     return rows
+
+
+def _split_by_arch(
+    row: tuple[str, Any, str], section: str, chosen: Any, choices: dict[str, type], defaults: Any
+) -> list[tuple[str, Any, str]]:
+    """``row`` of a key that every architecture of choice section ``section`` has: one row per value the key takes
+    by architecture (the chosen one's first, with the row's value), or ``[row]`` where it takes one value."""
+    key, value, applies_to = row
+    where, name = key.split(".", 1)
+    if applies_to or (where == section and name == ARCH):
+        return [row]
+    values = {_arch_of(type(chosen)): value}
+    for arch, cls in choices.items():
+        if where == section:
+            values.setdefault(arch, getattr(cls(), name))
+        else:  # a key of another section: the class's own default for it, or the recipe's
+            values.setdefault(
+                arch,
+                getattr(cls, "SECTION_DEFAULTS", {}).get(where, {}).get(name, getattr(getattr(defaults, where), name)),
+            )
+    shown = list(dict.fromkeys(map(repr, values.values())))
+    if len(shown) == 1:
+        return [row]
+    label = f"{ARCH}=" if where == section else f"{section}.{ARCH}="
+    return [
+        (
+            key,
+            next(v for v in values.values() if repr(v) == r),
+            label + " | ".join(a for a, v in values.items() if repr(v) == r),
+        )
+        for r in shown
+    ]
 
 
 def _applies_to(key: str, choices: dict[str, type]) -> str:
