@@ -195,10 +195,8 @@ def _follow_arch(
     """Set in ``replaced`` the keys of other sections that the new architecture's ``SECTION_DEFAULTS`` (or the
     old one's) lists: to the new architecture's default, or the recipe's where it lists none; a key ``given`` in
     the same overrides, or whose value is not the old architecture's default, keeps its value. ``source`` names
-    the switch (``--set model.arch=transformer``).
-
-    Raises: ConfigError if the section's validation refuses a value the switch set (naming the switch, the keys it
-        set and the reason), e.g. Adam's betas with ``train.optimizer=sgd`` given earlier.
+    the switch (``--set model.arch=transformer``). A default that the section refuses beside the values it holds
+    is not set: Adam's betas with ``train.optimizer=sgd`` keep the recipe's (unused) value.
     """
     old, new = (getattr(cls, "SECTION_DEFAULTS", {}) for cls in switch)
     for section in dict.fromkeys([*old, *new]):
@@ -208,11 +206,28 @@ def _follow_arch(
             before = old.get(section, {}).get(key, getattr(recipe, key))
             if key not in given.get(section, {}) and getattr(earlier, key) == before:
                 fields[key] = new.get(section, {}).get(key, getattr(recipe, key))
-        try:
-            replaced[section] = dataclasses.replace(replaced.get(section, earlier), **fields)
-        except (ValueError, TypeError) as e:
-            changed = ", ".join(f"{section}.{k}={v!r}" for k, v in fields.items())
-            raise ConfigError(f"{source} sets {changed} (its defaults): [{section}] {e}; set them as well") from None
+        replaced[section] = _set_accepted(replaced.get(section, earlier), fields)
+
+
+def _set_accepted(section: Any, fields: Mapping[str, Any]) -> Any:
+    """``section`` with the ``fields`` its validation accepts: all at once, or else one at a time while one more
+    is accepted (so an order that passes through a refused state is found); a refused field keeps its value."""
+    try:
+        return dataclasses.replace(section, **fields)
+    except (ValueError, TypeError):
+        pass
+    pending = dict(fields)
+    while pending:
+        for key, value in pending.items():
+            try:
+                section = dataclasses.replace(section, **{key: value})
+            except (ValueError, TypeError):
+                continue
+            del pending[key]
+            break
+        else:
+            return section  # no pending field is accepted
+    return section
 
 
 def architectures(annotation: Any) -> dict[str, type] | None:
