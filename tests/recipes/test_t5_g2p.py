@@ -108,6 +108,17 @@ def test_predict_reads_the_direction_from_the_prefix(trained):
         system.predict(["phonemes to graphemes: HH ZZ"])
 
 
+def test_with_search_sets_the_beam_width_of_a_loaded_run(trained):
+    system = load_system(trained[0])
+    inputs = ["graphemes to phonemes: hello", "phonemes to graphemes: HH AH L OW"]
+    for num_beams in (1, 2):
+        loaded = t5_g2p.System.load(trained[0], SystemOptions(num_beams=num_beams)).predict(inputs)
+        assert system.with_search(num_beams=num_beams).predict(inputs) == loaded
+        assert system.with_search(num_beams=num_beams).num_beams == num_beams
+    with pytest.raises(ConfigError, match=r"^nbest \(3\) must be 1: this model gives one output per input$"):
+        system.with_search(num_beams=3, nbest=3)
+
+
 def test_the_validation_loss_is_the_token_mean_over_both_directions(trained, words60):
     """``T5G2PTraining.validate`` alone: the token mean of the cross-entropy over batches of unequal sizes equals
     the one computed over all target tokens at once."""

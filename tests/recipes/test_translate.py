@@ -21,7 +21,7 @@ from seqlab.data.tokenizers import BPETokenizer
 from seqlab.errors import CheckpointError, ConfigError, DataError
 from seqlab.recipes import load_system, translate
 from seqlab.recipes.base import run_training
-from seqlab.recipes.system import AttentionSource, SystemOptions
+from seqlab.recipes.system import AttentionSource, NBestSource, SystemOptions
 from seqlab.training.train_config import Seq2SeqTrainConfig
 
 LEXICON = {
@@ -104,6 +104,29 @@ def test_scores_are_sacrebleus_on_the_detokenised_translations(trained):
     assert report.results["greedy_bleu"] == pytest.approx(
         sacrebleu.corpus_bleu([p.text for p in greedy], [references]).score
     )
+
+
+def test_a_served_request_sets_the_beam_width_and_gets_what_a_run_loaded_with_it_predicts(trained):
+    out, _, _, (src, _) = trained
+    sources = src.read_text().splitlines()[:6]
+    system = load_system(out)
+    assert isinstance(system, NBestSource) and system.with_search() is system
+    for num_beams in (1, 2):
+        loaded = translate.System.load(out, SystemOptions(num_beams=num_beams)).predict(sources)
+        assert system.with_search(num_beams=num_beams, nbest=1).predict(sources) == loaded
+        assert system.with_search(num_beams=num_beams, nbest=1).num_beams == num_beams
+    assert system.num_beams == 3  # the run's own, unchanged
+    with pytest.raises(ConfigError, match=r"^nbest \(2\) must be 1: this model gives one translation per input$"):
+        system.with_search(nbest=2)
+    with pytest.raises(ConfigError, match=r"^num_beams \(0\) must be >= 1$"):
+        system.with_search(num_beams=0)
+    fastapi = pytest.importorskip("fastapi.testclient", reason="the [serve] extra is not installed")
+    from seqlab.serving import create_app, load_models
+
+    client = fastapi.TestClient(create_app(load_models([out], nbest=1)))
+    answer = client.post("/v1/predict", json={"model": out.name, "inputs": sources[:2], "num_beams": 1}).json()
+    greedy = translate.System.load(out, SystemOptions(num_beams=1)).predict(sources[:2])
+    assert [p["lines"] for p in answer["predictions"]] == [p.lines() for p in greedy]
 
 
 def test_the_command_line_predicts_evaluates_and_refuses_what_translate_does_not_take(trained):

@@ -234,6 +234,20 @@ class NBestSource(Protocol):
         ...
 
 
+def with_beam_width(system: Any, num_beams: int | None, nbest: int | None, what: str) -> Any:
+    """``NBestSource.with_search`` of a system that predicts one ``what`` per input by a search of ``num_beams``
+    (its ``options.num_beams``): the system with that beam width (None: its own), sharing its models.
+
+    Raises: ConfigError for a ``num_beams`` outside [1, MAX_BEAMS], or an ``nbest`` other than 1 (or None).
+    """
+    SystemOptions(num_beams=num_beams, nbest=nbest)  # the range of each count
+    if nbest not in (None, 1):
+        raise ConfigError(f"nbest ({nbest}) must be 1: this model gives one {what} per input")
+    if num_beams is None:
+        return system
+    return dataclasses.replace(system, options=dataclasses.replace(system.options, num_beams=num_beams))
+
+
 @runtime_checkable
 class AttentionSource(Protocol):
     """A system whose model attends, and can show its attention maps on one input (``seqlab analyze attention``)."""

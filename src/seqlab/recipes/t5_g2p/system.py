@@ -24,7 +24,7 @@ from seqlab.export import OnnxTransformerSeq2Seq, load_step_model
 from seqlab.metrics import phoneme_error_rate, word_error_rate
 from seqlab.models.t5 import T5
 from seqlab.recipes.base import check_vocabulary_size, load_recipe_config, model_device
-from seqlab.recipes.system import SystemOptions
+from seqlab.recipes.system import SystemOptions, with_beam_width
 from seqlab.recipes.t5_g2p.config import PREFIXES, Config, Direction
 
 VOCAB_FILE = "vocab.json"
@@ -97,6 +97,14 @@ class T5G2PSystem:
         check_vocabulary_size(directory / VOCAB_FILE, len(vocab), model.config.vocab_size)
         step_model = load_step_model(directory) if options.backend == "onnxruntime" else None
         return cls(model, vocab, config, options, step_model)
+
+    def with_search(self, *, num_beams: int | None = None, nbest: int | None = None) -> T5G2PSystem:
+        """This system with the beam width ``num_beams`` (None: this system's), sharing its model (``NBestSource``:
+        a served request's ``num_beams``); it predicts one output per input, so ``nbest`` may only be 1.
+
+        Raises: ConfigError for a ``num_beams`` outside [1, ``system.MAX_BEAMS``], or an ``nbest`` other than 1.
+        """
+        return with_beam_width(self, num_beams, nbest, "output")
 
     @property
     def num_beams(self) -> int:

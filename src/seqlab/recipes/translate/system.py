@@ -25,7 +25,7 @@ from seqlab.export import OnnxRNNSeq2Seq, OnnxTransformerSeq2Seq, load_step_mode
 from seqlab.models.seq2seq.rnn import RNNSeq2Seq
 from seqlab.models.seq2seq.transformer import TransformerSeq2Seq
 from seqlab.recipes.base import check_vocabulary_size, load_recipe_config, model_device
-from seqlab.recipes.system import SystemOptions
+from seqlab.recipes.system import SystemOptions, with_beam_width
 from seqlab.recipes.translate.config import Config
 from seqlab.recipes.translate.data import Parallel, read_parallel
 
@@ -100,6 +100,14 @@ class TranslateSystem:
             check_vocabulary_size(directory / name, tokenizer.vocab_size + SPECIALS, size)
         step_model = load_step_model(directory) if options.backend == "onnxruntime" else None
         return cls(model, *tokenizers, config, options, step_model)
+
+    def with_search(self, *, num_beams: int | None = None, nbest: int | None = None) -> TranslateSystem:
+        """This system with the beam width ``num_beams`` (None: this system's), sharing its model (``NBestSource``:
+        a served request's ``num_beams``); it predicts one translation per input, so ``nbest`` may only be 1.
+
+        Raises: ConfigError for a ``num_beams`` outside [1, ``system.MAX_BEAMS``], or an ``nbest`` other than 1.
+        """
+        return with_beam_width(self, num_beams, nbest, "translation")
 
     @property
     def num_beams(self) -> int:
