@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from collections.abc import Collection
 
 import torch
@@ -58,6 +59,17 @@ def check_int(
         bounds = [f">= {minimum}" if minimum is not None else "", f"<= {maximum}" if maximum is not None else ""]
         wanted = " and ".join(b for b in bounds if b)
         raise ConfigError(f"{name} ({value!r}) must be {'None or ' if optional else ''}an integer {wanted}".rstrip())
+
+
+def check_threads(name: str, value: int) -> None:
+    """A torch CPU thread count (``torch.set_num_threads``): an integer from 1 to this machine's CPUs; more only
+    slow torch down, and far more crash it (99,999 threads: a segmentation fault in the first matrix product).
+
+    Raises: ConfigError naming ``name`` (a flag, ``--threads``) and the value, with the machine's CPU count.
+    """
+    cpus = os.cpu_count() or 1
+    if not is_int(value) or not 1 <= value <= cpus:
+        raise ConfigError(f"{name} ({value!r}) must be an integer in [1, {cpus}], this machine's CPUs")
 
 
 def check_real(

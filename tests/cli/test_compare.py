@@ -1,11 +1,13 @@
 """``seqlab compare``: a tiny comparison writes its report; an LSTM solves a short copy task; bad input, one line."""
 
 import json
+import os
 
 import pytest
 from cli_helpers import assert_error, run_cli
 
 PNG = b"\x89PNG\r\n\x1a\n"
+CPUS = os.cpu_count()
 TINY = ("--params", 3000, "--max-steps", 6, "--eval-every", 3, "--test-size", 8, "--batch-size", 4)
 
 
@@ -93,6 +95,7 @@ def test_lstm_solves_the_copy_task_at_lag_5(tmp_path):
         (("--lags", "10,x"), "--lags '10,x': expected comma-separated integers"),
         (("--lags", "1"), "--lags: lag (1) must be >= 2 for the adding task"),
         (("--max-steps", 0), "--max-steps (0) must be >= 1"),
+        (("--threads", 99_999), f"--threads (99999) must be an integer in [1, {CPUS}], this machine's CPUs"),
         (("--params", 10**12), "--params (1000000000000) must be <= 1000000000 (MAX_PARAMETERS, a model's limit)"),
         (("--time-budget", -1), "--time-budget (-1.0) must be > 0"),
         (

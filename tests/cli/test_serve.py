@@ -3,6 +3,7 @@ line, exit 2, before anything is loaded or bound."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from fastapi.testclient import TestClient
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
 G2P, GPT = FIXTURES / "g2p_v0_1", FIXTURES / "lm_gpt_9a192c4"
+CPUS, THE_CPUS = os.cpu_count(), "this machine's CPUs"
 
 
 @pytest.fixture
@@ -66,7 +68,8 @@ def test_threads_are_set_for_the_models(started: dict) -> None:
         (["serve", GPT, "--batch-wait-ms", "-1"], "--batch-wait-ms: batch_wait_ms (-1) must be an integer >= 0"),
         (["serve", GPT, GPT], f"{GPT}: two runs are named {GPT.name!r}; serve runs from directories of distinct names"),
         (["serve", G2P, "--nbest", "0"], "--nbest (0) must be in [1, 16]"),
-        (["serve", G2P, "--threads", "0"], "--threads (0) must be >= 1"),
+        (["serve", G2P, "--threads", "0"], f"--threads (0) must be an integer in [1, {CPUS}], {THE_CPUS}"),
+        (["serve", G2P, "--threads", "99999"], f"--threads (99999) must be an integer in [1, {CPUS}], {THE_CPUS}"),
     ],
 )  # fmt: skip
 def test_bad_arguments(started: dict, argv: list, message: str) -> None:

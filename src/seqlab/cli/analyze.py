@@ -28,7 +28,7 @@ from seqlab.models import load_pretrained
 from seqlab.recipes import recipe_of_checkpoint, recipes_offering
 from seqlab.recipes.system import AttentionSource, ContactSource, ExposureSource, SystemOptions
 from seqlab.training.clipping import clip_grad_norm
-from seqlab.validation import MAX_WIDTH
+from seqlab.validation import MAX_WIDTH, check_threads
 
 
 class Analysis(NamedTuple):
@@ -378,8 +378,9 @@ def _complexity_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _complexity(args: argparse.Namespace, out_dir: Path) -> str:
-    for flag in ("width", "repeats", "window", "threads", "num_heads"):
+    for flag in ("width", "repeats", "window", "num_heads"):
         _positive(f"--{flag.replace('_', '-')}", getattr(args, flag))
+    check_threads("--threads", args.threads)
     for flag in ("max_seconds", "max_memory_mb"):
         if not getattr(args, flag) > 0:
             raise ConfigError(f"--{flag.replace('_', '-')} ({getattr(args, flag)}) must be > 0")

@@ -42,7 +42,7 @@ from seqlab.errors import ConfigError
 from seqlab.files import output_directory
 from seqlab.recipes.base import config_inputs
 from seqlab.training import Callback, LossOutput, StepRecord, TrainConfig, Trainer
-from seqlab.validation import MAX_PARAMETERS
+from seqlab.validation import MAX_PARAMETERS, check_threads
 
 _EVAL_CHUNK = 64  # held-out sequences per forward pass
 # Options of --task runs only (a recipe takes its sizes from its config and --set), and their defaults.
@@ -138,10 +138,9 @@ def _check_arguments(args: argparse.Namespace) -> tuple[list[LongRangeTask], lis
 
 def _check_common(args: argparse.Namespace) -> None:
     """The options that --task and --recipe runs share."""
-    for flag in ("max_steps", "threads"):
-        value = getattr(args, flag)
-        if value < 1:
-            raise ConfigError(f"--{flag.replace('_', '-')} ({value}) must be >= 1")
+    if args.max_steps < 1:
+        raise ConfigError(f"--max-steps ({args.max_steps}) must be >= 1")
+    check_threads("--threads", args.threads)
     if args.time_budget is not None and not (math.isfinite(args.time_budget) and args.time_budget > 0):
         raise ConfigError(f"--time-budget ({args.time_budget}) must be > 0")
     if not 0 <= args.seed < 2**32 - 1:

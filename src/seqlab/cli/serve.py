@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from seqlab.errors import ConfigError
+from seqlab.validation import check_threads
 
 PORT_RANGE = (1, 65535)
 
@@ -76,8 +77,7 @@ def _serve(args: argparse.Namespace) -> int:
     if not 1 <= args.nbest <= limits.max_beams:
         raise ConfigError(f"--nbest ({args.nbest}) must be in [1, {limits.max_beams}]")
     if args.threads is not None:
-        if args.threads < 1:
-            raise ConfigError(f"--threads ({args.threads}) must be >= 1")
+        check_threads("--threads", args.threads)
         import torch  # already imported by seqlab.serving
 
         torch.set_num_threads(args.threads)
