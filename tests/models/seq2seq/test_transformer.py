@@ -360,24 +360,33 @@ def test_the_source_is_read():
 # --- cross-attention weights ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("norm_first", [True, False])
-def test_need_weights_returns_the_last_layers_cross_attention_averaged_over_heads(norm_first):
-    model = make_model("sinusoidal", norm_first)
-    src, lengths, tgt_in = make_batch()
+def last_cross_attention_scores(model, src, lengths, tgt_in, bias=0.0):
+    """By hand: the last decoder layer's cross-attention scores q k^T / sqrt(Dh) (+ bias), padded sources at -inf,
+    (B, N, T, S), from the queries the layer receives in one forward; with that forward's output and keep (B, S)."""
     last = model.decoder.layers[-1].cross_attn
     queries = []
     handle = last.register_forward_pre_hook(lambda module, args: queries.append(args[0]))
     with torch.no_grad():
-        plain = model(src, lengths, tgt_in)
         out = model(src, lengths, tgt_in, need_weights=True)
         handle.remove()
         keep = torch.arange(src.shape[1])[None, :] < lengths[:, None]  # (B, S)
         memory = model.encoder(model._embed(model.src_embedding, src, 0), keep_mask=keep)  # (B, S, D)
-        B, T, S, Dh = len(LENGTHS), tgt_in.shape[1], src.shape[1], D // N
+        B, T, S, Dh = len(lengths), tgt_in.shape[1], src.shape[1], D // N
         q = last.q_proj(queries[-1]).view(B, T, N, Dh).transpose(1, 2)  # (B, N, T, Dh)
         k = last.k_proj(memory).view(B, S, N, Dh).transpose(1, 2)  # (B, N, S, Dh)
-        scores = (q @ k.transpose(-2, -1) / Dh**0.5).masked_fill(~keep[:, None, None, :], -torch.inf)
-        expected = scores.softmax(dim=-1).mean(dim=1)  # (B, T, S)
+        scores = (q @ k.transpose(-2, -1) / Dh**0.5 + bias).masked_fill(~keep[:, None, None, :], -torch.inf)
+    return scores, out, keep
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_need_weights_returns_the_last_layers_cross_attention_averaged_over_heads(norm_first):
+    model = make_model("sinusoidal", norm_first)
+    src, lengths, tgt_in = make_batch()
+    with torch.no_grad():
+        plain = model(src, lengths, tgt_in)
+    scores, out, keep = last_cross_attention_scores(model, src, lengths, tgt_in)
+    B, T, S = len(LENGTHS), tgt_in.shape[1], src.shape[1]
+    expected = scores.softmax(dim=-1).mean(dim=1)  # (B, T, S)
     assert plain.attention is None
     assert out.attention.shape == (B, T, S)
     assert_close(out.attention, expected)
@@ -693,23 +702,13 @@ def test_with_the_alibi_bias_cached_decoding_of_long_padded_words_with_beam_reor
 def test_the_alibi_bias_is_added_to_every_cross_attention_score_as_the_formula_says():
     model = make_model("rotary", **ALIBI)
     src, lengths, tgt_in = make_batch()
-    last = model.decoder.layers[-1].cross_attn
-    queries = []
-    handle = last.register_forward_pre_hook(lambda module, args: queries.append(args[0]))
-    with torch.no_grad():
-        out = model(src, lengths, tgt_in, need_weights=True)
-        handle.remove()
-        keep = torch.arange(src.shape[1])[None, :] < lengths[:, None]  # (B, S)
-        memory = model.encoder(model._embed(model.src_embedding, src, 0), keep_mask=keep)  # (B, S, D)
-        B, T, S, Dh = len(LENGTHS), tgt_in.shape[1], src.shape[1], D // N
-        q = last.q_proj(queries[-1]).view(B, T, N, Dh).transpose(1, 2)  # (B, N, T, Dh)
-        k = last.k_proj(memory).view(B, S, N, Dh).transpose(1, 2)  # (B, N, S, Dh)
-        slopes = [1.0, 2.0 ** (-8 / N)]  # m_h = m_1 2^(-8 (h - 1) / N)
-        bias = torch.tensor(
-            [[[-slopes[h] * abs(j - i / 0.8) for j in range(S)] for i in range(T)] for h in range(N)],
-            dtype=torch.float64,
-        )
-        scores = (q @ k.transpose(-2, -1) / Dh**0.5 + bias).masked_fill(~keep[:, None, None, :], -torch.inf)
+    T, S = tgt_in.shape[1], src.shape[1]
+    slopes = [1.0, 2.0 ** (-8 / N)]  # m_h = m_1 2^(-8 (h - 1) / N)
+    bias = torch.tensor(
+        [[[-slopes[h] * abs(j - i / 0.8) for j in range(S)] for i in range(T)] for h in range(N)],
+        dtype=torch.float64,
+    )
+    scores, out, _ = last_cross_attention_scores(model, src, lengths, tgt_in, bias)
     assert_close(out.attention, scores.softmax(dim=-1).mean(dim=1))
 
 
