@@ -14,7 +14,7 @@ from seqlab.errors import ConfigError
 from seqlab.models.seq2seq.rnn import RNNSeq2Seq, RNNSeq2SeqConfig
 from seqlab.models.seq2seq.transformer import TransformerSeq2Seq, TransformerSeq2SeqConfig
 from seqlab.training.callbacks import Callback
-from seqlab.training.device import autocast, move_to_device, resolve_device
+from seqlab.training.device import autocast, move_to_device, resolve_device, resolve_precision
 from seqlab.training.objectives import LossOutput, teacher_forcing_loss
 from seqlab.training.trainer import TrainConfig, Trainer
 
@@ -119,6 +119,47 @@ def test_fp32_runs_without_autocast_and_bf16_casts_matrix_products():
         assert layer(x).dtype == torch.float32
     with autocast("bf16", torch.device("cpu")):
         assert layer(x).dtype == torch.bfloat16
+
+
+def pretend_cpu_bf16(monkeypatch, *, avx512_bf16, amx):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+
+
+@pytest.mark.parametrize(
+    ("avx512_bf16", "amx", "expected"),
+    [(False, False, "fp32"), (True, False, "bf16"), (False, True, "bf16"), (True, True, "bf16")],
+)
+def test_auto_precision_is_bf16_only_on_a_cpu_that_multiplies_bf16_natively(monkeypatch, avx512_bf16, amx, expected):
+    pretend_cpu_bf16(monkeypatch, avx512_bf16=avx512_bf16, amx=amx)
+    assert resolve_precision("auto", torch.device("cpu")) == expected
+    for named in ("fp32", "bf16", "fp16"):  # a named precision is kept whatever the hardware
+        assert resolve_precision(named, torch.device("cpu")) == named
+
+
+@pytest.mark.parametrize(("native", "dtype"), [(False, torch.float32), (True, torch.bfloat16)])
+def test_a_run_with_auto_precision_trains_its_forward_pass_in_the_resolved_dtype(monkeypatch, native, dtype):
+    pretend_cpu_bf16(monkeypatch, avx512_bf16=native, amx=False)
+    layer, seen = nn.Linear(3, 1), []
+
+    def loss_fn(model, batch):
+        out = model(batch)
+        seen.append(out.dtype)
+        return LossOutput(out.float().pow(2).mean(), 1)
+
+    config = TrainConfig(batch_size=2, max_epochs=1, patience=None, device="cpu", precision="auto")
+    trainer = Trainer(
+        layer,
+        config,
+        loss_fn=loss_fn,
+        train_batches=lambda epoch, generator, batch_size: [torch.randn(2, 3)],
+        validate=lambda model: {"valid_loss": 0.0},
+        progress=False,
+        log=None,
+    )
+    trainer.fit()
+    assert (trainer.precision, seen) == ("bf16" if native else "fp32", [dtype])
+    assert not trainer.scaler.is_enabled()
 
 
 def reversal_pairs(n=48, seed=0):

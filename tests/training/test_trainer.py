@@ -454,7 +454,7 @@ def test_trainer_rejects_frozen_model_and_empty_monitor():
         ({"momentum": 0.9}, "momentum (0.9) is used by optimizer 'sgd' only, not 'adam'"),
         ({"optimizer": "adamw", "nesterov": True}, "nesterov (True) is used by optimizer 'sgd' only, not 'adamw'"),
         ({"device": "tpu"}, "device ('tpu') must be one of 'auto', 'cpu', 'cuda', 'mps'"),
-        ({"precision": "fp8"}, "precision ('fp8') must be one of 'fp32', 'bf16', 'fp16'"),
+        ({"precision": "fp8"}, "precision ('fp8') must be one of 'fp32', 'bf16', 'fp16', 'auto'"),
         ({"grad_accumulation_steps": 0}, "grad_accumulation_steps (0) must be an integer >= 1 and <= 1048576"),
         (
             {"batch_size": 6, "grad_accumulation_steps": 4},
@@ -653,7 +653,7 @@ def test_the_new_keys_are_settable_from_the_command_line():
     train = apply_overrides(RecipeConfig(), overrides).train
     assert (train.optimizer, train.momentum, train.nesterov, train.weight_decay) == ("sgd", 0.9, True, 0.01)
     assert (train.device, train.precision, train.grad_accumulation_steps) == ("cpu", "bf16", 4)
-    with pytest.raises(ConfigError, match=r"^--set train\.precision: 'fp8' is not one of fp32, bf16, fp16$"):
+    with pytest.raises(ConfigError, match=r"^--set train\.precision: 'fp8' is not one of fp32, bf16, fp16, auto$"):
         apply_overrides(RecipeConfig(), {"train.precision": "fp8"})
     message = "--set: [train] batch_size (64) must be divisible by grad_accumulation_steps (3)"
     with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):

@@ -4,7 +4,9 @@ Mixed precision (Micikevicius et al., 2018) runs the forward pass and the loss u
 matrix products run in bf16 or fp16 while parameters, gradients and optimizer state stay in fp32. fp16's
 narrow range lets small gradients underflow, so its loss is multiplied by a scale before backward and the
 gradients divided by it after (``torch.amp.GradScaler``, which also skips a step whose gradient overflowed
-and lowers the scale); bf16 has fp32's range and needs no scaler.
+and lowers the scale); bf16 has fp32's range and needs no scaler. bf16 is only faster where the hardware
+multiplies it natively: on a CPU without AVX512-BF16 or AMX, oneDNN emulates it and a step is slower than in fp32
+(measured 1.8-2.6x slower for g2p on an AVX2 machine), so precision "auto" chooses per device.
 """
 
 from __future__ import annotations
@@ -69,6 +71,25 @@ def check_precision(precision: PrecisionName, device: torch.device) -> None:
         raise ConfigError("precision ('fp16') needs a CUDA or MPS device, and training runs on the cpu; use 'bf16'")
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` multiplies bf16 matrices natively: a CUDA GPU that supports bf16
+    (``torch.cuda.is_bf16_supported``), or a CPU with AVX512-BF16 or AMX tiles (torch's CPU feature checks);
+    MPS and other devices: False."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return False
+
+
+def resolve_precision(precision: PrecisionName, device: torch.device) -> PrecisionName:
+    """The precision a run trains in: ``precision`` itself, or for "auto" bf16 where ``device`` multiplies bf16
+    natively (``native_bf16``) and fp32 elsewhere (never fp16, whose gradient scaler can skip steps)."""
+    if precision != "auto":
+        return precision
+    return "bf16" if native_bf16(device) else "fp32"
+
+
 def training_device(device: DeviceName, precision: PrecisionName) -> torch.device:
     """The device a run with these ``TrainConfig`` settings trains on, after checking that the precision fits it;
     callers check this before they write anything, so a bad setting leaves no run directory behind.
@@ -82,7 +103,8 @@ def training_device(device: DeviceName, precision: PrecisionName) -> torch.devic
 
 
 def autocast(precision: PrecisionName, device: torch.device) -> contextlib.AbstractContextManager[Any]:
-    """The context for the forward pass and the loss: ``torch.autocast`` in bf16 or fp16, nothing for fp32."""
+    """The context for the forward pass and the loss: ``torch.autocast`` in bf16 or fp16, nothing for fp32 (a
+    resolved precision: see ``resolve_precision``)."""
     if precision == "fp32":
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)

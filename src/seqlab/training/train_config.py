@@ -21,8 +21,8 @@ OptimizerName = Literal["adam", "adamw", "sgd"]
 OPTIMIZERS: tuple[OptimizerName, ...] = ("adam", "adamw", "sgd")
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 DEVICES: tuple[DeviceName, ...] = ("auto", "cpu", "cuda", "mps")
-PrecisionName = Literal["fp32", "bf16", "fp16"]
-PRECISIONS: tuple[PrecisionName, ...] = ("fp32", "bf16", "fp16")
+PrecisionName = Literal["fp32", "bf16", "fp16", "auto"]
+PRECISIONS: tuple[PrecisionName, ...] = ("fp32", "bf16", "fp16", "auto")
 # No optimizer here trains at a learning rate above 10 (Adam's steps are ~lr in size, SGD's lr times the gradient);
 # a larger one is a typo (1e3 for 1e-3) that would only diverge.
 MAX_LR = 10.0
@@ -108,7 +108,8 @@ class TrainConfig:
     momentum: float = 0.0  # sgd only: heavy-ball momentum in [0, 1)
     nesterov: bool = False  # sgd only: Nesterov momentum (needs momentum > 0)
     device: DeviceName = "auto"  # auto = cuda if available, else mps if available, else cpu
-    precision: PrecisionName = "fp32"  # autocast dtype of forward and loss: fp32 (off), bf16, fp16 (scaled)
+    precision: PrecisionName = "fp32"  # autocast dtype of forward and loss: fp32 (off), bf16, fp16 (scaled), auto
+    # (bf16 where the device multiplies bf16 natively, else fp32: ``seqlab.training.device.resolve_precision``)
     grad_accumulation_steps: int = 1  # micro-batches per optimizer step; must divide batch_size
     checkpoint_every: int | None = 100  # training checkpoint every this many steps, and at each validation
     freeze: str = ""  # comma-separated parameter-name prefixes kept fixed (e.g. "embedding,rnn.cells.0")

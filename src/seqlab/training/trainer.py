@@ -29,7 +29,7 @@ from seqlab.errors import CheckpointError, DivergenceError
 from seqlab.training.callbacks import Callback, OnBest, run_dir_callbacks
 from seqlab.training.checkpoint import restore_training_state, set_rng_state, training_state
 from seqlab.training.clipping import clip_grad_norm, clip_grad_value
-from seqlab.training.device import autocast, grad_scaler, move_to_device, training_device
+from seqlab.training.device import autocast, grad_scaler, move_to_device, resolve_precision, training_device
 from seqlab.training.distributed import data_parallel
 from seqlab.training.objectives import LossOutput
 from seqlab.training.optim import build_optimizer
@@ -163,6 +163,7 @@ class Trainer:
             raise ValueError("monitor must name a metric returned by validate, got an empty string")
         self.clock = time.perf_counter if clock is None else clock
         self.device = training_device(config.device, config.precision)
+        self.precision = resolve_precision(config.precision, self.device)  # "auto" made bf16 or fp32 here
         self.model = model.to(self.device)
         self.config = config
         self.loss_fn = loss_fn
@@ -189,7 +190,7 @@ class Trainer:
             min_ratio=config.min_lr_ratio,
         )
         self.scheduler = LRScheduler(self.optimizer, schedule)
-        self.scaler = grad_scaler(config.precision, self.device)
+        self.scaler = grad_scaler(self.precision, self.device)
         self.checkpoint = checkpoint
         self.callbacks: list[Callback] = [
             *(run_dir_callbacks(run_dir) if run_dir is not None else []),
@@ -293,7 +294,7 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
         batch = move_to_device(batch, self.device)
         share = None if self.parallel is None else self.parallel.shard(batch)
-        with autocast(self.config.precision, self.device):
+        with autocast(self.precision, self.device):
             if share is None:
                 loss, num_tokens = self.strategy.loss(self.model, batch, self.loss_fn)
             else:  # this rank's rows, through DDP
