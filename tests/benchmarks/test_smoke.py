@@ -55,16 +55,26 @@ SMOKE = {
         flags({"--batch": 2, "--steps": 1, "--words": 2, "--repeats": 1, "--threads": 1}),
         ["row                    train s/step  ratio decode s/word  ratio", "no prior", "1.00", "ALiBi bias 1.0"],
     ),
-    "g2p_step_cost.py": (
-        [
-            *flags({"--batches": 1, "--repeats": 1, "--threads": 1}),
-            *("--row", "tiny=model.arch=transformer,model.d_model=16,model.d_ff=16,model.num_heads=2"),
-        ],
-        ["row                  parameters  batch", "rnn                     834,730     64", "tiny  ", "1.00x"],
-    ),
     "g2p_training.py": (
-        flags({"--batch": 2, "--repeats": 1, "--threads": 1}),
-        ["model    parameters precision", "default     834,730      fp32", "preset    3,965,482      bf16"],
+        [
+            *flags({"--batches": 1, "--repeats": 1, "--threads": 1, "--set": "train.batch_size=2"}),
+            *("--tables", "models,precision"),
+            *("--row", "tiny=model.arch=transformer,model.d_model=16,model.d_ff=16,model.num_heads=2"),
+            *("--row", "bf16=train.precision=bf16,train.batch_size=3"),
+        ],
+        [
+            "row                  parameters  batch precision  ms/step",
+            "Table 'models': ratio = row time / rnn time",
+            "rnn                     834,730      2      fp32",
+            "transformer_small       238,464      2      fp32",
+            "Table 'precision': ratio = row time / default time",
+            "default_bf16            834,730      2      bf16",
+            "preset_bf16           3,965,482      2      bf16",  # --set comes after the preset's batch_size
+            "Table 'rows': ratio = row time / default time",
+            "tiny                      7,456      2      fp32",
+            "bf16                    834,730      3      bf16",  # a row's own keys come after --set
+            "1.00x",
+        ],
     ),
     "sliding_window.py": (
         flags({"--tokens": 300, "--repeats": 1, "--threads": 1}),
