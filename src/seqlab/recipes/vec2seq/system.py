@@ -3,6 +3,7 @@ named classes, scores labelled texts and generates from a ``CLASS[:PREFIX]`` pro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -53,7 +54,8 @@ class ClassSamples:
 class Vec2SeqSystem:
     """A trained generator with its character vocabulary and class names: what a run directory holds.
 
-    ``OPTIONS``: ``nbest``, the samples ``predict`` draws per class (default ``PREDICT_SAMPLES``).
+    ``OPTIONS``: ``nbest``, the samples ``predict`` draws per class (default ``PREDICT_SAMPLES``); a served
+    request may set its own (``with_search``).
     """
 
     OPTIONS: ClassVar[frozenset[str]] = frozenset({"nbest"})
@@ -81,6 +83,18 @@ class Vec2SeqSystem:
         model = ConditionedRNNGenerator.from_pretrained(directory)
         vocab = Vocabulary.load(directory / VOCAB_FILE)
         return cls(model, vocab, labels, config, nbest=options.nbest or PREDICT_SAMPLES)
+
+    def with_search(self, *, num_beams: int | None = None, nbest: int | None = None) -> Vec2SeqSystem:
+        """This system drawing ``nbest`` samples per class in ``predict`` (None: this system's), sharing its model
+        (``NBestSource``: a served request's ``nbest``); predict samples and searches no beam, so ``num_beams`` may
+        only be 1.
+
+        Raises: ConfigError for an ``nbest`` outside [1, ``system.MAX_BEAMS``], or a ``num_beams`` other than 1.
+        """
+        SystemOptions(num_beams=num_beams, nbest=nbest)  # the range of each count
+        if num_beams not in (None, 1):
+            raise ConfigError(f"num_beams ({num_beams}) must be 1: this model samples its texts, it searches no beam")
+        return self if nbest is None else dataclasses.replace(self, nbest=nbest)
 
     def class_id(self, name: str, *, source: str) -> int:
         """The id of class ``name`` (case ignored).
