@@ -90,10 +90,19 @@ def test_predict_draws_nbest_samples_of_each_class_from_the_options(run):
     system = Vec2SeqSystem.load(run, SystemOptions(nbest=2))
     predictions = system.predict(["abc", "XYZ"])
     assert [(p.label, len(p.samples)) for p in predictions] == [("abc", 2), ("xyz", 2)]
-    samples = system.sample([0, 0, 2, 2], torch.Generator().manual_seed(system.config.sample.seed))
-    assert [s for p in predictions for s in p.samples] == samples
-    assert predictions[0].lines() == [f"abc\t{samples[0]}", f"abc\t{samples[1]}"]
+    seed = system.config.sample.seed
+    samples = [system.sample([c, c], torch.Generator().manual_seed(seed)) for c in (0, 2)]
+    assert [list(p.samples) for p in predictions] == samples
+    assert predictions[0].lines() == [f"abc\t{samples[0][0]}", f"abc\t{samples[0][1]}"]
     assert len(Vec2SeqSystem.load(run).predict(["abc"])[0].samples) == PREDICT_SAMPLES
+
+
+def test_the_samples_of_an_input_do_not_depend_on_the_other_inputs_of_the_call(run):
+    """What lets a server batch predict requests: each request gets what it gets alone."""
+    system = Vec2SeqSystem.load(run, SystemOptions(nbest=3))
+    together = system.predict(["abc", "xyz", "ABC"])
+    assert together == [*system.predict(["abc"]), *system.predict(["xyz"]), *system.predict(["abc"])]
+    assert len(set(together[0].samples)) > 1  # the samples of one input still differ from each other
 
 
 def test_a_served_request_sets_the_samples_per_class_and_gets_what_a_run_loaded_with_it_predicts(run):

@@ -191,17 +191,19 @@ class Vec2SeqSystem:
         return total / count
 
     def predict(self, inputs: Sequence[str]) -> list[ClassSamples]:
-        """``nbest`` samples of each class named in ``inputs`` (case ignored), with the sample section's settings
-        and seed, so the same call gives the same texts.
+        """``nbest`` samples of each class named in ``inputs`` (case ignored), with the sample section's settings,
+        each input's drawn by a generator of its own seeded with the section's seed: a class gives the same texts
+        whatever the other inputs of the call (or of a served batch) are.
 
         Raises: DataError ``inputs: unknown class ...``.
         """
         class_ids = [self.class_id(name, source="inputs") for name in inputs]
-        targets = [c for c in class_ids for _ in range(self.nbest)]
-        samples = self.sample(targets, torch.Generator().manual_seed(self.config.sample.seed))
         return [
-            ClassSamples(self.labels[c], tuple(samples[i * self.nbest : (i + 1) * self.nbest]))
-            for i, c in enumerate(class_ids)
+            ClassSamples(
+                self.labels[c],
+                tuple(self.sample([c] * self.nbest, torch.Generator().manual_seed(self.config.sample.seed))),
+            )
+            for c in class_ids
         ]
 
     def evaluate(self, data_path: str) -> dict[str, float]:
