@@ -18,7 +18,8 @@ under teacher forcing with the first reference pronunciation:
   before the previous step's.
 
 The cells of a row are comparable across runs (same words); decode time is not reported (``g2p_long_words.py`` has
-the WER, PER and coverage of any decode settings on the whole test split).
+the WER, PER and coverage of any decode settings on the whole test split; ``g2p_length_buckets.py``, which takes
+its teacher-forced NLLs from here, the nll and WER of every test word by length bucket and their growth).
 """
 
 from __future__ import annotations
@@ -40,23 +41,39 @@ PARTS = ("first3", "middle", "last3", "eos")
 BATCH = 128
 
 
+def shuffled_words(references: dict[str, list]) -> list[str]:
+    """The test words in a fixed random order (seed 0): the same sample for every run of the same split."""
+    shuffled = sorted(references)
+    random.Random(0).shuffle(shuffled)
+    return shuffled
+
+
 @torch.no_grad()
-def teacher_forced(system, words: Sequence[str], pronunciations: Sequence[Sequence[str]]) -> list[dict]:
-    """Per pair: the token NLLs (nats, EOS last) and, where the model returns attention, its entropy and
-    backward steps."""
+def teacher_forced(
+    system,
+    words: Sequence[str],
+    pronunciations: Sequence[Sequence[str]],
+    *,
+    attention: bool = True,
+    source: str = "sample",
+) -> list[dict]:
+    """Per pair: ``nll``, the token NLLs (nats, EOS last) under teacher forcing, and, with ``attention`` where the
+    model returns attention, its mean ``entropy`` (nats) and ``back``, the share of steps whose most attended letter
+    lies before the previous step's. ``source`` names the words in an error message."""
     model = system.model.eval()
-    transformer = type(model).__name__ == "TransformerSeq2Seq"
+    pad_id = system.phonemes.pad_id
+    need_weights = attention and type(model).__name__ == "TransformerSeq2Seq"
     targets = [system.phonemes.encode(p) for p in pronunciations]
-    pairs = list(zip(system.encode_words(words, source="sample"), targets, strict=True))
+    pairs = list(zip(system.encode_words(words, source=source), targets, strict=True))
     rows = []
     for start in range(0, len(pairs), BATCH):
-        batch = collate_seq2seq(pairs[start : start + BATCH])
-        out = model(batch.src, batch.src_lengths, batch.tgt_in, **({"need_weights": True} if transformer else {}))
+        batch = collate_seq2seq(pairs[start : start + BATCH], pad_id=pad_id)
+        out = model(batch.src, batch.src_lengths, batch.tgt_in, **({"need_weights": True} if need_weights else {}))
         nll = -torch.log_softmax(out.logits.float(), -1).gather(2, batch.tgt_out.unsqueeze(2)).squeeze(2)  # (B, T)
         for b in range(nll.shape[0]):
-            n, S = int((batch.tgt_out[b] != 0).sum()), int(batch.src_lengths[b])
+            n, S = int((batch.tgt_out[b] != pad_id).sum()), int(batch.src_lengths[b])
             row = {"nll": nll[b, :n].tolist()}
-            if out.attention is not None:
+            if attention and out.attention is not None:
                 a = out.attention[b, :n, :S].float()
                 a = a / a.sum(-1, keepdim=True).clamp_min(1e-12)  # (n, S)
                 row["entropy"] = float(-(a * a.clamp_min(1e-12).log()).sum(-1).mean())
@@ -110,8 +127,7 @@ def main() -> None:
         system = load_system(run)
         references = group_references(load_splits(system.config.data)[2])
         if samples is None:
-            shuffled = sorted(references)
-            random.Random(0).shuffle(shuffled)
+            shuffled = shuffled_words(references)
             samples = [[w for w in shuffled if lo <= len(w) <= hi][: args.per_bucket] for lo, hi in BUCKETS]
         for (lo, hi), words in zip(BUCKETS, samples, strict=True):
             cells = bucket_row(system, words, references)

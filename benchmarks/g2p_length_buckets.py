@@ -14,24 +14,25 @@ For each run, on the recipe's test split:
   end of the word left unsaid; ``seqlab.metrics.length_coverage``);
 - ``tokens``: target tokens the run trained on (the sum of its steps' tokens in ``metrics.jsonl``), to compare
   runs at equal tokens seen rather than equal steps; ``valid``: its last valid loss.
+
+``g2p_decomposition.py`` splits the same teacher-forced NLLs (its ``teacher_forced``) by position in the word and
+separates search errors from model errors, on a sample per bucket.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
 from pathlib import Path
 
 import torch
+from g2p_decomposition import shuffled_words, teacher_forced
 
-from seqlab.data.batching import collate_seq2seq
 from seqlab.data.cmudict import group_references
 from seqlab.data.pronunciations import load_splits
 from seqlab.recipes import load_system
 from seqlab.recipes.g2p.error_analysis import LENGTH_BUCKETS
 
-BATCH = 256
 PARTITION = ("1_4", "5_7", "8_10", "11_up")  # the buckets that split the test words (15_up lies within 11_up)
 
 
@@ -40,29 +41,16 @@ def in_bucket(word: str, name: str) -> bool:
     return lo <= len(word) and (hi is None or len(word) <= hi)
 
 
-@torch.no_grad()
 def nll_by_bucket(system, references: dict[str, list]) -> dict[str, float]:
     """Teacher-forced nats per phoneme (EOS included) of each bucket's words, first reference."""
-    model = system.model.eval()
     words = list(references)
-    pairs = list(
-        zip(
-            system.encode_words(words, source="test split"),
-            [system.phonemes.encode(references[w][0]) for w in words],
-            strict=True,
-        )
-    )
+    rows = teacher_forced(system, words, [references[w][0] for w in words], attention=False, source="test split")
     sums = {name: [0.0, 0] for name, _, _ in LENGTH_BUCKETS}
-    for start in range(0, len(pairs), BATCH):
-        batch = collate_seq2seq(pairs[start : start + BATCH], pad_id=system.phonemes.pad_id)
-        logits = model(batch.src, batch.src_lengths, batch.tgt_in).logits.float()  # (B, T, V)
-        nll = -torch.log_softmax(logits, -1).gather(2, batch.tgt_out.unsqueeze(2)).squeeze(2)  # (B, T)
-        real = batch.tgt_out != system.phonemes.pad_id  # (B, T)
-        for b, word in enumerate(words[start : start + BATCH]):
-            for name, _, _ in LENGTH_BUCKETS:
-                if in_bucket(word, name):
-                    sums[name][0] += float(nll[b][real[b]].sum())
-                    sums[name][1] += int(real[b].sum())
+    for word, row in zip(words, rows, strict=True):
+        for name, _, _ in LENGTH_BUCKETS:
+            if in_bucket(word, name):
+                sums[name][0] += sum(row["nll"])
+                sums[name][1] += len(row["nll"])
     return {name: total / count for name, (total, count) in sums.items() if count}
 
 
@@ -85,8 +73,7 @@ def main() -> None:
         system = load_system(run)
         test = load_splits(system.config.data)[2]
         references = group_references(test)
-        shuffled = sorted(references)
-        random.Random(0).shuffle(shuffled)
+        shuffled = shuffled_words(references)
         sample = {w for w in shuffled if len(w) >= 11}
         for name in PARTITION[:-1]:
             sample.update([w for w in shuffled if in_bucket(w, name)][: args.short_words])

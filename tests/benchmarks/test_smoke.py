@@ -1,7 +1,9 @@
 """The benchmark scripts run end to end at the smallest shapes and print their tables (never timed here)."""
 
 import importlib.util
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,16 +57,26 @@ SMOKE = {
         flags({"--batch": 2, "--steps": 1, "--words": 2, "--repeats": 1, "--threads": 1}),
         ["row                    train s/step  ratio decode s/word  ratio", "no prior", "1.00", "ALiBi bias 1.0"],
     ),
-    "g2p_step_cost.py": (
-        [
-            *flags({"--batches": 1, "--repeats": 1, "--threads": 1}),
-            *("--row", "tiny=model.arch=transformer,model.d_model=16,model.d_ff=16,model.num_heads=2"),
-        ],
-        ["row                  parameters  batch", "rnn                     834,730     64", "tiny  ", "1.00x"],
-    ),
     "g2p_training.py": (
-        flags({"--batch": 2, "--repeats": 1, "--threads": 1}),
-        ["model    parameters precision", "default     834,730      fp32", "preset    3,965,482      bf16"],
+        [
+            *flags({"--batches": 1, "--repeats": 1, "--threads": 1, "--set": "train.batch_size=2"}),
+            *("--tables", "models,precision"),
+            *("--row", "tiny=model.arch=transformer,model.d_model=16,model.d_ff=16,model.num_heads=2"),
+            *("--row", "bf16=train.precision=bf16,train.batch_size=3"),
+        ],
+        [
+            "row                  parameters  batch precision  ms/step",
+            "Table 'models': ratio = row time / rnn time",
+            "rnn                     834,730      2      fp32",
+            "transformer_small       238,464      2      fp32",
+            "Table 'precision': ratio = row time / default time",
+            "default_bf16            834,730      2      bf16",
+            "preset_bf16           3,965,482      2      bf16",  # --set comes after the preset's batch_size
+            "Table 'rows': ratio = row time / default time",
+            "tiny                      7,456      2      fp32",
+            "bf16                    834,730      3      bf16",  # a row's own keys come after --set
+            "1.00x",
+        ],
     ),
     "sliding_window.py": (
         flags({"--tokens": 300, "--repeats": 1, "--threads": 1}),
@@ -199,3 +211,53 @@ def test_the_nanogpt_sides_run_together_are_each_timed_to_their_own_end(tmp_path
     commands = [(["sleep", "3"], tmp_path, tmp_path / "slow.log"), (["true"], tmp_path, tmp_path / "quick.log")]
     slow, quick = benchmark.run_sides(commands, threads=1, together=True)
     assert slow >= 3 and quick < slow - 2
+
+
+def length_test_run(tmp_path: Path) -> Path:
+    """The fixture LSTM run, its data every split of a dictionary of its own words joined into 3-18 letters."""
+    pieces = [line.split(None, 1) for line in (FIXTURES / "train.dict").read_text().splitlines()]
+    lines = []
+    for joined in (1, 2, 3, 4, 5, 6):  # 3, 6, 9, 12, 15, 18 letters
+        for start in range(0, 12, 3):
+            chosen = [pieces[(start + 5 * k) % len(pieces)] for k in range(joined)]
+            lines.append("".join(w for w, _ in chosen) + "  " + " ".join(p.strip() for _, p in chosen))
+    dictionary = tmp_path / "words.dict"
+    dictionary.write_text("\n".join(lines) + "\n")
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "g2p_v0_1", run)
+    recipe = json.loads((run / "recipe.json").read_text())
+    recipe["config"]["data"] |= {f"{split}_path": str(dictionary) for split in ("train", "valid", "test")}
+    (run / "recipe.json").write_text(json.dumps(recipe))
+    (run / "metrics.jsonl").write_text('{"event": "step", "step": 1, "tokens": 120}\n{"step": 1, "valid_loss": 1.25}\n')
+    return run
+
+
+def test_g2p_length_scripts_print_the_same_teacher_forced_nll(tmp_path):
+    """g2p_length_buckets.py takes its NLLs from g2p_decomposition.py's ``teacher_forced``: over the same words (a
+    sample as large as each bucket), the buckets both have show the same nats per phoneme."""
+    run = length_test_run(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    outputs = {}
+    for script, size in (("g2p_length_buckets.py", "--short-words"), ("g2p_decomposition.py", "--per-bucket")):
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / script), str(run), size, "100"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,  # a hang guard only
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        outputs[script] = result.stdout.splitlines()
+    header, row = outputs["g2p_length_buckets.py"]
+    assert "nll 1_4    nll 5_7   nll 8_10  nll 11_up  nll 15_up growth dropped 11+/15+" in header
+    values = row.split()  # run, tokens, valid, WER, 5 bucket WERs, 5 bucket nlls, growth, dropped
+    assert values[:3] == ["run", "120", "1.250"]
+    nll = dict(zip(("1_4", "5_7", "8_10", "11_up", "15_up"), values[9:14], strict=True))
+    decomposition = {line.split()[1]: line.split()[2] for line in outputs["g2p_decomposition.py"][1:]}
+    assert set(decomposition) == {"5-7", "8-10", "11-14", "15+"}
+    assert [decomposition["5-7"], decomposition["8-10"], decomposition["15+"]] == [
+        nll["5_7"],
+        nll["8_10"],
+        nll["15_up"],
+    ]

@@ -66,5 +66,20 @@ def test_a_recipe_looked_up_imports_itself_only_and_a_language_model_needs_no_on
     assert {name.split(".")[0] for name in modules} & ON_DEMAND == set()
 
 
+# The recipes that write a picture at the end of training, and the module that draws it.
+DRAWING = {
+    "chirps": "seqlab.recipes.chirps.training",
+    "fields": "seqlab.recipes.fields.training",
+    "forecast": "seqlab.recipes.forecast.evaluation",
+    "kuramoto-sivashinsky": "seqlab.recipes.kuramoto_sivashinsky.training",
+}
+
+
+def test_the_recipes_that_draw_import_matplotlib_only_when_they_draw():
+    modules = imported_after([], list(DRAWING))
+    assert set(DRAWING.values()) <= modules  # the drawing modules themselves were imported
+    assert "matplotlib" not in {name.split(".")[0] for name in modules}
+
+
 def test_the_recipes_named_in_the_analyses_help_are_those_whose_systems_offer_them():
     assert {protocol: ", ".join(recipes_offering(protocol)) for protocol in HELP_OFFERING} == HELP_OFFERING

@@ -458,3 +458,35 @@ def test_a_gpt_run_loaded_with_compile_generates_what_it_generates_eagerly(monke
         GenerationRequest("The", max_new_tokens=8, num_beams=3),
     ):
         assert printed(compiled, request) == printed(lm.System.load(run), request)
+
+
+def with_dropout_in_training_mode(system: lm.System) -> lm.System:
+    """The same weights in a GPT with dropout 0.5, in training mode: the model as the trainer leaves it."""
+    model = GPT(dataclasses.replace(system.model.config, dropout=0.5))
+    model.load_state_dict(system.model.state_dict())
+    model.train()
+    ids = torch.tensor([system.tokenizer.encode("The lord said")])
+    assert not torch.equal(model(ids).logits, model(ids).logits)  # dropout is in effect
+    return dataclasses.replace(system, model=model)
+
+
+def test_generation_and_examples_run_in_eval_mode_and_leave_the_model_there():
+    """``generate`` (and ``predict``, through it) and the end-of-training ``examples`` set eval mode themselves, as
+    every System's inference does: from a model left in training mode with dropout they give the loaded run's
+    tokens, and the model stays in eval mode afterwards."""
+    loaded = lm.System.load(FIXTURES / "lm_gpt_9a192c4")
+    requests = [
+        GenerationRequest("The land", max_new_tokens=12),
+        GenerationRequest("The land", max_new_tokens=12, temperature=0.8, top_k=5, seed=3, num_return_sequences=2),
+    ]
+    for request in requests:
+        trained = with_dropout_in_training_mode(loaded)
+        assert printed(trained, request) == printed(loaded, request)
+        assert not trained.model.training
+    trained = with_dropout_in_training_mode(loaded)
+    assert trained.predict(["The lord", "And"]) == loaded.predict(["The lord", "And"])
+    assert not trained.model.training
+    trained = with_dropout_in_training_mode(loaded)
+    test_ids = loaded.encode((FIXTURES / "corpus.txt").read_text(), source="test").tolist()
+    assert examples(trained, test_ids) == examples(loaded, test_ids)
+    assert not trained.model.training

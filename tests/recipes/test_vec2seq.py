@@ -11,10 +11,11 @@ import torch
 from cli_helpers import assert_error, run_cli
 
 from seqlab.data.vocab import Vocabulary
+from seqlab.errors import ConfigError
 from seqlab.models import ConditionedRNNGenerator, ConditionedRNNGeneratorConfig
-from seqlab.recipes import vec2seq
+from seqlab.recipes import load_system, vec2seq
 from seqlab.recipes.common.labelled_text import LabelledSplits
-from seqlab.recipes.system import GenerationRequest, SystemOptions
+from seqlab.recipes.system import GenerationRequest, NBestSource, SystemOptions
 from seqlab.recipes.vec2seq.system import PREDICT_SAMPLES, Vec2SeqSystem
 from seqlab.recipes.vec2seq.training import Vec2SeqTraining
 
@@ -89,10 +90,45 @@ def test_predict_draws_nbest_samples_of_each_class_from_the_options(run):
     system = Vec2SeqSystem.load(run, SystemOptions(nbest=2))
     predictions = system.predict(["abc", "XYZ"])
     assert [(p.label, len(p.samples)) for p in predictions] == [("abc", 2), ("xyz", 2)]
-    samples = system.sample([0, 0, 2, 2], torch.Generator().manual_seed(system.config.sample.seed))
-    assert [s for p in predictions for s in p.samples] == samples
-    assert predictions[0].lines() == [f"abc\t{samples[0]}", f"abc\t{samples[1]}"]
+    seed = system.config.sample.seed
+    samples = [system.sample([c, c], torch.Generator().manual_seed(seed)) for c in (0, 2)]
+    assert [list(p.samples) for p in predictions] == samples
+    assert predictions[0].lines() == [f"abc\t{samples[0][0]}", f"abc\t{samples[0][1]}"]
     assert len(Vec2SeqSystem.load(run).predict(["abc"])[0].samples) == PREDICT_SAMPLES
+
+
+def test_the_samples_of_an_input_do_not_depend_on_the_other_inputs_of_the_call(run):
+    """What lets a server batch predict requests: each request gets what it gets alone."""
+    system = Vec2SeqSystem.load(run, SystemOptions(nbest=3))
+    together = system.predict(["abc", "xyz", "ABC"])
+    assert together == [*system.predict(["abc"]), *system.predict(["xyz"]), *system.predict(["abc"])]
+    assert len(set(together[0].samples)) > 1  # the samples of one input still differ from each other
+
+
+def test_a_served_request_sets_the_samples_per_class_and_gets_what_a_run_loaded_with_it_predicts(run):
+    system = load_system(run)
+    assert isinstance(system, NBestSource) and system.with_search() is system
+    for nbest in (1, 3):
+        loaded = Vec2SeqSystem.load(run, SystemOptions(nbest=nbest)).predict(["abc", "xyz"])
+        assert system.with_search(nbest=nbest).predict(["abc", "xyz"]) == loaded
+        assert system.with_search(num_beams=1, nbest=nbest).nbest == nbest
+    assert system.nbest == PREDICT_SAMPLES  # the run's own, unchanged
+    with pytest.raises(
+        ConfigError, match=r"^num_beams \(2\) must be 1: this model samples its texts, it searches no beam$"
+    ):
+        system.with_search(num_beams=2)
+    with pytest.raises(ConfigError, match=r"^nbest \(0\) must be >= 1$"):
+        system.with_search(nbest=0)
+    fastapi = pytest.importorskip("fastapi.testclient", reason="the [serve] extra is not installed")
+    from seqlab.serving import create_app, load_models
+
+    client = fastapi.TestClient(create_app(load_models([run], nbest=5)))
+    answer = client.post("/v1/predict", json={"model": run.name, "inputs": ["mno"], "nbest": 2}).json()
+    loaded = Vec2SeqSystem.load(run, SystemOptions(nbest=2)).predict(["mno"])
+    assert [p["lines"] for p in answer["predictions"]] == [p.lines() for p in loaded]
+    refused = client.post("/v1/predict", json={"model": run.name, "inputs": ["mno"], "num_beams": 3})
+    assert refused.status_code == 400
+    assert refused.json() == {"error": "num_beams (3) must be 1: this model samples its texts, it searches no beam"}
 
 
 def test_the_validation_loss_is_the_token_mean_of_the_validation_texts():

@@ -4,6 +4,7 @@ and every bad request gets its status and its one-line ``{"error": ...}``."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -17,7 +18,7 @@ from seqlab.errors import ConfigError
 from seqlab.models import CompiledGPT
 from seqlab.recipes.lm import system as lm_system
 from seqlab.recipes.system import GenerationRequest
-from seqlab.serving import ServedModel, load_models
+from seqlab.serving import ServedModel, create_app, load_models
 from seqlab.serving.gate import Gate, RequestError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
@@ -106,6 +107,22 @@ def test_generate_streams_what_the_system_generates(client: TestClient, models: 
     expected = list(models[GPT].system.generate(GenerationRequest(**settings)))
     assert streamed[-1] == ("done", {})
     assert [tuple(data.values()) for _, data in streamed[:-1]] == [tuple(c) for c in expected]
+
+
+def test_a_served_generation_runs_in_eval_mode_and_leaves_the_model_there(models: dict[str, ServedModel]) -> None:
+    """The run's weights in a GPT with dropout 0.5 left in training mode (as a trainer leaves a model) stream the
+    tokens the loaded run generates, and the model is in eval mode afterwards."""
+    loaded = models[GPT].system
+    model = type(loaded.model)(dataclasses.replace(loaded.model.config, dropout=0.5))
+    model.load_state_dict(loaded.model.state_dict())
+    model.train()
+    served = dataclasses.replace(models[GPT], system=dataclasses.replace(loaded, model=model))
+    settings = {"prompt": "The ", "max_new_tokens": 20, "do_sample": True, "top_k": 5, "seed": 3}
+    with TestClient(create_app({GPT: served})).stream("POST", "/v1/generate", json={"model": GPT, **settings}) as r:
+        streamed = events(r.read().decode())
+    expected = list(loaded.generate(GenerationRequest(**settings)))
+    assert [tuple(data.values()) for _, data in streamed[:-1]] == [tuple(c) for c in expected]
+    assert not model.training
 
 
 def test_docs_and_page(client: TestClient) -> None:

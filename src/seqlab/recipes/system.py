@@ -223,7 +223,9 @@ class TextGenerator(Protocol):
 @runtime_checkable
 class NBestSource(Protocol):
     """A system whose predictions are the n-best of a beam search, whose beam width and n-best count a caller may
-    change per call without loading the run again (a served request's ``num_beams`` and ``nbest``)."""
+    change per call without loading the run again (a served request's ``num_beams`` and ``nbest``). A system that
+    searches for one output per input takes ``num_beams`` only (``with_beam_width``: translate, t5-g2p); one that
+    samples its outputs takes ``nbest`` only, the samples per input (vec2seq)."""
 
     def with_search(self, *, num_beams: int | None = None, nbest: int | None = None) -> System:
         """This system, sharing its models, predicting the ``nbest`` best of a beam of ``num_beams`` (None: this

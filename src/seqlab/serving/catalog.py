@@ -74,7 +74,8 @@ def load_models(run_dirs: Sequence[Path], *, nbest: int = 5, compile: bool = Fal
 
     Args:
         run_dirs: run directories (``seqlab train``'s output).
-        nbest: hypotheses per input, and the beam width, of the systems that take ``nbest`` (g2p).
+        nbest: hypotheses per input, and the beam width, of the systems that take ``nbest`` (g2p; vec2seq's
+            samples per class).
         compile: compile the decoding steps of the runs whose systems take ``compile`` (``SystemOptions``), at load.
     Raises: CheckpointError for a directory that is not a readable run; ConfigError for two runs of one name, a
         bad ``nbest``, compile when no run takes it, or a run that takes it but cannot compile (not a GPT).

@@ -11,11 +11,10 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from matplotlib.figure import Figure
 from torch import nn
 
+from seqlab.analysis.figures import new_figure, save_figure
 from seqlab.errors import ConfigError, DataError
-from seqlab.files import atomic_path
 from seqlab.models.denoiser import SequenceDenoiser
 from seqlab.recipes.base import Report, TrainingRun
 from seqlab.recipes.chirps.config import Config
@@ -168,7 +167,7 @@ def plot_denoised(
     level = levels[len(levels) // 2]
     strain = Strain(*(part[:1] for part in test[level]))
     t = np.arange(strain.noisy.shape[1]) / system.config.data.sample_rate
-    figure = Figure(figsize=(10, 6.5))
+    figure = new_figure(figsize=(10, 6.5))
     top, bottom = figure.subplots(2, 1)
     top.plot(t, strain.noisy[0], color="0.8", lw=0.6, label="whitened data")
     top.plot(t, strain.clean[0], color="black", lw=1.0, label="clean chirp")
@@ -187,8 +186,7 @@ def plot_denoised(
     bottom.set_ylabel("overlap with the clean chirp")
     bottom.legend(fontsize=7)
     figure.tight_layout()
-    with atomic_path(path) as temporary:
-        figure.savefig(temporary, format="png", dpi=90)
+    save_figure(figure, path, dpi=90)
 
 
 def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:

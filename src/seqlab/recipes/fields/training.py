@@ -11,12 +11,11 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from matplotlib.figure import Figure
 from torch import nn
 
+from seqlab.analysis.figures import new_figure, save_figure
 from seqlab.data.forecasting import Scaler, chronological_splits
 from seqlab.errors import DataError
-from seqlab.files import atomic_path
 from seqlab.models.field_forecaster import FieldTransformer
 from seqlab.recipes.base import Report, TrainingRun, model_device
 from seqlab.recipes.fields.config import Config
@@ -162,7 +161,7 @@ def plot_forecast(path: Path, forecasts: FieldForecasts, results: dict[str, floa
     one column a lead) and the RMSE and ACC by lead of the model, persistence and climatology."""
     leads = config.eval.plot_leads
     limit = float(np.abs(forecasts.truth[0]).max())
-    figure = Figure(figsize=(2.6 * len(leads) + 5.0, 8), layout="constrained")
+    figure = new_figure(figsize=(2.6 * len(leads) + 5.0, 8), layout="constrained")
     grid = figure.add_gridspec(3, len(leads) + 1, width_ratios=[1.0] * len(leads) + [1.6])
     fields = []
     rows = (("truth", forecasts.truth[0]), ("patch Transformer", forecasts.model[0]))
@@ -189,8 +188,7 @@ def plot_forecast(path: Path, forecasts: FieldForecasts, results: dict[str, floa
         ax.set_xlabel("lead (fields)")
         ax.legend(fontsize=7)
     figure.suptitle("fields: the first test forecast and the scores by lead time")
-    with atomic_path(path) as temporary:
-        figure.savefig(temporary, format="png", dpi=90)
+    save_figure(figure, path, dpi=90)
 
 
 def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:

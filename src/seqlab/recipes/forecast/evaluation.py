@@ -21,11 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from seqlab.analysis.chaos import valid_steps
+from seqlab.analysis.figures import new_figure, save_figure
 from seqlab.errors import DataError
-from seqlab.files import atomic_path
 
 
 def forecast_scores(forecast: np.ndarray, truth: np.ndarray, scale: np.ndarray) -> dict[str, float]:
@@ -106,7 +105,7 @@ def plot_forecasts(
     truth against each forecast; ``inputs`` (B, L, C), ``truth`` and every forecast (B, H, C)."""
     rows, cols = min(3, len(inputs)), min(3, inputs.shape[2])
     picks = np.linspace(0, len(inputs) - 1, rows).round().astype(int)
-    figure = Figure(figsize=(4.5 * cols, 2.6 * rows))
+    figure = new_figure(figsize=(4.5 * cols, 2.6 * rows))
     axes = figure.subplots(rows, cols, squeeze=False)
     L, H = inputs.shape[1], truth.shape[1]
     for r, b in enumerate(picks):
@@ -120,5 +119,4 @@ def plot_forecasts(
     axes[0, 0].legend(fontsize=7)
     figure.suptitle(title)
     figure.tight_layout()
-    with atomic_path(path) as temporary:
-        figure.savefig(temporary, format="png", dpi=90)
+    save_figure(figure, path, dpi=90)

@@ -11,14 +11,13 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from matplotlib.figure import Figure
 from torch import nn
 
 from seqlab.analysis.chaos import largest_lyapunov_exponent
+from seqlab.analysis.figures import new_figure, save_figure
 from seqlab.data.forecasting import Scaler, chronological_splits, window_origins
 from seqlab.data.kuramoto_sivashinsky import KuramotoSivashinsky
 from seqlab.errors import ConfigError, DataError
-from seqlab.files import atomic_path
 from seqlab.models.forecaster import Forecaster
 from seqlab.recipes.base import Report, TrainingRun, model_device
 from seqlab.recipes.kuramoto_sivashinsky.config import Config, DataConfig, EvalConfig
@@ -178,7 +177,7 @@ def plot_space_time(path: Path, forecasts: ChaosForecasts, system: KSSystem) -> 
     horizon = len(truth) * data.dt * system.lyapunov_exponent
     extent = (0.0, horizon, 0.0, data.length)
     limit = float(np.abs(truth).max())
-    figure = Figure(figsize=(9, 6))
+    figure = new_figure(figsize=(9, 6))
     axes = figure.subplots(3, 1, sharex=True)
     name = f"{system.config.model.arch} ({system.config.model.head} head)"
     panels = (("truth", truth), (f"{name} forecast", model), ("forecast - truth", model - truth))
@@ -190,8 +189,7 @@ def plot_space_time(path: Path, forecasts: ChaosForecasts, system: KSSystem) -> 
     axes[-1].set_xlabel("time (Lyapunov times, lambda_1 t)")
     figure.suptitle(f"Kuramoto-Sivashinsky, L = {data.length:g}: free-running forecast of the first test window")
     figure.tight_layout()
-    with atomic_path(path) as temporary:
-        figure.savefig(temporary, format="png", dpi=90)
+    save_figure(figure, path, dpi=90)
 
 
 def prepare(config: Config, *, resume_from: Path | None = None) -> TrainingRun:

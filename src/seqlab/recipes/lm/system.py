@@ -46,6 +46,10 @@ class LanguageModelSystem:
         config: the run's whole recipe config (its decode section sets generation's defaults).
         step_model: what generation decodes with when it is not ``model``: the run's exported graphs under
             onnxruntime (``--backend onnxruntime``), or the GPT's compiled step (``--compile``), else None.
+
+    A loaded run's model is in eval mode (``load_pretrained``). As in every recipe's System, each method that
+    infers (``generate``, and ``perplexity`` for the time it scores) also sets eval mode itself, since the System
+    that training builds holds the model being trained, which the trainer leaves in training mode.
     """
 
     OPTIONS: ClassVar[frozenset[str]] = frozenset({"backend", "compile"})
@@ -82,7 +86,6 @@ class LanguageModelSystem:
             raise ConfigError("compile runs torch's steps: it cannot be combined with backend onnxruntime")
         step_model = load_step_model(directory) if options.backend == "onnxruntime" else None
         if options.compile:
-            model.eval()
             try:
                 step_model = CompiledGPT(model)
             except ConfigError as e:  # not a GPT

@@ -143,7 +143,9 @@ class LMTest:
 
 def examples(system: LanguageModelSystem, test_ids: Sequence[int], *, count: int = 3) -> list[tuple[str, str, str]]:
     """(prompt, reference, generated) at ``count`` evenly spaced places of the test split, generated with the
-    decode section's settings and a generator seeded with ``train.seed``; newlines shown as ``\\n``."""
+    decode section's settings and a generator seeded with ``train.seed``, the model in eval mode (as
+    ``LanguageModelSystem.generate`` puts it: the trainer leaves it in training mode); newlines shown as ``\\n``."""
+    system.model.eval()
     context = system.model.context_length or EXAMPLE_PROMPT_TOKENS + EXAMPLE_NEW_TOKENS
     prompt_length = min(EXAMPLE_PROMPT_TOKENS, context // 2)
     new_tokens = min(EXAMPLE_NEW_TOKENS, context - prompt_length)

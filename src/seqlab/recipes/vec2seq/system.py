@@ -3,6 +3,7 @@ named classes, scores labelled texts and generates from a ``CLASS[:PREFIX]`` pro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -53,7 +54,8 @@ class ClassSamples:
 class Vec2SeqSystem:
     """A trained generator with its character vocabulary and class names: what a run directory holds.
 
-    ``OPTIONS``: ``nbest``, the samples ``predict`` draws per class (default ``PREDICT_SAMPLES``).
+    ``OPTIONS``: ``nbest``, the samples ``predict`` draws per class (default ``PREDICT_SAMPLES``); a served
+    request may set its own (``with_search``).
     """
 
     OPTIONS: ClassVar[frozenset[str]] = frozenset({"nbest"})
@@ -81,6 +83,18 @@ class Vec2SeqSystem:
         model = ConditionedRNNGenerator.from_pretrained(directory)
         vocab = Vocabulary.load(directory / VOCAB_FILE)
         return cls(model, vocab, labels, config, nbest=options.nbest or PREDICT_SAMPLES)
+
+    def with_search(self, *, num_beams: int | None = None, nbest: int | None = None) -> Vec2SeqSystem:
+        """This system drawing ``nbest`` samples per class in ``predict`` (None: this system's), sharing its model
+        (``NBestSource``: a served request's ``nbest``); predict samples and searches no beam, so ``num_beams`` may
+        only be 1.
+
+        Raises: ConfigError for an ``nbest`` outside [1, ``system.MAX_BEAMS``], or a ``num_beams`` other than 1.
+        """
+        SystemOptions(num_beams=num_beams, nbest=nbest)  # the range of each count
+        if num_beams not in (None, 1):
+            raise ConfigError(f"num_beams ({num_beams}) must be 1: this model samples its texts, it searches no beam")
+        return self if nbest is None else dataclasses.replace(self, nbest=nbest)
 
     def class_id(self, name: str, *, source: str) -> int:
         """The id of class ``name`` (case ignored).
@@ -177,17 +191,19 @@ class Vec2SeqSystem:
         return total / count
 
     def predict(self, inputs: Sequence[str]) -> list[ClassSamples]:
-        """``nbest`` samples of each class named in ``inputs`` (case ignored), with the sample section's settings
-        and seed, so the same call gives the same texts.
+        """``nbest`` samples of each class named in ``inputs`` (case ignored), with the sample section's settings,
+        each input's drawn by a generator of its own seeded with the section's seed: a class gives the same texts
+        whatever the other inputs of the call (or of a served batch) are.
 
         Raises: DataError ``inputs: unknown class ...``.
         """
         class_ids = [self.class_id(name, source="inputs") for name in inputs]
-        targets = [c for c in class_ids for _ in range(self.nbest)]
-        samples = self.sample(targets, torch.Generator().manual_seed(self.config.sample.seed))
         return [
-            ClassSamples(self.labels[c], tuple(samples[i * self.nbest : (i + 1) * self.nbest]))
-            for i, c in enumerate(class_ids)
+            ClassSamples(
+                self.labels[c],
+                tuple(self.sample([c] * self.nbest, torch.Generator().manual_seed(self.config.sample.seed))),
+            )
+            for c in class_ids
         ]
 
     def evaluate(self, data_path: str) -> dict[str, float]:
