@@ -3,7 +3,7 @@
 from seqlab.training.callbacks import Callback, MetricsLog, OnBest, TensorBoardLog
 from seqlab.training.checkpoint import load_training_state, save_training_state
 from seqlab.training.clipping import clip_grad_norm, clip_grad_value, grad_norm
-from seqlab.training.device import move_to_device, resolve_device
+from seqlab.training.device import move_to_device, native_bf16, resolve_device, resolve_precision
 from seqlab.training.objectives import LossOutput, teacher_forcing_loss, token_weighted_loss
 from seqlab.training.optim import build_optimizer, parameter_groups
 from seqlab.training.records import StepRecord, TrainResult
@@ -35,9 +35,11 @@ __all__ = [
     "grad_norm",
     "load_training_state",
     "move_to_device",
+    "native_bf16",
     "parameter_groups",
     "reset_state",
     "resolve_device",
+    "resolve_precision",
     "save_training_state",
     "seed_everything",
     "teacher_forcing_loss",
