@@ -182,6 +182,25 @@ def test_reorder_state_continues_the_chosen_rows():
     assert_close(model.step(nxt, reordered).logits, expected)
 
 
+@pytest.mark.parametrize("positional", POSITIONALS)
+def test_reorder_state_in_place_continues_as_the_copying_reorder(positional):
+    """Beam search's reorder (in place, moving only the steps where rows differ) gives the logits of the copying
+    one over a chain of steps with a cycle, repeated rows and rows that stay, from left-padded prompts."""
+    model = tiny(positional)
+    x, keep = tokens(3, 4), torch.tensor([[True] * 4, [False, True, True, True], [True] * 4])
+    indices = [[0, 0, 1], [1, 2, 0], [0, 1, 2], [2, 2, 0], [1, 0, 2]]
+    with torch.no_grad():
+        copied = in_place = model.prefill(x, keep).state
+        for t, index in enumerate(indices):
+            nxt = tokens(3, 1, seed=10 + t)[:, 0]
+            copied = model.reorder_state(model.step(nxt, copied).state, torch.tensor(index))
+            stepped = model.step(nxt, in_place).state
+            in_place = model.reorder_state(stepped, torch.tensor(index), in_place=True)
+            assert all(c.buffer is s.buffer for c, s in zip(in_place.caches, stepped.caches, strict=True))
+            assert torch.equal(in_place.keep_mask, copied.keep_mask)
+            assert_close(model.step(nxt, in_place).logits, model.step(nxt, copied).logits, rtol=0, atol=0)
+
+
 def test_input_past_the_learned_context_length_is_refused_in_one_line():
     model = tiny()
     message = "a row reaches 13 tokens, past the context length (12) of this GPT"
