@@ -191,7 +191,7 @@ def test_in_place_select_rows_follows_cycles_and_repeated_sources_over_a_beam_se
     with torch.no_grad():
         cache = KVCache.empty(1, N, DH, dtype=torch.float64, capacity=4).append(_rand(1, N, 3, DH), _rand(1, N, 3, DH))
         cache = cache.select_rows(torch.zeros(R, dtype=torch.long))  # beams: copies of one row share its 3 steps
-        assert torch.equal(cache.buffer.common, torch.full((R, R), 3))
+        assert torch.equal(cache.buffer.common, torch.full((R, R), 3)) and cache.shared_steps() == 3
         reference_k, reference_v = cache.keys.clone(), cache.values.clone()
         indices = [[1, 2, 0, 3, 4], [0, 0, 1, 3, 3], [4, 3, 2, 1, 0], [0, 1, 2, 3, 4], [2, 2, 2, 2, 2], [3, 0, 4, 1, 2]]
         for step, index in enumerate(indices * 2):
@@ -209,7 +209,7 @@ def test_in_place_select_rows_records_the_steps_rows_share_and_moves_only_the_ot
     with torch.no_grad():
         cache = KVCache.empty(2, N, DH, dtype=torch.float64, capacity=8).append(_rand(2, N, 2, DH), _rand(2, N, 2, DH))
         cache = cache.select_rows(torch.tensor([0, 0, 1]))  # rows 0 and 1 share 2 steps, row 2 none with them
-        assert cache.buffer.common.tolist() == [[2, 2, 0], [2, 2, 0], [0, 0, 2]]
+        assert cache.buffer.common.tolist() == [[2, 2, 0], [2, 2, 0], [0, 0, 2]] and cache.shared_steps() == 0
         cache = cache.append(_rand(3, N, 1, DH), _rand(3, N, 1, DH))
         step = cache.keys[:, :, 2].clone()
         cache.keys[1, :, :2] = float("nan")  # not moved by a swap of rows 0 and 1, which share these steps

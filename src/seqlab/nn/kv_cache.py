@@ -177,6 +177,14 @@ class KVCache(NamedTuple):
         torch.index_select(values, 0, index, out=cache.values)
         return cache
 
+    def shared_steps(self) -> int:
+        """The leading steps that every row holds as copies of one another (``KVBuffer.common``), which attention
+        may read from one row for all; 0 when unknown or with fewer than 2 rows."""
+        buffer = self.buffer
+        if buffer is None or buffer.common is None or self.keys.shape[0] < 2:
+            return 0
+        return min(int(buffer.common.min()), self.keys.shape[2])
+
     def _owns(self, buffer: KVBuffer | None) -> bool:
         """Whether this cache may write in place into ``buffer``: its keys and values are the buffer's first S steps
         (with S = 0 there is nothing to compare: torch gives empty tensors no address) and no other cache has
