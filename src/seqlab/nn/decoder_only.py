@@ -157,6 +157,10 @@ class IncrementalStep:
     steps of this object and rebuilds when a weight changes (``direct_calls.DerivedWeights``): build one per
     decoding run, as ``GPT.prefill`` does.
 
+    Rows whose caches hold their first steps as copies of one another (beam search's beams from one prompt, after
+    ``KVCache.select_rows``; ``KVCache.shared_steps``), with no keep_mask, attend those steps read once from one
+    row (``_attend_shared``, equal to SDPA up to rounding) once there are ``SHARED_ATTENTION_STEPS`` of them.
+
     Build it with ``TransformerDecoderOnly.incremental_step()``; use ``forward`` to train.
 
     Args:
