@@ -173,6 +173,69 @@ def test_select_rows_of_a_state_reorders_its_caches_in_their_buffers_as_index_se
     assert torch.equal(cache.keys, k)
 
 
+def _reordered_in_place(cache: KVCache, index: list[int]) -> KVCache:
+    """cache.select_rows(index, in_place=True), checked against index_select of a copy taken before."""
+    keys, values = cache.keys.clone(), cache.values.clone()
+    reordered = cache.select_rows(torch.tensor(index), in_place=True)
+    assert reordered.buffer is cache.buffer  # no new buffer
+    assert torch.equal(reordered.keys, keys[index]) and torch.equal(reordered.values, values[index])
+    return reordered
+
+
+def test_in_place_select_rows_follows_cycles_and_repeated_sources_over_a_beam_search_like_chain():
+    """Every reorder of a chain of reorders and appends equals plain indexing of the rows, although only the steps
+    after those that each moved row shares with its source are moved: a cycle (0 -> 1 -> 2 -> 0), a swap, repeated
+    sources, rows that keep their place, and sources whose steps differ from the first one (nothing shared)."""
+    torch.manual_seed(7)
+    R = 5
+    with torch.no_grad():
+        cache = KVCache.empty(1, N, DH, dtype=torch.float64, capacity=4).append(_rand(1, N, 3, DH), _rand(1, N, 3, DH))
+        cache = cache.select_rows(torch.zeros(R, dtype=torch.long))  # beams: copies of one row share its 3 steps
+        assert torch.equal(cache.buffer.common, torch.full((R, R), 3)) and cache.shared_steps() == 3
+        reference_k, reference_v = cache.keys.clone(), cache.values.clone()
+        indices = [[1, 2, 0, 3, 4], [0, 0, 1, 3, 3], [4, 3, 2, 1, 0], [0, 1, 2, 3, 4], [2, 2, 2, 2, 2], [3, 0, 4, 1, 2]]
+        for step, index in enumerate(indices * 2):
+            k, v = _rand(R, N, 1 + step % 2, DH), _rand(R, N, 1 + step % 2, DH)  # the buffer grows past its capacity
+            cache = cache.append(k, v)
+            reference_k, reference_v = torch.cat([reference_k, k], dim=2), torch.cat([reference_v, v], dim=2)
+            cache = _reordered_in_place(cache, index)
+            reference_k, reference_v = reference_k[index], reference_v[index]
+            assert torch.equal(cache.keys, reference_k) and torch.equal(cache.values, reference_v)
+
+
+def test_in_place_select_rows_records_the_steps_rows_share_and_moves_only_the_others():
+    """After the steps two rows share, a stale value there is left alone: only the differing steps move."""
+    torch.manual_seed(8)
+    with torch.no_grad():
+        cache = KVCache.empty(2, N, DH, dtype=torch.float64, capacity=8).append(_rand(2, N, 2, DH), _rand(2, N, 2, DH))
+        cache = cache.select_rows(torch.tensor([0, 0, 1]))  # rows 0 and 1 share 2 steps, row 2 none with them
+        assert cache.buffer.common.tolist() == [[2, 2, 0], [2, 2, 0], [0, 0, 2]] and cache.shared_steps() == 0
+        cache = cache.append(_rand(3, N, 1, DH), _rand(3, N, 1, DH))
+        step = cache.keys[:, :, 2].clone()
+        cache.keys[1, :, :2] = float("nan")  # not moved by a swap of rows 0 and 1, which share these steps
+        swapped = cache.select_rows(torch.tensor([1, 0, 2]), in_place=True)
+        assert swapped.keys[1, :, :2].isnan().all() and not swapped.keys[0].isnan().any()
+        assert torch.equal(swapped.keys[:, :, 2], step[[1, 0, 2]])
+        assert swapped.buffer.common.tolist() == [[3, 2, 0], [2, 3, 0], [0, 0, 3]]
+
+
+def test_in_place_select_rows_copies_when_it_cannot_reorder_the_buffer():
+    """A different number of rows, a cache that no longer holds every step of its buffer, or recorded gradients:
+    a new buffer (or exact tensors), and the cache given is unchanged."""
+    torch.manual_seed(9)
+    k = _rand(B, N, 2, DH)
+    with torch.no_grad():
+        cache = KVCache.empty(B, N, DH, dtype=torch.float64, capacity=8).append(k, k)
+        grown = cache.select_rows(torch.tensor([1, 1, 0]), in_place=True)
+        assert grown.buffer is not cache.buffer and torch.equal(grown.keys, k[[1, 1, 0]])
+        longer = cache.append(k, k)
+        older = cache.select_rows(torch.tensor([1, 0]), in_place=True)  # longer wrote past cache's steps
+        assert older.buffer is not cache.buffer and torch.equal(older.keys, k[[1, 0]])
+        assert torch.equal(cache.keys, k) and torch.equal(longer.keys[:, :, :2], k)
+    tracked = KVCache.empty(B, N, DH, dtype=torch.float64).append(k.requires_grad_(), k)
+    assert tracked.select_rows(torch.tensor([1, 0]), in_place=True).buffer is None
+
+
 # StaticKVCache: fixed-capacity buffers for a compiled step.
 
 

@@ -18,7 +18,7 @@ from seqlab.decoding.beam_search import beam_search
 from seqlab.decoding.left_to_right import GenerateOutput, decode_left_to_right
 from seqlab.decoding.processors import LogitsProcessor, logits_processor
 from seqlab.errors import ConfigError
-from seqlab.models import CompiledGPT
+from seqlab.models import GPT, CompiledGPT
 from seqlab.models.interfaces import LanguageModelStepModel, StepOutput, check_token_ids, select_rows
 from seqlab.validation import check_bool, check_int, check_real, check_token_id
 
@@ -218,11 +218,13 @@ class _PrefilledStepModel:
     """The step interface that ``beam_search`` drives, over a model that has already read the prompts.
 
     State: (model state, the prefill's logits until the first step returns them; the start tokens are already
-    consumed).
+    consumed). ``beam_search`` never reads a state again once it has reordered it, so a GPT's caches are reordered
+    in place (``GPT.reorder_state(..., in_place=True)``: only the steps where the beams differ are moved).
     """
 
     def __init__(self, model: LanguageModelStepModel) -> None:
         self.model = model
+        self.in_place = isinstance(model, GPT)
 
     def step(self, tokens: Tensor, state: tuple[Any, Tensor | None]) -> StepOutput:
         model_state, logits = state
@@ -231,7 +233,12 @@ class _PrefilledStepModel:
         return StepOutput(logits, (model_state, None))
 
     def reorder_state(self, state: tuple[Any, Tensor | None], index: Tensor) -> tuple[Any, Tensor | None]:
-        return self.model.reorder_state(state[0], index), select_rows(state[1], index)
+        model_state = state[0]
+        if self.in_place:
+            model_state = self.model.reorder_state(model_state, index, in_place=True)
+        else:
+            model_state = self.model.reorder_state(model_state, index)
+        return model_state, select_rows(state[1], index)
 
 
 def _beam(

@@ -157,6 +157,10 @@ class IncrementalStep:
     steps of this object and rebuilds when a weight changes (``direct_calls.DerivedWeights``): build one per
     decoding run, as ``GPT.prefill`` does.
 
+    Rows whose caches hold their first steps as copies of one another (beam search's beams from one prompt, after
+    ``KVCache.select_rows``; ``KVCache.shared_steps``), with no keep_mask, attend those steps read once from one
+    row (``_attend_shared``, equal to SDPA up to rounding) once there are ``SHARED_ATTENTION_STEPS`` of them.
+
     Build it with ``TransformerDecoderOnly.incremental_step()``; use ``forward`` to train.
 
     Args:
@@ -257,7 +261,11 @@ def _layer_step(
     if attn.rotary is not None:  # a static cache's length is a (1,) tensor, which the rotary embedding takes
         q, k = attn.rotary(q, offset=cache.length), attn.rotary(k, offset=cache.length)
     cache = cache.append(k, v)
-    attended = F.scaled_dot_product_attention(q, cache.keys, cache.values, attn_mask=mask)  # (B, N, 1, Dh)
+    shared = cache.shared_steps() if mask is None and isinstance(cache, KVCache) else 0
+    if shared >= SHARED_ATTENTION_STEPS:
+        attended = _attend_shared(q, cache.keys, cache.values, shared)
+    else:
+        attended = F.scaled_dot_product_attention(q, cache.keys, cache.values, attn_mask=mask)  # (B, N, 1, Dh)
     x = x + direct_calls.linear(projections["out_proj"], attended.view(B, 1, D), few=few)  # heads merged, (B, 1, D)
     x = x if norm_first else direct_calls.layer_norm(norm1, x)
     h = direct_calls.layer_norm(norm2, x) if norm_first else x
@@ -268,3 +276,34 @@ def _layer_step(
     x = x + direct_calls.linear(ff_modules["linear2"], inner, few=few)
     x = x if norm_first else direct_calls.layer_norm(norm2, x)
     return x, cache
+
+
+# The fewest shared steps for which a step reads them once (``_attend_shared``) instead of one SDPA call over every
+# row: its extra small ops cost more than the reads it saves over short caches. In the beam row of
+# benchmarks/language_model.py (L4 D256 V4096, K = 5, one thread), 8 and 64 gave the same speed, 1.05x SDPA's.
+SHARED_ATTENTION_STEPS = 64
+
+
+def _attend_shared(q: Tensor, keys: Tensor, values: Tensor, shared: int) -> Tensor:
+    """softmax(q K^T / sqrt(Dh)) V for q (B, N, 1, Dh) over keys, values (B, N, S, Dh) whose first ``shared`` steps
+    are the same in every row (beams that descend from one hypothesis, ``KVCache.shared_steps``): those are read
+    once, from row 0, for the B queries together, and each row's own S - shared steps for its query alone. Equal to
+    ``F.scaled_dot_product_attention(q, keys, values)`` up to rounding; the shared steps are most of a beam's
+    cache, which the step otherwise reads B times from memory. -> (B, N, 1, Dh)."""
+    B, N, _, Dh = q.shape
+    S = keys.shape[2]
+    q = (q * Dh**-0.5).view(B, N, Dh)
+    common_keys, common_values = keys[0, :, :shared], values[0, :, :shared]  # (N, shared, Dh)
+    own_keys = keys[:, :, shared:].reshape(B * N, S - shared, Dh)  # views: B and N merge within the buffer
+    own_values = values[:, :, shared:].reshape(B * N, S - shared, Dh)
+    scores = torch.cat(
+        [
+            torch.bmm(q.transpose(0, 1), common_keys.transpose(1, 2)).transpose(0, 1),  # (B, N, shared)
+            torch.bmm(q.view(B * N, 1, Dh), own_keys.transpose(1, 2)).view(B, N, S - shared),
+        ],
+        dim=-1,
+    )
+    weights = scores.softmax(dim=-1)  # (B, N, S)
+    attended = torch.bmm(weights[..., shared:].reshape(B * N, 1, S - shared), own_values).view(B, N, 1, Dh)
+    common = torch.bmm(weights[..., :shared].transpose(0, 1), common_values)  # (N, B, Dh)
+    return attended.add_(common.transpose(0, 1).unsqueeze(2))

@@ -16,6 +16,13 @@ How ``append`` stores the steps:
   records how many steps were written; only the cache that holds all of them may write in place, so appending
   to an older cache value (a second branch) copies into a new buffer and the first branch stays intact.
 
+Beam search reorders the rows at every step, and most of what it reorders changes nothing: beams that descend
+from one hypothesis hold copies of the same keys and values up to the step where they parted, usually a few steps
+back. A ``KVBuffer`` therefore records, for every pair of rows, how many leading steps they hold as copies of each
+other (``common``); ``select_rows(index, in_place=True)`` then permutes the rows in place over the steps after the
+last one that every moved row shares with its source, and only those (copied through a gathered temporary, so
+that cycles and repeated sources are safe), instead of copying every step into a new buffer.
+
 ``StaticKVCache`` is the other layout, for a compiled decoding step (``torch.compile``): buffers of a fixed
 capacity C whose length is a tensor, so that every step has the same shapes and one graph serves them all
 (what transformers calls a static cache; gpt-fast's ``KVCache``). Attention then runs over all C steps, the
@@ -38,10 +45,13 @@ class KVBuffer:
     """Preallocated keys and values, (B, N, capacity, Dh) each, of which steps [0, written) hold data.
 
     Shared by the caches of one decoding chain; each cache's keys and values are views of its first S steps.
+    common: (B, B) long, common[i, j] the leading steps that rows i and j hold as copies of one another (equal
+    bit for bit because one was copied from the other, or both from one row), or None when nothing is known
+    (as if 0 everywhere). ``KVCache.select_rows`` sets it; appended steps leave it as it is.
     """
 
-    def __init__(self, keys: Tensor, values: Tensor, written: int) -> None:
-        self.keys, self.values, self.written = keys, values, written
+    def __init__(self, keys: Tensor, values: Tensor, written: int, common: Tensor | None = None) -> None:
+        self.keys, self.values, self.written, self.common = keys, values, written, common
 
     @property
     def capacity(self) -> int:
@@ -49,10 +59,11 @@ class KVBuffer:
         return self.keys.shape[2]
 
     @classmethod
-    def holding(cls, keys: Tensor, values: Tensor, capacity: int) -> KVBuffer:
-        """A buffer of ``capacity`` >= S steps whose first S steps are copies of keys, values (B, N, S, Dh)."""
+    def holding(cls, keys: Tensor, values: Tensor, capacity: int, common: Tensor | None = None) -> KVBuffer:
+        """A buffer of ``capacity`` >= S steps whose first S steps are copies of keys, values (B, N, S, Dh), whose
+        rows share ``common`` steps (see the class)."""
         B, N, S, Dh = keys.shape
-        buffer = cls(keys.new_empty(B, N, capacity, Dh), values.new_empty(B, N, capacity, Dh), S)
+        buffer = cls(keys.new_empty(B, N, capacity, Dh), values.new_empty(B, N, capacity, Dh), S, common)
         buffer.keys[:, :, :S] = keys
         buffer.values[:, :, :S] = values
         return buffer
@@ -123,25 +134,56 @@ class KVCache(NamedTuple):
             return KVCache(torch.cat([keys, k], dim=2), torch.cat([values, v], dim=2))  # (B, N, S + t, Dh)
         t = shape[2]
         if not self._owns(buffer) or S + t > buffer.capacity:
-            buffer = KVBuffer.holding(keys, values, max(2 * (S + t), MIN_CAPACITY))
+            common = None if buffer is None else buffer.common  # the same rows, copied
+            buffer = KVBuffer.holding(keys, values, max(2 * (S + t), MIN_CAPACITY), common)
         buffer.keys.narrow(2, S, t).copy_(k)
         buffer.values.narrow(2, S, t).copy_(v)
         buffer.written = S + t
         return buffer.cache()
 
-    def select_rows(self, index: Tensor) -> KVCache:
+    def select_rows(self, index: Tensor, *, in_place: bool = False) -> KVCache:
         """The cache of rows ``index`` (B',), in that order (what ``seqlab.models.select_rows`` computes), keeping
-        this cache's spare capacity so that the next no-grad ``append`` still writes in place."""
+        this cache's spare capacity so that the next no-grad ``append`` still writes in place.
+
+        in_place: give this cache up (beam search's reorder, whose caller never reads the old state again). Where
+        the rows keep their number (B' = B), no gradient is recorded and this cache may write into its buffer (as
+        for ``append``), the rows are permuted within the buffer, over the steps after the last one that every
+        moved row shares with its source (``KVBuffer.common``), and the result shares the buffer: this cache's
+        tensors, and any other view of the buffer, then hold the reordered rows. Otherwise (and by default) the
+        rows are copied into a new buffer and this cache is unchanged.
+        """
         keys, values, buffer = self
         if buffer is None or keys.requires_grad:
             return KVCache(keys.index_select(0, index), values.index_select(0, index))
-        _, N, S, Dh = keys.shape
+        B, N, S, Dh = keys.shape
+        common = _common_steps(buffer.common, index, S)
+        if in_place and index.shape[0] == B and self._owns(buffer):
+            rows = torch.arange(B, device=index.device)
+            if buffer.common is None:
+                shared = torch.zeros_like(index)
+            else:
+                shared = buffer.common.gather(1, index.unsqueeze(1)).squeeze(1)  # (B,) steps row j shares with index[j]
+            start = int(shared.masked_fill(index == rows, S).amin())
+            if start < S:  # steps [start, S) differ between some row and its source
+                for held in (keys, values):
+                    differing = held.narrow(2, start, S - start)
+                    differing.copy_(differing.index_select(0, index))  # gathered first: cycles and repeats are safe
+            buffer.common = common
+            return self
         shape = (index.shape[0], N, buffer.capacity, Dh)
-        selected = KVBuffer(keys.new_empty(shape), values.new_empty(shape), S)
+        selected = KVBuffer(keys.new_empty(shape), values.new_empty(shape), S, common)
         cache = selected.cache()
         torch.index_select(keys, 0, index, out=cache.keys)
         torch.index_select(values, 0, index, out=cache.values)
         return cache
+
+    def shared_steps(self) -> int:
+        """The leading steps that every row holds as copies of one another (``KVBuffer.common``), which attention
+        may read from one row for all; 0 when unknown or with fewer than 2 rows."""
+        buffer = self.buffer
+        if buffer is None or buffer.common is None or self.keys.shape[0] < 2:
+            return 0
+        return min(int(buffer.common.min()), self.keys.shape[2])
 
     def _owns(self, buffer: KVBuffer | None) -> bool:
         """Whether this cache may write in place into ``buffer``: its keys and values are the buffer's first S steps
@@ -227,6 +269,16 @@ class StaticKVCache(NamedTuple):
         """The cache of rows ``index`` (B',), in that order, in new buffers of the same capacity."""
         keys, values, length = self
         return StaticKVCache(keys.index_select(0, index), values.index_select(0, index), length)
+
+
+def _common_steps(common: Tensor | None, index: Tensor, steps: int) -> Tensor:
+    """``KVBuffer.common`` (B', B') of rows ``index`` (B',) of a buffer whose rows share ``common`` (B, B) steps
+    (None: 0) and hold ``steps`` steps: rows taken from one row share all of them, others what their sources
+    shared."""
+    same = index.unsqueeze(1) == index.unsqueeze(0)  # (B', B')
+    if common is None:
+        return same.long() * steps
+    return common.index_select(0, index).index_select(1, index).masked_fill(same, steps)
 
 
 def _check_step(keys: Tensor, k: Tensor, v: Tensor) -> None:

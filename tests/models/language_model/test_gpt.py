@@ -16,6 +16,7 @@ from seqlab.decoding import generate
 from seqlab.errors import ConfigError
 from seqlab.models import GPT, GPTConfig, GPTState, load_pretrained
 from seqlab.models.language_model import gpt, gpt_char_small
+from seqlab.nn import decoder_only
 
 V = 13
 POSITIONALS = ["learned", "sinusoidal", "rotary"]
@@ -180,6 +181,48 @@ def test_reorder_state_continues_the_chosen_rows():
     nxt = tokens(3, 1, seed=3)[:, 0]
     expected = model.step(nxt, model(x[index]).state).logits
     assert_close(model.step(nxt, reordered).logits, expected)
+
+
+@pytest.mark.parametrize("positional", POSITIONALS)
+def test_reorder_state_in_place_continues_as_the_copying_reorder(positional):
+    """Beam search's reorder (in place, moving only the steps where rows differ) gives the logits of the copying
+    one over a chain of steps with a cycle, repeated rows and rows that stay, from left-padded prompts."""
+    model = tiny(positional)
+    x, keep = tokens(3, 4), torch.tensor([[True] * 4, [False, True, True, True], [True] * 4])
+    indices = [[0, 0, 1], [1, 2, 0], [0, 1, 2], [2, 2, 0], [1, 0, 2]]
+    with torch.no_grad():
+        copied = in_place = model.prefill(x, keep).state
+        for t, index in enumerate(indices):
+            nxt = tokens(3, 1, seed=10 + t)[:, 0]
+            copied = model.reorder_state(model.step(nxt, copied).state, torch.tensor(index))
+            stepped = model.step(nxt, in_place).state
+            in_place = model.reorder_state(stepped, torch.tensor(index), in_place=True)
+            assert all(c.buffer is s.buffer for c, s in zip(in_place.caches, stepped.caches, strict=True))
+            assert torch.equal(in_place.keep_mask, copied.keep_mask)
+            assert_close(model.step(nxt, in_place).logits, model.step(nxt, copied).logits, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("positional", POSITIONALS)
+def test_beams_attend_their_shared_steps_once_and_match_the_uncached_forward(positional, monkeypatch):
+    """Beams from one prompt share its steps and those of their common ancestors; a step reads those once for all
+    rows (``decoder_only._attend_shared``) and its logits equal the full forward of each row's whole sequence."""
+    monkeypatch.setattr(decoder_only, "SHARED_ATTENTION_STEPS", 1)
+    calls = []
+    attend = decoder_only._attend_shared
+    monkeypatch.setattr(decoder_only, "_attend_shared", lambda *a: calls.append(a[-1]) or attend(*a))
+    model = tiny(positional)
+    rows = tokens(1, 3).tolist() * 4
+    indices = [[0, 0, 1, 1], [1, 0, 3, 2], [2, 2, 2, 3], [0, 1, 1, 3], [3, 3, 0, 0], [0, 0, 0, 0]]
+    with torch.no_grad():
+        state = model.reorder_state(model.prefill(tokens(1, 3)).state, torch.zeros(4, dtype=torch.long))
+        for t, index in enumerate(indices):
+            nxt = tokens(4, 1, seed=20 + t)[:, 0]
+            out = model.step(nxt, state)
+            rows = [[*row, token] for row, token in zip(rows, nxt.tolist(), strict=True)]
+            assert_close(out.logits, model(torch.tensor(rows)).logits[:, -1])
+            state = model.reorder_state(out.state, torch.tensor(index), in_place=True)
+            rows = [rows[i] for i in index]
+    assert len(calls) == 2 * len(indices) and max(calls) > 3  # both layers, every step; ancestors' steps shared
 
 
 def test_input_past_the_learned_context_length_is_refused_in_one_line():

@@ -335,10 +335,18 @@ class GPT(PretrainedMixin, nn.Module):
             return direct_calls.linear(self.lm_head, h, few=direct_calls.few_rows(h))
         return direct_calls.affine(h, self.wte.weight) if direct_calls.few_rows(h) else self._project(h)
 
-    def reorder_state(self, state: GPTState, index: Tensor) -> GPTState:
+    def reorder_state(self, state: GPTState, index: Tensor, *, in_place: bool = False) -> GPTState:
         """The state of rows ``index`` (B',), in that order; the caches keep their spare capacity
-        (``KVCache.select_rows``, ``StaticKVCache.select_rows``), so the next step still appends in place."""
-        caches = [cache.select_rows(index) for cache in state.caches]
+        (``KVCache.select_rows``, ``StaticKVCache.select_rows``), so the next step still appends in place.
+
+        in_place: give ``state`` up (beam search, which never reads a state again once reordered): each
+        ``KVCache`` then permutes its rows within its own buffer, over the steps where they differ only
+        (``KVCache.select_rows(index, in_place=True)``), and ``state``'s caches change with it. Static caches are
+        always copied."""
+        caches = [
+            cache.select_rows(index, in_place=in_place) if isinstance(cache, KVCache) else cache.select_rows(index)
+            for cache in state.caches
+        ]
         next_position, keep_mask = select_rows(state.next_position, index), select_rows(state.keep_mask, index)
         return GPTState(caches, next_position, keep_mask, state.incremental_step)
 
