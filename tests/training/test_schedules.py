@@ -574,3 +574,26 @@ def test_one_cycle_calls_no_cycle_end():
     trainer.callbacks.append(recorder)
     trainer.fit()
     assert recorder.ends == []
+
+
+@pytest.mark.parametrize(("resumed_at", "ends"), [(4, [(1, 4), (2, 8), (3, 12)]), (6, [(2, 8), (3, 12)])])
+def test_a_resumed_run_ends_the_same_cycles_with_the_same_weights(resumed_at, ends):
+    """Resumed at a cycle's end (step 4), the run ends that cycle again, with the same weights; inside one, not."""
+    config = TrainConfig(
+        lr=0.02, schedule="cosine", max_steps=12, cycles=3, min_lr_ratio=0.5, max_epochs=100, patience=None,
+        checkpoint_every=1,
+    )  # fmt: skip
+    whole, states = linear_regression_trainer(config), []
+    whole_ends = CycleEnds()
+    whole.callbacks.append(whole_ends)
+    whole.checkpoint = lambda state: states.append(copy.deepcopy(state))
+    whole.fit()
+    resumed = linear_regression_trainer(config)
+    resumed_ends = CycleEnds()
+    resumed.callbacks.append(resumed_ends)
+    resumed.fit(resume_from=next(s for s in states if s["run"]["step"] == resumed_at))
+    assert [(cycle, step) for cycle, step, _ in resumed_ends.ends] == ends
+    expected = {(cycle, step): weights for cycle, step, weights in whole_ends.ends}
+    for cycle, step, weights in resumed_ends.ends:
+        for name, tensor in weights.items():
+            assert torch.equal(tensor, expected[cycle, step][name])
