@@ -17,6 +17,7 @@ from seqlab.training.schedules import (
     LRScheduler,
     Progress,
     budgeted_cosine,
+    cosine_cycle,
     epoch_decay,
     inverse_sqrt,
     lambda_lr,
@@ -26,6 +27,7 @@ from seqlab.training.schedules import (
     warmup_cosine,
 )
 from seqlab.training.trainer import LossOutput, TrainConfig, Trainer
+from seqlab.validation import MAX_STEPS
 
 
 def values(multiplier, steps):
@@ -428,3 +430,170 @@ def test_the_scheduler_loads_the_lambda_lr_state_of_checkpoints_written_before_i
     assert scheduler.set_lr(epoch=1, elapsed=0.0) == warmup_cosine(0, 10)(5)  # the fifth step's, as LambdaLR's
     with pytest.raises(ValueError, match=r"^the scheduler state has 2 parameter groups, the optimizer 1$"):
         scheduler.load_state_dict({"last_epoch": 1, "base_lrs": [0.1, 0.2]})
+
+
+# ---------------------------------------------------------------- cosine cycles (SGDR; snapshot ensembles)
+
+
+def todays_cosine(step, elapsed, *, warmup, total, budget, r):
+    """The one-cycle budgeted cosine as it was before ``cycles``, written out."""
+    if step < warmup:
+        return step / warmup
+    fraction = 0.0 if total is None else (step - warmup) / (total - warmup)
+    if budget is not None:
+        fraction = max(fraction, elapsed / budget)
+    return r + (1.0 - r) * 0.5 * (1.0 + math.cos(math.pi * min(1.0, fraction)))
+
+
+@pytest.mark.parametrize(
+    ("warmup", "total", "budget", "r"), [(0, 30, None, 0.0), (4, 31, None, 0.1), (3, 50, 7.0, 0.0), (0, None, 9.0, 0.2)]
+)
+def test_one_cycle_is_todays_cosine_value_for_value(warmup, total, budget, r):
+    m = lr_schedule("cosine", warmup_steps=warmup, total_steps=total, time_budget=budget, min_ratio=r, cycles=1)
+    for step in range(1, 60):
+        for elapsed in (0.0, 0.7 * step, 1e9):
+            assert m(Progress(step, elapsed=elapsed)) == todays_cosine(
+                step, elapsed, warmup=warmup, total=total, budget=budget, r=r
+            )
+
+
+def test_three_cycles_restart_at_the_peak_and_end_at_min_lr_ratio():
+    """Warmup 5, then steps 6-15, 16-25, 26-35: each cycle one cosine of 10 steps from the peak down to r."""
+    r = 0.1
+    m = lr_schedule("cosine", warmup_steps=5, total_steps=35, min_ratio=r, cycles=3)
+    rates = {s: m(Progress(s)) for s in range(1, 41)}
+    assert [rates[s] for s in range(1, 6)] == [0.2, 0.4, 0.6, 0.8, 1.0]  # warmup, once, to the peak at step 5
+    one_cycle = [r + (1 - r) * cosine_at(i / 10) for i in range(1, 11)]  # the cycle's 1st..10th step
+    for start in (6, 16, 26):
+        assert [rates[s] for s in range(start, start + 10)] == pytest.approx(one_cycle, abs=1e-15)
+    assert [rates[s] for s in (15, 25, 35, 40)] == [r, r, r, r]  # each cycle's last step, and after the last
+    cycle = cosine_cycle(5, total_steps=35, cycles=3)
+    assert [cycle(Progress(s)) for s in (1, 5, 6, 15, 16, 25, 26, 35, 40)] == [1, 1, 1, 1, 2, 2, 3, 3, 3]
+
+
+def test_cycles_of_a_time_budget_split_the_seconds():
+    m = lr_schedule("cosine", time_budget=9.0, cycles=3)
+    cycle = cosine_cycle(0, time_budget=9.0, cycles=3)
+    assert [m(Progress(100, elapsed=t)) for t in (0.0, 1.5, 3.0, 4.5, 6.0, 9.0)] == [
+        1.0, cosine_at(0.5), 0.0, cosine_at(0.5), 0.0, 0.0
+    ]  # fmt: skip
+    assert [cycle(Progress(100, elapsed=t)) for t in (0.0, 3.0, 3.1, 6.0, 6.1, 9.0, 99.0)] == [1, 1, 2, 2, 3, 3, 3]
+    # the step limit or the clock, whichever is further on: step 20 of 30 (x = 2) at 1 s of 9 is cycle 2's end
+    both = cosine_cycle(0, total_steps=30, time_budget=9.0, cycles=3)
+    assert (both(Progress(20, elapsed=1.0)), both(Progress(21, elapsed=1.0)), both(Progress(2, elapsed=7.0))) == (
+        2,
+        3,
+        3,
+    )
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: budgeted_cosine(0, total_steps=10, cycles=0), "cycles (0) must be an integer >= 1"),
+        (lambda: cosine_cycle(0, total_steps=10, cycles=1.5), "cycles (1.5) must be an integer >= 1"),
+        (
+            lambda: cosine_cycle(0, total_steps=10, cycles=2)(Progress(0)),
+            "step (0) must be >= 1: steps count from 1 (use lambda_lr to drive LambdaLR)",
+        ),
+    ],
+)
+def test_cycle_errors(make, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        make()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"schedule": "cosine", "max_steps": 9, "cycles": 0}, f"cycles (0) must be an integer >= 1 and <= {MAX_STEPS}"),
+        ({"schedule": "constant", "cycles": 3}, "cycles (3) is used by schedule 'cosine' only, not 'constant'"),
+        ({"schedule": "inverse_sqrt", "cycles": 2}, "cycles (2) is used by schedule 'cosine' only, not 'inverse_sqrt'"),
+        (
+            {"schedule": "cosine", "max_steps": 9, "warmup_steps": 2, "cycles": 8},
+            "cycles (8) must be <= max_steps - warmup_steps (7): each cycle needs a step",
+        ),
+    ],
+)
+def test_train_config_refuses_bad_cycles_in_one_line(kwargs, message):
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        TrainConfig(**kwargs)
+
+
+class CycleEnds(Callback):
+    """Records each step's weights and each ``on_cycle_end`` with the weights the model holds then."""
+
+    def __init__(self):
+        self.after_step, self.ends = {}, []
+
+    def on_step_end(self, model, step):
+        self.after_step[step.step] = copy.deepcopy(model.state_dict())
+
+    def on_cycle_end(self, model, cycle, step):
+        self.ends.append((cycle, step, copy.deepcopy(model.state_dict())))
+
+
+def test_the_trainer_ends_each_cycle_with_the_weights_of_its_last_step():
+    lr, r = 0.02, 0.5  # r > 0: the last step of a cycle moves the weights, so a step too early or late shows
+    config = TrainConfig(
+        lr=lr, schedule="cosine", max_steps=12, cycles=3, min_lr_ratio=r, max_epochs=100, patience=None,
+        validate_every=3,
+    )  # fmt: skip
+    trainer = linear_regression_trainer(config)
+    recorder = CycleEnds()
+    trainer.callbacks.append(recorder)
+    rates = []
+    trainer.optimizer.register_step_pre_hook(lambda opt, args, kwargs: rates.append(opt.param_groups[0]["lr"]))
+    result = trainer.fit()
+    assert [(cycle, step) for cycle, step, _ in recorder.ends] == [(1, 4), (2, 8), (3, 12)]
+    for _, step, weights in recorder.ends:
+        for name, tensor in weights.items():
+            assert torch.equal(tensor, recorder.after_step[step][name])
+    assert [rates[s - 1] for s in (4, 8, 12)] == [lr * r] * 3
+    assert rates[0] == rates[4] == rates[8] == pytest.approx(lr * (r + (1 - r) * cosine_at(0.25)))
+    assert result.steps == 12
+
+
+def test_a_run_stopped_inside_a_cycle_ends_that_cycle_at_its_last_step():
+    config = TrainConfig(
+        lr=0.02, schedule="cosine", max_steps=12, cycles=3, min_lr_ratio=0.5, max_epochs=100, patience=None,
+        time_budget=6.0,
+    )  # fmt: skip
+    trainer, _ = clocked_trainer(config, FakeClock())
+    recorder = CycleEnds()
+    trainer.callbacks.append(recorder)
+    result = trainer.fit()  # one second a step: x = 3 t / 6, cycle 1 ends at step 2, cycle 2 at step 4
+    assert (result.steps, result.stopped_by) == (6, "time_budget")
+    assert [(cycle, step) for cycle, step, _ in recorder.ends] == [(1, 2), (2, 4), (3, 6)]
+
+
+def test_one_cycle_calls_no_cycle_end():
+    config = TrainConfig(lr=0.02, schedule="cosine", max_steps=6, max_epochs=100, patience=None)
+    trainer = linear_regression_trainer(config)
+    recorder = CycleEnds()
+    trainer.callbacks.append(recorder)
+    trainer.fit()
+    assert recorder.ends == []
+
+
+@pytest.mark.parametrize(("resumed_at", "ends"), [(4, [(1, 4), (2, 8), (3, 12)]), (6, [(2, 8), (3, 12)])])
+def test_a_resumed_run_ends_the_same_cycles_with_the_same_weights(resumed_at, ends):
+    """Resumed at a cycle's end (step 4), the run ends that cycle again, with the same weights; inside one, not."""
+    config = TrainConfig(
+        lr=0.02, schedule="cosine", max_steps=12, cycles=3, min_lr_ratio=0.5, max_epochs=100, patience=None,
+        checkpoint_every=1,
+    )  # fmt: skip
+    whole, states = linear_regression_trainer(config), []
+    whole_ends = CycleEnds()
+    whole.callbacks.append(whole_ends)
+    whole.checkpoint = lambda state: states.append(copy.deepcopy(state))
+    whole.fit()
+    resumed = linear_regression_trainer(config)
+    resumed_ends = CycleEnds()
+    resumed.callbacks.append(resumed_ends)
+    resumed.fit(resume_from=next(s for s in states if s["run"]["step"] == resumed_at))
+    assert [(cycle, step) for cycle, step, _ in resumed_ends.ends] == ends
+    expected = {(cycle, step): weights for cycle, step, weights in whole_ends.ends}
+    for cycle, step, weights in resumed_ends.ends:
+        for name, tensor in weights.items():
+            assert torch.equal(tensor, expected[cycle, step][name])

@@ -31,7 +31,7 @@ from seqlab.recipes.init_from import InitFromConfig, load_by_name
 from seqlab.recipes.run_directory import RECIPE_FILE, RESULTS_FILE, RunDirectory, RunMode, refuse_occupied
 from seqlab.recipes.system import System
 from seqlab.training.averaging import AverageLastValidated
-from seqlab.training.callbacks import MetricsLog, run_dir_callbacks
+from seqlab.training.callbacks import MetricsLog, OnCycleEnd, run_dir_callbacks
 from seqlab.training.checkpoint import STATE_FILE, load_training_state, save_training_state
 from seqlab.training.device import training_device
 from seqlab.training.distributed import is_writer
@@ -87,6 +87,8 @@ class Recipe(Protocol):
 AVERAGED_KEY = "averaged_validations"
 RECIPE_KEY = "recipe"  # ... the recipe's name and config it was trained with (a resume refuses an edited recipe.json)
 DATA_KEY = "data_files"  # ... the fingerprints of its data files (data_fingerprints; a resume refuses changed data)
+# Folder of a run directory with train.cycles > 1 that holds one run directory per cosine cycle, cycle-1, cycle-2, ...
+SNAPSHOTS_DIR = "snapshots"
 RECIPE_MEMBERS = ("NAME", "DESCRIPTION", "Config", "System", "prepare")  # of Recipe
 
 
@@ -288,7 +290,9 @@ class _SavedTraining:
     (``training_state.safetensors``) at each checkpoint (the first one swaps an overwriting run in). The final model
     is the best one, or with ``train.average_last`` = k the average of the weights at the last k validations
     (``seqlab.training.averaging``; kept in the training state under ``AVERAGED_KEY``, so a resumed run averages the
-    same validations).
+    same validations). With ``train.cycles`` > 1 the weights at the end of each cosine cycle K are saved as a run
+    directory of their own, ``SNAPSHOTS_DIR/cycle-K`` (the run's files and ``recipe.json``), an ensemble member
+    (snapshot ensembles, Huang et al. 2017).
     """
 
     def __init__(
@@ -324,6 +328,13 @@ class _SavedTraining:
         self.run.save(self.directory.path)
         save_recipe_file(self.directory.path, self.name, self.run.config)
 
+    def save_snapshot(self, cycle: int, step: int) -> None:
+        """Write the model as it is, the end of cosine cycle ``cycle`` at ``step``, to ``SNAPSHOTS_DIR/cycle-K``."""
+        snapshot = Path(SNAPSHOTS_DIR, f"cycle-{cycle}")
+        self.run.save(self.directory.path / snapshot)
+        save_recipe_file(self.directory.path / snapshot, self.name, self.run.config)
+        self.log(f"snapshot of cycle {cycle} (step {step}): {self.directory.target / snapshot}")
+
     def checkpoint(self, state: dict[str, Any]) -> None:
         """Save the training state (with the averages, config and data fingerprints); the first one swaps an
         overwriting run in."""
@@ -349,7 +360,11 @@ class _SavedTraining:
             on_best=lambda model, record: self.save(),
             progress=progress,
             log=self.log,
-            callbacks=[*self.logs, *([self.averager] if self.averager is not None else [])],
+            callbacks=[
+                *self.logs,
+                *([self.averager] if self.averager is not None else []),
+                OnCycleEnd(lambda model, cycle, step: self.save_snapshot(cycle, step)),
+            ],
             strategy=run.strategy,
             checkpoint=self.checkpoint,
             pretrained=pretrained,

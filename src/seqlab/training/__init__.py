@@ -1,6 +1,6 @@
 """Training: the trainer engine, its strategies and callbacks, objectives, optimizers, clipping and seeding."""
 
-from seqlab.training.callbacks import Callback, MetricsLog, OnBest, TensorBoardLog
+from seqlab.training.callbacks import Callback, MetricsLog, OnBest, OnCycleEnd, TensorBoardLog
 from seqlab.training.checkpoint import load_training_state, save_training_state
 from seqlab.training.clipping import clip_grad_norm, clip_grad_value, grad_norm
 from seqlab.training.device import move_to_device, native_bf16, resolve_device, resolve_precision
@@ -19,6 +19,7 @@ __all__ = [
     "LossOutput",
     "MetricsLog",
     "OnBest",
+    "OnCycleEnd",
     "ScheduledSamplingTrainConfig",
     "Seq2SeqTrainConfig",
     "StepRecord",

@@ -39,6 +39,11 @@ class Callback:
     def on_best(self, model: nn.Module, record: dict[str, float]) -> None:
         """After a validation whose monitored metric is the best so far (e.g. to save a checkpoint)."""
 
+    def on_cycle_end(self, model: nn.Module, cycle: int, step: int) -> None:
+        """With ``train.cycles`` > 1, when the model holds the weights at the end of cosine cycle ``cycle`` (from 1),
+        ``step`` being its last step: before the first step of the next cycle, and for the cycle training stopped
+        in, before ``fit()`` loads the best parameters (a snapshot, Huang et al. 2017)."""
+
     def on_train_end(self, model: nn.Module, result: TrainResult) -> None:
         """Once, after ``fit()`` has loaded the best parameters into the model."""
 
@@ -51,6 +56,16 @@ class OnBest(Callback):
 
     def on_best(self, model: nn.Module, record: dict[str, float]) -> None:
         self.fn(model, dict(record))
+
+
+class OnCycleEnd(Callback):
+    """Calls ``fn(model, cycle, step)`` at the end of every cosine cycle (see ``Callback.on_cycle_end``)."""
+
+    def __init__(self, fn: Callable[[nn.Module, int, int], None]) -> None:
+        self.fn = fn
+
+    def on_cycle_end(self, model: nn.Module, cycle: int, step: int) -> None:
+        self.fn(model, cycle, step)
 
 
 class MetricsLog(Callback):

@@ -23,6 +23,9 @@ Two schedules read more than the step:
         p = min(1, max((s - w) / (s_end - w), t / T)) for s >= w, t the seconds of training so far, so the
         learning rate reaches r lr when the budget runs out, however fast the machine; without T it is the
         step schedule above, value for value.
+    cosine in M cycles (SGDR's warm restarts, Loshchilov & Hutter 2017, with equal cycles; the snapshot
+        ensembles of Huang et al. 2017): with x = M p, the cycle k = max(1, ceil(x)) and q = x - (k - 1) in
+        place of p, the decay runs M times from the peak to r, over 1 / M of the progress each.
     epoch_decay:   m(s) = 1 / f^max(0, e - a)                                  for s >= w, e the step's epoch
         (Zaremba et al. 2014, sec. 4.1: lr divided by f = ``decay_factor`` after every epoch past a =
         ``decay_after``).
@@ -138,26 +141,88 @@ def warmup_cosine(warmup_steps: int, total_steps: int, *, min_ratio: float = 0.0
 
 
 def budgeted_cosine(
-    warmup_steps: int, *, total_steps: int | None = None, time_budget: float | None = None, min_ratio: float = 0.0
+    warmup_steps: int,
+    *,
+    total_steps: int | None = None,
+    time_budget: float | None = None,
+    min_ratio: float = 0.0,
+    cycles: int = 1,
 ) -> Schedule:
     """``warmup_cosine`` whose decay ends at ``total_steps`` or when ``time_budget`` seconds are spent, whichever
-    comes first (budgeted training, Li, Yumer & Ramanan 2020).
+    comes first (budgeted training, Li, Yumer & Ramanan 2020), in ``cycles`` equal cosines with warm restarts.
 
-    m = s / w for s < w, then r + (1 - r) (1 + cos(pi p)) / 2 with
+    m = s / w for s < w, then r + (1 - r) (1 + cos(pi q)) / 2 with
     p = min(1, max((s - w) / (total_steps - w), t / time_budget)), t = ``progress.elapsed``; a missing limit
-    drops its term. Without ``time_budget`` this is ``warmup_cosine``, value for value.
+    drops its term. With M = ``cycles`` the decay's progress p is cut into M equal cycles (SGDR, Loshchilov &
+    Hutter 2017, with T_mult = 1; the snapshot ensembles of Huang et al. 2017): x = M p, cycle k = max(1, ceil(x))
+    (``cosine_cycle``), q = x - (k - 1), so the learning rate falls from the peak to r lr over each cycle and
+    restarts at the peak just after each cycle's end (m = r where x = k). Without ``time_budget`` and with M = 1
+    this is ``warmup_cosine``, value for value.
 
     Args:
-        warmup_steps: w >= 0 (warmup counts steps, budget or not).
-        total_steps: the step where the multiplier reaches r, > w; or None.
+        warmup_steps: w >= 0 (warmup counts steps, budget or not; only the first cycle has one).
+        total_steps: the step where the multiplier reaches r for the last time, > w; or None.
         time_budget: the seconds of training after which the multiplier is r, > 0; or None.
         min_ratio: r in [0, 1], the final learning rate as a fraction of the peak.
+        cycles: M >= 1.
     Returns:
         ``m(progress) -> float``.
     Raises:
         ValueError: if warmup_steps is not an integer >= 0, both limits are None, total_steps is not an integer
-            > warmup_steps, time_budget is not a finite number > 0, or min_ratio is outside [0, 1] (the message
-            shows the value); from ``m``, if the step is < 1.
+            > warmup_steps, time_budget is not a finite number > 0, min_ratio is outside [0, 1] or cycles is not
+            an integer >= 1 (the message shows the value); from ``m``, if the step is < 1.
+    """
+    position = _cosine_position(warmup_steps, total_steps=total_steps, time_budget=time_budget, cycles=cycles)
+    if not (isinstance(min_ratio, numbers.Real) and 0.0 <= min_ratio <= 1.0):
+        raise ValueError(f"min_ratio ({min_ratio!r}) must be in [0, 1]")
+
+    def multiplier(progress: Progress) -> float:
+        _check_step(progress.step)
+        warm = _warmup(progress.step, warmup_steps)
+        if warm is not None:
+            return warm
+        x = position(progress)
+        within = x - (_cycle(x) - 1)
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * within))
+
+    return multiplier
+
+
+def cosine_cycle(
+    warmup_steps: int, *, total_steps: int | None = None, time_budget: float | None = None, cycles: int = 1
+) -> Callable[[Progress], int]:
+    """The cycle, from 1 to ``cycles``, of each step of ``budgeted_cosine`` with the same arguments.
+
+    Cycle k holds the steps whose position x = M p is in (k - 1, k] (and x = 0, the warmup's steps, is in cycle
+    1): a cycle's last step is the one before the learning rate restarts at the peak, where a snapshot of the
+    weights is taken (Huang et al. 2017).
+
+    Returns:
+        ``cycle(progress) -> int``.
+    Raises:
+        ValueError: as ``budgeted_cosine``.
+    """
+    position = _cosine_position(warmup_steps, total_steps=total_steps, time_budget=time_budget, cycles=cycles)
+
+    def cycle(progress: Progress) -> int:
+        _check_step(progress.step)
+        return 1 if _warmup(progress.step, warmup_steps) is not None else _cycle(position(progress))
+
+    return cycle
+
+
+def _cycle(x: float) -> int:
+    """The cycle of position x in [0, M]: ceil(x), and 1 at x = 0."""
+    return max(1, math.ceil(x))
+
+
+def _cosine_position(
+    warmup_steps: int, *, total_steps: int | None, time_budget: float | None, cycles: int
+) -> Callable[[Progress], float]:
+    """Checks the cosine's limits; returns ``x(progress)`` = M p in [0, M] (M = ``cycles``, p the decay's progress).
+
+    The step term is computed as M (s - w) / (total_steps - w) so that a cycle's end lands on x = k exactly when
+    the steps divide evenly; with M = 1 it is (s - w) / (total_steps - w), value for value.
     """
     _check_warmup(warmup_steps)
     if total_steps is None and time_budget is None:
@@ -171,22 +236,18 @@ def budgeted_cosine(
         isinstance(time_budget, numbers.Real) and math.isfinite(time_budget) and time_budget > 0
     ):
         raise ValueError(f"time_budget ({time_budget!r}) must be a finite number of seconds > 0")
-    if not (isinstance(min_ratio, numbers.Real) and 0.0 <= min_ratio <= 1.0):
-        raise ValueError(f"min_ratio ({min_ratio!r}) must be in [0, 1]")
+    if not (isinstance(cycles, numbers.Integral) and not isinstance(cycles, bool) and cycles >= 1):
+        raise ValueError(f"cycles ({cycles!r}) must be an integer >= 1")
 
-    def multiplier(progress: Progress) -> float:
+    def position(progress: Progress) -> float:
         step = progress.step
         _check_step(step)
-        warm = _warmup(step, warmup_steps)
-        if warm is not None:
-            return warm
-        fraction = 0.0 if total_steps is None else (step - warmup_steps) / (total_steps - warmup_steps)
+        x = 0.0 if total_steps is None else cycles * (step - warmup_steps) / (total_steps - warmup_steps)
         if time_budget is not None:
-            fraction = max(fraction, progress.elapsed / time_budget)
-        fraction = min(1.0, fraction)
-        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * fraction))
+            x = max(x, cycles * progress.elapsed / time_budget)
+        return min(cycles, x)
 
-    return multiplier
+    return position
 
 
 def epoch_decay(decay_factor: float, *, decay_after: int = 0, warmup_steps: int = 0) -> Schedule:
@@ -231,6 +292,7 @@ def lr_schedule(
     decay_factor: float = 1.0,
     decay_after: int = 0,
     min_ratio: float = 0.0,
+    cycles: int = 1,
 ) -> Schedule:
     """The ``Schedule`` named as in ``TrainConfig.schedule``, the one interface the trainer uses.
 
@@ -247,13 +309,16 @@ def lr_schedule(
         decay_factor, decay_after: of "epoch_decay".
         min_ratio: r in [0, 1], where the cosine ends (``TrainConfig.min_lr_ratio``); ignored by
             the other schedules.
+        cycles: M >= 1 cosine cycles (``TrainConfig.cycles``); ignored by the other schedules.
     Returns:
         ``m(progress) -> float``.
     Raises:
         ValueError: for an unknown schedule, or the errors of the schedule.
     """
     if schedule == "cosine":
-        return budgeted_cosine(warmup_steps, total_steps=total_steps, time_budget=time_budget, min_ratio=min_ratio)
+        return budgeted_cosine(
+            warmup_steps, total_steps=total_steps, time_budget=time_budget, min_ratio=min_ratio, cycles=cycles
+        )
     if schedule == "epoch_decay":
         return epoch_decay(decay_factor, decay_after=decay_after, warmup_steps=warmup_steps)
     if schedule not in SCHEDULES:

@@ -53,7 +53,10 @@ class TrainConfig:
     at ``max_steps`` or when ``time_budget`` runs out, whichever comes first: its progress is
     max((step - w) / (max_steps - w), elapsed / time_budget) (budgeted training, Li et al. 2020), so a slow
     machine's run still ends at the bottom of the schedule. A cosine with a time budget therefore depends on the
-    clock; without one, a run is repeatable bit for bit.
+    clock; without one, a run is repeatable bit for bit. ``cycles`` = M > 1 cuts that progress into M equal
+    cosines with warm restarts (SGDR, Loshchilov & Hutter 2017; warmup before the first only), and a recipe saves
+    the weights at the end of each cycle as a run directory ``snapshots/cycle-K`` that ``--ensemble`` takes
+    (snapshot ensembles, Huang et al. 2017).
 
     ``betas`` are Adam's and AdamW's (beta_1, beta_2), the decay rates of the gradient's running mean and mean
     square (Kingma & Ba 2015); ``--set train.betas=0.9,0.95``.
@@ -101,6 +104,7 @@ class TrainConfig:
     schedule: ScheduleName = "constant"  # after warmup: constant, inverse_sqrt (Noam), cosine to 0, epoch_decay
     warmup_steps: int = 0  # linear warmup: step s < warmup_steps uses lr * s / warmup_steps
     min_lr_ratio: float = 0.0  # cosine only: the decay ends at min_lr_ratio * lr (nanoGPT: 0.1)
+    cycles: int = 1  # cosine only: M equal cosine cycles with warm restarts, a snapshot at each one's end (SGDR)
     decay_factor: float = 1.0  # epoch_decay only: lr divided by this after each epoch past decay_after
     decay_after: int = 0  # epoch_decay only: epochs at the peak lr before the decay starts
     optimizer: OptimizerName = "adam"  # adam, adamw (decoupled weight decay) or sgd
@@ -141,6 +145,7 @@ class TrainConfig:
                 raise ConfigError(
                     f"warmup_steps ({self.warmup_steps}) must be < max_steps ({self.max_steps}) for schedule 'cosine'"
                 )
+        self._check_cycles()
         self._check_epoch_decay()
         self._check_optimizer()
         check_choice("device", self.device, DEVICES)
@@ -170,6 +175,16 @@ class TrainConfig:
         if self.body_lr_scale != 1.0:
             raise ConfigError(
                 f"body_lr_scale ({self.body_lr_scale!r}) has nothing to scale: lora_rank freezes the pretrained body"
+            )
+
+    def _check_cycles(self) -> None:
+        check_int("cycles", self.cycles, maximum=MAX_STEPS)
+        if self.schedule != "cosine":
+            refuse_set(self, ("cycles",), f"is used by schedule 'cosine' only, not {self.schedule!r}")
+        elif self.max_steps is not None and self.cycles > self.max_steps - self.warmup_steps:
+            decay_steps = self.max_steps - self.warmup_steps
+            raise ConfigError(
+                f"cycles ({self.cycles}) must be <= max_steps - warmup_steps ({decay_steps}): each cycle needs a step"
             )
 
     def _check_epoch_decay(self) -> None:

@@ -35,7 +35,7 @@ from seqlab.training.objectives import LossOutput
 from seqlab.training.optim import build_optimizer
 from seqlab.training.records import RECORD_KEYS, StepRecord, StopReason, TrainResult, summary_line
 from seqlab.training.run_state import RunState, StepTotals
-from seqlab.training.schedules import LRScheduler, lr_schedule
+from seqlab.training.schedules import LRScheduler, Progress, cosine_cycle, lr_schedule
 from seqlab.training.seeding import seed_everything
 from seqlab.training.strategies import FullSequence, Strategy
 from seqlab.training.train_config import TrainConfig
@@ -67,7 +67,9 @@ class Trainer:
     ``seqlab.training.optim``) with the step's learning rate from ``config.schedule``, set just before the step from
     its number, its epoch and the seconds of training so far (``seqlab.training.schedules.lr_schedule``). Under fp16
     the loss is scaled by a ``torch.amp.GradScaler`` and the gradient unscaled before clipping; a step whose
-    gradient overflowed is skipped (its learning rate is not consumed).
+    gradient overflowed is skipped (its learning rate is not consumed). A cosine in ``config.cycles`` > 1 cycles
+    calls each callback's ``on_cycle_end`` when a cycle's last step is done (just before the next cycle's first
+    step), and for the cycle training stops in, before the best parameters are loaded back.
 
     Validation runs at every epoch end, every ``validate_every`` steps if set, and once more when a step or
     time budget ends training between validations; never twice at the same step. Training stops early after
@@ -188,8 +190,17 @@ class Trainer:
             decay_factor=config.decay_factor,
             decay_after=config.decay_after,
             min_ratio=config.min_lr_ratio,
+            cycles=config.cycles,
         )
         self.scheduler = LRScheduler(self.optimizer, schedule)
+        self.cycle_of = (
+            cosine_cycle(
+                config.warmup_steps, total_steps=config.max_steps, time_budget=config.time_budget, cycles=config.cycles
+            )
+            if config.schedule == "cosine" and config.cycles > 1
+            else None
+        )
+        self._cycle: int | None = None  # the cosine cycle of the last step taken in this fit()
         self.scaler = grad_scaler(self.precision, self.device)
         self.checkpoint = checkpoint
         self.callbacks: list[Callback] = [
@@ -213,6 +224,7 @@ class Trainer:
             CheckpointError: ``resume_from`` does not fit this model, optimizer or data (one line).
         """
         generator = seed_everything(self.config.seed)
+        self._cycle = None
         run = RunState(start=self.clock())
         run.segment_start = run.step_start = run.start
         self.model.train()
@@ -230,6 +242,8 @@ class Trainer:
                 f"training diverged: no validation had a finite {self.monitor} and finite parameters "
                 f"({len(run.history)} validations); lower train.lr or check the data"
             )
+        if self._cycle is not None:
+            self._end_cycle(self._cycle, run.step)
         self.model.load_state_dict(run.best_state)
         result = TrainResult(
             steps=run.step,
@@ -332,6 +346,8 @@ class Trainer:
         if self.parallel is not None:  # every rank steps at rank 0's learning rate
             elapsed = self.parallel.rank0_number(elapsed)
         self.scheduler.set_lr(epoch=epoch, elapsed=elapsed)
+        if self.cycle_of is not None:
+            self._enter_cycle(self.cycle_of, Progress(self.scheduler.steps_taken + 1, epoch, elapsed), run)
         lr = self.optimizer.param_groups[0]["lr"]
         # Checked before the optimizer step so that a NaN never reaches the parameters.
         if math.isfinite(loss) and (math.isfinite(grad_norm) or self.scaler.is_enabled()):
@@ -378,6 +394,19 @@ class Trainer:
         if limit is not None or due or (every is not None and run.step % every == 0):
             self._checkpoint(run, epoch, stop)
         return stop
+
+    def _enter_cycle(self, cycle_of: Callable[[Progress], int], progress: Progress, run: RunState) -> None:
+        """Before the step of ``progress``: end the cosine cycle of the last step if this step starts a new one."""
+        cycle, last = cycle_of(progress), self._cycle
+        if last is None:  # the first step of this fit(), of a new run (cycle 1) or a resumed one
+            last = cycle_of(progress._replace(step=progress.step - 1)) if progress.step > 1 else 1
+        if cycle > last:
+            self._end_cycle(last, run.step - 1)
+        self._cycle = cycle
+
+    def _end_cycle(self, cycle: int, step: int) -> None:
+        for callback in self.callbacks:
+            callback.on_cycle_end(self.model, cycle, step)
 
     def _checkpoint(self, run: RunState, epoch: int, stop: StopReason | None) -> None:
         if self.checkpoint is not None:
