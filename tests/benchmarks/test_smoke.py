@@ -80,7 +80,7 @@ SMOKE = {
     ),
     "sliding_window.py": (
         flags({"--tokens": 300, "--repeats": 1, "--threads": 1}),
-        ["one window at a time", "batched (default)", "one at a time / batched", "largest loss difference"],
+        ["path                    seconds / default", "default", "all logits", "one window at a time", "largest loss"],
     ),
     "attention.py": (
         flags(

@@ -78,3 +78,19 @@ def test_an_epoch_without_a_generator_is_in_corpus_order_and_shuffling_is_reprod
 
     one, two = shuffled(1), shuffled(1)
     assert one == two != [starts_of(b) for b in ordered]
+
+
+def test_max_blocks_keeps_blocks_spread_evenly_over_the_corpus():
+    # 8 blocks of 6 in 50 tokens (starts 0, 6, ..., 42); 3 of them: blocks floor(8k / 3) = 0, 2, 5.
+    spread = list(block_batches(TOKENS, block_size=T, batch_size=2, max_blocks=3))
+    assert [starts_of(b) for b in spread] == [[0, 12], [30]]
+    everything = [starts_of(b) for b in block_batches(TOKENS, block_size=T, batch_size=4)]
+    for max_blocks in (8, 100):
+        assert [starts_of(b) for b in block_batches(TOKENS, block_size=T, batch_size=4, max_blocks=max_blocks)] == (
+            everything
+        )
+    generator = torch.Generator().manual_seed(0)
+    shuffled = block_batches(TOKENS, block_size=T, batch_size=4, generator=generator, max_blocks=3)
+    assert sorted(start for b in shuffled for start in starts_of(b)) == [0, 12, 30]
+    with pytest.raises(ConfigError, match=r"max_blocks"):
+        block_batches(TOKENS, block_size=T, batch_size=4, max_blocks=0)

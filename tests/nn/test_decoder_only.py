@@ -73,6 +73,35 @@ def test_cached_incremental_equals_full_forward(norm_first, options):
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("options", [{}, {"rotary": RotaryEmbedding(D // N)}, {"attention_kind": "local", "window": 2}])
+@pytest.mark.parametrize("cached", [0, 2])
+def test_outputs_to_keep_equal_the_last_outputs_of_all_positions_and_cache_them_all(norm_first, options, cached):
+    stack = _stack(norm_first, dropout=0.0, **options)
+    x = _x(cached + T)
+    keep_mask = torch.ones(B, cached + T, dtype=torch.bool)
+    keep_mask[1, :3] = False  # a left-padded row
+    full = stack(x, keep_mask=keep_mask, caches=stack.empty_caches(B, dtype=torch.float64))
+    caches = stack.empty_caches(B, dtype=torch.float64)
+    if cached:
+        caches = stack(x[:, :cached], keep_mask=keep_mask[:, :cached], caches=caches).caches
+    for n in (1, 4, T):
+        kept = stack(x[:, cached:], keep_mask=keep_mask, caches=caches, outputs_to_keep=n)
+        assert_close(kept.output, full.output[:, cached + T - n :], **EXACT)
+        for ours, reference in zip(kept.caches, full.caches, strict=True):
+            assert_close(ours.keys, reference.keys, **EXACT)
+            assert_close(ours.values, reference.values, **EXACT)
+    assert stack(x, outputs_to_keep=2).caches is None
+
+
+def test_outputs_to_keep_runs_the_last_full_attention_layer_on_the_kept_positions_only():
+    stack = _stack(True, dropout=0.0)
+    rows = []
+    stack.layers[-1].feed_forward.register_forward_hook(lambda module, inputs, output: rows.append(inputs[0].shape))
+    stack(_x(), outputs_to_keep=2)
+    assert rows == [(B, 2, D)]
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
 def test_equals_an_encoder_stack_run_causal_with_copied_weights(norm_first):
     encoder_layers = [TransformerEncoderLayer(D, N, D_FF, norm_first=norm_first) for _ in range(L)]
     encoder = _randomize(TransformerEncoder(encoder_layers, final_norm=nn.LayerNorm(D) if norm_first else None))
@@ -109,6 +138,11 @@ def test_stack_errors():
     stack = _stack(True)
     with pytest.raises(ValueError, match=r"^got 1 caches for a decoder of 2 layers$"):
         stack(_x(1), caches=stack.empty_caches(B, dtype=torch.float64)[:1])
+    for n in (0, T + 1, 2.0, True):
+        with pytest.raises(
+            ValueError, match=rf"^outputs_to_keep \({n!r}\) must be None or an integer in \[1, T\] = \[1, 6\]$"
+        ):
+            stack(_x(), outputs_to_keep=n)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

@@ -349,6 +349,27 @@ def test_gpt_validation_is_the_token_mean_over_the_valid_blocks():
     assert got["valid_perplexity"] == pytest.approx(math.exp(float(expected)), rel=1e-6)
 
 
+def test_a_gpt_validates_on_blocks_spread_over_the_valid_split_and_a_recurrent_model_on_its_start(tmp_path):
+    train, valid = tmp_path / "train.txt", tmp_path / "valid.txt"
+    train.write_text("abcdefgh\n" * 20)
+    valid.write_text("".join("abcdefgh"[(i * i) % 8] for i in range(101)))  # 101 characters: 25 blocks of 4
+    paths = {"data.train_path": str(train), "data.valid_path": str(valid), "data.test_path": str(valid)}
+    paths["data.valid_tokens"] = 12
+    gpt_run = lm.training.prepare(apply_overrides(lm.Config(), {**paths, "model.context_length": 4}))
+    blocks = gpt_run.validate.__self__
+    assert blocks.valid_blocks == 3 and len(blocks.valid_ids) == 101  # 12 // 4 blocks of the whole split
+    model = gpt_run.model.eval()
+    ids = blocks.valid_ids
+    starts = [0, 32, 64]  # blocks floor(25 k / 3) = 0, 8, 16 of 4 tokens
+    inputs = torch.stack([ids[i : i + 4] for i in starts])
+    targets = torch.stack([ids[i + 1 : i + 5] for i in starts])
+    with torch.no_grad():
+        expected = F.cross_entropy(model(inputs).logits.flatten(0, 1), targets.flatten())
+        assert blocks.validate(model)["valid_loss"] == pytest.approx(float(expected), rel=1e-6)
+    lstm_run = lm.training.prepare(apply_overrides(lm.Config(), {**paths, "model.arch": "lstm"}))
+    assert torch.equal(lstm_run.validate.__self__.valid_ids, ids[:13])  # the streams read the first 12 + 1
+
+
 def test_recurrent_epochs_continue_the_stream_where_the_last_one_stopped():
     documents = [torch.arange(1, 30), torch.arange(30, 61)]
     parts = RecurrentTraining(documents, torch.arange(10), bptt_len=3, batches_per_epoch=2)

@@ -177,6 +177,36 @@ def test_many_windows_per_forward_score_what_one_window_at_a_time_scores(length,
         assert many.loss == pytest.approx(one.loss, abs=1e-6)
 
 
+class AllLogits(nn.Module):
+    """The wrapped GPT without ``logits_to_keep``: every position's logits, as the sliding window scored before."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, state=None):
+        return self.model(input_ids, state)
+
+
+@pytest.mark.parametrize("positional", ["learned", "rotary"])
+@pytest.mark.parametrize(("length", "stride", "batch_size"), [(41, 3, None), (40, 6, 1), (44, 5, 3), (64, 3, 4)])
+def test_a_gpt_scored_from_its_kept_logits_scores_what_all_its_logits_score(positional, length, stride, batch_size):
+    torch.manual_seed(4)
+    config = GPTConfig(vocab_size=V, context_length=6, d_model=8, num_heads=2, num_layers=2, positional=positional)
+    model = GPT(config).double().eval()
+    token_ids = file_of(length, seed=5)
+    kept = []
+    model.decoder.layers[-1].feed_forward.register_forward_hook(lambda m, inputs, out: kept.append(inputs[0].shape[1]))
+    fast = perplexity_sliding_window(model, token_ids, context_length=6, stride=stride, batch_size=batch_size)
+    if batch_size == 1:  # the first window keeps all 6 positions, the last its own, the others the scored ones
+        assert kept[0] == 6 and set(kept[1:-1]) == {min(stride + 1, 6)}
+    full = perplexity_sliding_window(
+        AllLogits(model), token_ids, context_length=6, stride=stride, batch_size=batch_size
+    )
+    assert fast.tokens == full.tokens
+    assert fast.loss == pytest.approx(full.loss, rel=1e-12)
+
+
 def test_language_model_loss_is_the_mean_cross_entropy_of_the_scored_tokens_and_returns_the_state():
     model = rnn_lm()
     x = file_of(13).view(1, 13).repeat(2, 1)

@@ -9,7 +9,8 @@ tokens[i+1 : i+T+1], the next token at every position, so a block needs T + 1 to
   (``torch.randint(len(data) - block_size, (batch_size,))``); training by iterations rather than epochs.
 - ``block_batches``: one epoch over the (N - 1) // T non-overlapping blocks starting at 0, T, 2T, ..., in an order
   shuffled by ``generator`` (or in corpus order without one), B blocks per batch, the last batch smaller; every
-  input token of those blocks is seen exactly once.
+  input token of those blocks is seen exactly once. ``max_blocks`` keeps K of them spread evenly over the corpus
+  (a validation sample of the whole split rather than of its beginning).
 """
 
 from __future__ import annotations
@@ -83,7 +84,12 @@ def num_blocks(num_tokens: int, block_size: int) -> int:
 
 
 def block_batches(
-    tokens: Tensor, *, block_size: int, batch_size: int, generator: torch.Generator | None = None
+    tokens: Tensor,
+    *,
+    block_size: int,
+    batch_size: int,
+    generator: torch.Generator | None = None,
+    max_blocks: int | None = None,
 ) -> Iterator[Blocks]:
     """One epoch over the non-overlapping blocks starting at 0, T, 2T, ... (module docstring).
 
@@ -92,15 +98,23 @@ def block_batches(
         block_size: T, input tokens per block.
         batch_size: B, blocks per batch; the last batch has (number of blocks) mod B blocks when that is not 0.
         generator: shuffles the order of the blocks (a CPU generator); None keeps corpus order.
+        max_blocks: K, at most this many of the C = (N - 1) // T blocks, spread evenly over the corpus: blocks
+            floor(k C / K) for k = 0 .. K - 1 (all C when K >= C); None for all C.
     Returns:
-        An iterator over ceil(num_blocks / B) Blocks, inputs and targets (B, T) on the device of ``tokens``.
+        An iterator over ceil(min(K, C) / B) Blocks, inputs and targets (B, T) on the device of ``tokens``.
     Raises:
-        ConfigError, DataError: at the call, as ``random_blocks``.
+        ConfigError, DataError: at the call, as ``random_blocks``; ConfigError if max_blocks is not None or an
+            integer >= 1.
     """
     N = _check_corpus(tokens, block_size, batch_size)
+    check_int("max_blocks", max_blocks, minimum=1, optional=True)
     count = num_blocks(N, block_size)
-    order = torch.randperm(count, generator=generator) if generator is not None else torch.arange(count)
+    kept = torch.arange(count)
+    if max_blocks is not None and max_blocks < count:
+        kept = torch.arange(max_blocks) * count // max_blocks  # (K,) block indices, evenly spread
+    order = kept[torch.randperm(len(kept), generator=generator)] if generator is not None else kept
     starts = (order * block_size).to(tokens.device)  # (number of blocks,)
+    count = len(starts)
 
     def batches() -> Iterator[Blocks]:
         for first in range(0, count, batch_size):

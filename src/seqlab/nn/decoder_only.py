@@ -75,11 +75,17 @@ class TransformerDecoderOnly(nn.Module):
         layers: the L decoder-only layers, in order (each with its own parameters).
         final_norm: the layer norm after the last layer; give one for pre-LN layers, None for post-LN.
     Inputs: x (B, T, D), the T newest positions; keep_mask (B, S) bool, True at real positions (S counts cached
-        positions too), or None; caches: one KVCache per layer, or None to attend only to x.
-    Outputs: ``DecoderOnlyOutput(output (B, T, D), caches or None)``.
+        positions too), or None; caches: one KVCache per layer, or None to attend only to x; outputs_to_keep: n in
+        [1, T], the last n positions whose outputs are wanted, or None for all T. With n < T the last layer runs
+        its full-attention layer on those n positions only, the earlier ones reaching it as keys and values (a
+        cache of them, ``_last_layer_tail``): the same outputs at those positions, up to float rounding, for
+        about (T - n) / T of one layer's work less (whole-file scoring by a sliding window scores only the tail of
+        each window). A last layer of another attention kind runs on all T positions and its output is sliced.
+    Outputs: ``DecoderOnlyOutput(output (B, n, D), caches or None)``; the caches hold all T positions.
     Raises:
-        ValueError: if layers is empty or holds something other than ``TransformerDecoderOnlyLayer``, or if
-            caches does not hold one cache per layer; as the layers otherwise.
+        ValueError: if layers is empty or holds something other than ``TransformerDecoderOnlyLayer``, if caches
+            does not hold one cache per layer, or outputs_to_keep is not None or an integer in [1, T]; as the
+            layers otherwise.
     """
 
     def __init__(
@@ -104,18 +110,69 @@ class TransformerDecoderOnly(nn.Module):
         return IncrementalStep(self, derive=derive)
 
     def forward(
-        self, x: Tensor, *, keep_mask: Tensor | None = None, caches: Sequence[KVCache] | None = None
+        self,
+        x: Tensor,
+        *,
+        keep_mask: Tensor | None = None,
+        caches: Sequence[KVCache] | None = None,
+        outputs_to_keep: int | None = None,
     ) -> DecoderOnlyOutput:
-        L = len(self.layers)
+        L, T = len(self.layers), x.shape[1]
         if caches is not None and len(caches) != L:
             raise ValueError(f"got {len(caches)} caches for a decoder of {L} layers")
+        if outputs_to_keep is not None and (
+            isinstance(outputs_to_keep, bool) or not isinstance(outputs_to_keep, int) or not 1 <= outputs_to_keep <= T
+        ):
+            raise ValueError(f"outputs_to_keep ({outputs_to_keep!r}) must be None or an integer in [1, T] = [1, {T}]")
         new_caches = []
         for i, layer in enumerate(self.layers):
-            out = layer(x, keep_mask=keep_mask, cache=None if caches is None else caches[i])
+            cache = None if caches is None else caches[i]
+            if i == L - 1 and outputs_to_keep is not None and outputs_to_keep < T:
+                if layer.self_attn.attention_kind == "full":
+                    out = _last_layer_tail(layer, x, outputs_to_keep, keep_mask=keep_mask, cache=cache)
+                else:
+                    out = layer(x, keep_mask=keep_mask, cache=cache)
+                    out = out._replace(output=out.output[:, T - outputs_to_keep :])
+            else:
+                out = layer(x, keep_mask=keep_mask, cache=cache)
             x = out.output
             new_caches.append(out.cache)
         x = x if self.final_norm is None else self.final_norm(x)
         return DecoderOnlyOutput(x, None if caches is None else new_caches)
+
+
+def _last_layer_tail(
+    layer: TransformerDecoderOnlyLayer,
+    x: Tensor,
+    n: int,
+    *,
+    keep_mask: Tensor | None = None,
+    cache: KVCache | None = None,
+) -> LayerOutput:
+    """A full-attention decoder-only layer's output at the last n of x's T positions only.
+
+    The first T - n positions are needed there only as keys and values: they are normalised (pre-LN) and
+    projected to keys and values (rotary positions from the cache's length), appended to ``cache`` (an empty one if
+    None), and the layer runs on the last n positions over that cache, which is what the layer computes at those
+    positions on all T (causal attention over a cache is bottom-right aligned). Their queries, attention output,
+    residuals and feed-forward network are not computed for the first T - n.
+
+    Inputs: layer: a ``TransformerDecoderOnlyLayer`` of attention_kind "full"; x (B, T, D); n in [1, T);
+        keep_mask (B, S) bool over the cached and all T positions, or None; cache: the layer's KVCache of the
+        earlier positions, or None.
+    Outputs: ``LayerOutput(output (B, n, D), cache with all T positions appended, or None if cache was None)``.
+    """
+    T = x.shape[1]
+    head, tail = x[:, : T - n], x[:, T - n :]
+    attn = layer.self_attn
+    k, v = attn.project_key_value(layer.norm1(head) if layer.norm_first else head)  # (B, N, T - n, Dh) each
+    start = cache
+    if start is None:
+        start = KVCache.empty(x.shape[0], attn.num_heads, attn.head_dim, dtype=k.dtype, device=k.device)
+    if attn.rotary is not None:
+        k = attn.rotary(k, offset=start.length)
+    out = layer(tail, keep_mask=keep_mask, cache=start.append(k, v))
+    return out if cache is not None else out._replace(cache=None)
 
 
 def _inlinable(layer: nn.Module) -> bool:

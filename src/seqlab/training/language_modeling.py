@@ -21,6 +21,7 @@ Whole-file evaluation scores every token of the file, not random windows:
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -164,7 +165,10 @@ def perplexity_sliding_window(
     by its number of targets minus one, the losses of the scored tokens are summed exactly. The model runs in
     eval mode (restored afterwards) without gradients; the windows are independent (state None), so
     ``batch_size`` of them go through one forward pass as the rows of a batch (the last, shorter window, if the
-    file ends inside one, in a batch of its own): the same scores as one window at a time, up to rounding.
+    file ends inside one, in a batch of its own): the same scores as one window at a time, up to rounding. Only
+    the logits of the positions that score something are computed where the model's forward takes
+    ``logits_to_keep`` (GPT: its last layer then runs on a window's last stride + 1 positions alone, the others
+    reaching it as keys and values), the same scores up to rounding for less work.
 
     Args:
         model: a language model (module docstring), e.g. GPT.
@@ -202,11 +206,21 @@ def perplexity_sliding_window(
                 targets = inputs[:, 1:].clone()  # (B, W - 1), row b position i: token begin_b + i + 1
                 firsts = torch.tensor([first for _, _, first in batch], device=device)  # (B,)
                 targets[torch.arange(length - 1, device=device) < firsts[:, None]] = -100  # scored before
-                logits = model(inputs, None).logits[:, :-1]  # (B, W - 1, V)
+                first = min(first for _, _, first in batch)  # logits before it score nothing in this batch
+                logits = _logits_from(model, inputs, first)[:, :-1]  # (B, W - 1 - first, V)
+                targets = targets[:, first:]  # (B, W - 1 - first)
                 loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100, reduction="sum")
                 total += float(loss)
                 tokens += int((targets != -100).sum())
     return _result(total, tokens, num_characters)
+
+
+def _logits_from(model: nn.Module, inputs: Tensor, first: int) -> Tensor:
+    """The logits (B, W - first, V) of positions first..W - 1 of windows inputs (B, W): a model whose forward takes
+    ``logits_to_keep`` (GPT) computes only those (its last layer runs on those positions alone), any other all W."""
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        return model(inputs, None, logits_to_keep=inputs.shape[1] - first).logits
+    return model(inputs, None).logits[:, first:]
 
 
 def _sliding_windows(N: int, context_length: int, stride: int) -> list[tuple[int, int, int]]:

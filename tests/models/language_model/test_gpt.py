@@ -51,6 +51,30 @@ def test_cached_chunks_and_steps_equal_the_full_forward(positional):
 
 
 @pytest.mark.parametrize("positional", POSITIONALS)
+def test_logits_to_keep_are_the_last_logits_of_all_positions_and_the_state_holds_them_all(positional):
+    model = tiny(positional)
+    x = tokens(3, 9)
+    full = model(x)
+    for n in (1, 5, 9):
+        kept = model(x, logits_to_keep=n)
+        assert kept.logits.shape == (3, n, V)
+        assert_close(kept.logits, full.logits[:, 9 - n :], rtol=1e-12, atol=1e-12)
+        assert kept.state.next_position.tolist() == [9, 9, 9]
+        assert_close(kept.state.caches[-1].keys, full.state.caches[-1].keys, rtol=1e-12, atol=1e-12)
+    first = model(x[:, :4])  # continuing a state
+    assert_close(model(x[:, 4:], first.state, logits_to_keep=2).logits, full.logits[:, 7:], rtol=1e-12, atol=1e-12)
+
+
+def test_logits_to_keep_out_of_range_is_refused_in_one_line():
+    model = tiny()
+    for n in (0, 5, 1.5):
+        with pytest.raises(
+            ValueError, match=rf"^logits_to_keep \({n!r}\) must be None or an integer in \[1, T\] = \[1, 4\]$"
+        ):
+            model(tokens(1, 4), logits_to_keep=n)
+
+
+@pytest.mark.parametrize("positional", POSITIONALS)
 def test_left_padded_prefill_and_steps_equal_each_prompt_alone(positional):
     model = tiny(positional)
     prompts = [tokens(1, n, seed=n)[0] for n in (5, 2, 4)]

@@ -109,11 +109,17 @@ class GPT(PretrainedMixin, nn.Module):
     Args:
         config: a ``GPTConfig``.
     Inputs (``forward``): input_ids (B, T) long; state: a ``GPTState`` from an earlier call to continue those
-        streams, or None to start; keep_mask (B, T) bool, True at real tokens (pads on the left only), or None.
-    Outputs: ``LanguageModelOutput(logits (B, T, V) scores of the token after each position, GPTState)``.
+        streams, or None to start; keep_mask (B, T) bool, True at real tokens (pads on the left only), or None;
+        logits_to_keep: n in [1, T], the logits of the last n positions only (Hugging Face's name), or None for
+        all T: the last layer then computes only their outputs, the earlier positions reaching it as keys and
+        values (``TransformerDecoderOnly``'s ``outputs_to_keep``), so the logits equal those of all T at those
+        positions up to float rounding, for less work (whole-file scoring by a sliding window).
+    Outputs: ``LanguageModelOutput(logits (B, T, V) or (B, n, V) scores of the token after each position,
+        GPTState)``; the state holds all T positions either way.
     Raises:
         ValueError: if a row would reach past ``config.context_length`` positions with learned positions (one
-            line with the numbers), or input_ids / keep_mask have the wrong shape.
+            line with the numbers), input_ids / keep_mask have the wrong shape, or logits_to_keep is not None or
+            an integer in [1, T].
         TypeError / ConfigError: for input_ids that are not integers in [0, V) (``check_token_ids``, one line;
             checked once per call, so ``step`` leaves it to ``prefill``).
     """
@@ -178,8 +184,15 @@ class GPT(PretrainedMixin, nn.Module):
         caches = self.decoder.empty_caches(batch_size, dtype=weight.dtype, device=weight.device)
         return GPTState(caches, torch.zeros(batch_size, dtype=torch.long, device=weight.device), None)
 
-    def _hidden(self, input_ids: Tensor, state: GPTState | None, keep_mask: Tensor | None) -> tuple[Tensor, GPTState]:
-        """LN_f(h_L) (B, T, D) and the state after input_ids."""
+    def _hidden(
+        self,
+        input_ids: Tensor,
+        state: GPTState | None,
+        keep_mask: Tensor | None,
+        outputs_to_keep: int | None = None,
+    ) -> tuple[Tensor, GPTState]:
+        """LN_f(h_L) (B, T, D), or (B, n, D) at the last n = outputs_to_keep positions, and the state after
+        input_ids."""
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
         B, T = input_ids.shape
@@ -210,7 +223,9 @@ class GPT(PretrainedMixin, nn.Module):
             old = state.keep_mask if state.keep_mask is not None else input_ids.new_ones(B, S, dtype=torch.bool)
             new = keep_mask if keep_mask is not None else input_ids.new_ones(B, T, dtype=torch.bool)
             cache_mask = torch.cat([old, new], dim=1)  # (B, S + T)
-        out = self.decoder(drop(self.drop, x), keep_mask=cache_mask, caches=state.caches)
+        out = self.decoder(
+            drop(self.drop, x), keep_mask=cache_mask, caches=state.caches, outputs_to_keep=outputs_to_keep
+        )
         return out.output, GPTState(out.caches, next_position, cache_mask)
 
     def check_reach(self, reach: int, next_position: Tensor) -> None:
@@ -232,11 +247,21 @@ class GPT(PretrainedMixin, nn.Module):
         return F.linear(h, self.wte.weight) if self.lm_head is None else self.lm_head(h)
 
     def forward(
-        self, input_ids: Tensor, state: GPTState | None = None, *, keep_mask: Tensor | None = None
+        self,
+        input_ids: Tensor,
+        state: GPTState | None = None,
+        *,
+        keep_mask: Tensor | None = None,
+        logits_to_keep: int | None = None,
     ) -> LanguageModelOutput:
         if not torch.compiler.is_exporting():  # ids are data in an exported graph: its caller checks them
             check_token_ids(input_ids, self.config.vocab_size)
-        h, new_state = self._hidden(input_ids, state, keep_mask)
+        T = input_ids.shape[-1]
+        if logits_to_keep is not None and (
+            isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int) or not 1 <= logits_to_keep <= T
+        ):
+            raise ValueError(f"logits_to_keep ({logits_to_keep!r}) must be None or an integer in [1, T] = [1, {T}]")
+        h, new_state = self._hidden(input_ids, state, keep_mask, logits_to_keep)
         return LanguageModelOutput(self._project(h), new_state)
 
     def prefill(self, input_ids: Tensor, keep_mask: Tensor | None = None) -> StepOutput:

@@ -2,8 +2,9 @@
 ``protein`` (causal) and ``smiles``.
 
 Training draws random blocks of ``context_length`` + 1 tokens of the train stream (nanoGPT's ``get_batch``), so a
-block may span several documents or items; validation reads the consecutive blocks of the valid stream and
-reports the mean loss over all their tokens (nats per token) and its perplexity.
+block may span several documents or items; validation reads the consecutive blocks of the valid stream (or
+``valid_blocks`` of them spread evenly over it) and reports the mean loss over all their tokens (nats per token)
+and its perplexity.
 """
 
 from __future__ import annotations
@@ -31,12 +32,15 @@ class CausalBlockTraining:
         valid_ids: (M,) long, the valid stream, at least 2 tokens.
         context_length: T, the tokens a training block predicts.
         batches_per_epoch: micro-batches between two validations.
+        valid_blocks: validate on at most this many of the valid stream's consecutive blocks, spread evenly over
+            it (``seqlab.data.blocks.block_batches``' max_blocks); None for all of them.
     """
 
     train_ids: torch.Tensor
     valid_ids: torch.Tensor
     context_length: int
     batches_per_epoch: int
+    valid_blocks: int | None = None
 
     def loss(self, model: GPT, blocks: Blocks) -> LossOutput:
         """The mean next-token loss (nats/token) of a batch of blocks (inputs, targets (B, T))."""
@@ -50,12 +54,14 @@ class CausalBlockTraining:
             )
 
     def validate(self, model: GPT) -> dict[str, float]:
-        """``valid_loss`` (nats/token over every token of the consecutive valid blocks) and ``valid_perplexity``."""
+        """``valid_loss`` (nats/token over every token of the validation blocks) and ``valid_perplexity``."""
         device = model_device(model)
         block = min(self.context_length, len(self.valid_ids) - 1)
         loss = token_weighted_loss(
             language_model_loss(model, blocks.inputs.to(device), blocks.targets.to(device)).output
-            for blocks in block_batches(self.valid_ids, block_size=block, batch_size=VALID_BATCH)
+            for blocks in block_batches(
+                self.valid_ids, block_size=block, batch_size=VALID_BATCH, max_blocks=self.valid_blocks
+            )
         )
         return valid_metrics(loss)
 

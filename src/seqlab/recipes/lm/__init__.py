@@ -15,7 +15,10 @@ Training, one "epoch" being ``data.batches_per_epoch`` optimizer micro-batches f
   loss backpropagated through its k1 steps and the k2 - k1 before it; k2 = k1 unless set). A TCN's state is its
   convolutions' last inputs, so each prediction reads its receptive field (``model.kernel_size``,
   ``model.num_levels``; printed on the log line) across window boundaries.
-Validation: mean loss over the first ``data.valid_tokens`` tokens of the valid split. Test: the whole test split,
+Validation: mean loss over ``data.valid_tokens`` tokens of the valid split: for a GPT or an SSM, in
+``data.valid_tokens // model.context_length`` blocks spread evenly over the whole split (a sample of all of it: at
+2,000 steps of nanoGPT's shape, 8,192 spread tokens score within 0.004 nats of the whole split, the first 16,384
+0.07 below it); for the streamed archs, the split's first ``data.valid_tokens`` tokens. Test: the whole test split,
 by a sliding window of stride context_length // 2 (GPT) or one stream with its state carried (recurrent, TCN,
 SSM).
 

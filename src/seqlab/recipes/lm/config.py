@@ -55,7 +55,7 @@ class LMDataConfig:
     bptt_len: int = 35  # recurrent, tcn: k1, steps per truncated-BPTT window
     bptt_k2: int | None = None  # recurrent, tcn: k2 >= k1, steps a window's loss flows back; None = bptt_len
     batches_per_epoch: int = 250  # micro-batches between two validations
-    valid_tokens: int = 16384  # validation reads at most this many tokens of the valid split (nanoGPT: 15,360)
+    valid_tokens: int = 8192  # tokens validated: gpt, ssm in blocks spread over the valid split; others its start
 
     def __post_init__(self) -> None:
         check_real("valid_fraction", self.valid_fraction, at_least=0.0, below=0.5)

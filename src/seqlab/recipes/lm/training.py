@@ -184,7 +184,7 @@ def training_parts(config: Config, system: LanguageModelSystem, splits: TextSpli
     """
     data = config.data
     train_name = data.train_path or "the default corpus"
-    valid_ids = system.encode(splits.valid, source=data.valid_path or "the valid split")[: data.valid_tokens + 1]
+    valid_ids = system.encode(splits.valid, source=data.valid_path or "the valid split")
     if isinstance(config.model, (GPTModelConfig, SSMModelConfig)):
         train_ids = system.encode(splits.train, source=train_name)
         T = config.model.context_length
@@ -193,7 +193,8 @@ def training_parts(config: Config, system: LanguageModelSystem, splits: TextSpli
                 f"{train_name}: the train split has {len(train_ids)} tokens, too few for one block of "
                 f"model.context_length {T} (a block needs {T + 1})"
             )
-        blocks = CausalBlockTraining(train_ids, valid_ids, T, data.batches_per_epoch)
+        valid_blocks = max(1, data.valid_tokens // T)  # spread over the whole valid split
+        blocks = CausalBlockTraining(train_ids, valid_ids, T, data.batches_per_epoch, valid_blocks)
         return _Parts(blocks.loss, blocks.train_batches, blocks.validate, None)
     documents = [system.encode(f"{doc}\n", source=train_name) for doc in split_documents(splits.train)]
     total, batch_size = sum(len(d) for d in documents), config.train.batch_size // config.train.grad_accumulation_steps
@@ -202,6 +203,7 @@ def training_parts(config: Config, system: LanguageModelSystem, splits: TextSpli
             f"{train_name}: the train split has {total} tokens, too few for {batch_size} streams "
             f"(train.batch_size) of at least 2 tokens"
         )
+    valid_ids = valid_ids[: data.valid_tokens + 1]  # the streams read the beginning of the valid split
     streams = RecurrentTraining(documents, valid_ids, data.bptt_len, data.batches_per_epoch, data.bptt_k2)
     return _Parts(streams.loss, streams.train_batches, streams.validate, streams.strategy())
 
