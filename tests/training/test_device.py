@@ -121,6 +121,13 @@ def test_fp32_runs_without_autocast_and_bf16_casts_matrix_products():
         assert layer(x).dtype == torch.bfloat16
 
 
+def test_the_cpu_feature_checks_auto_precision_reads_are_in_this_torch():
+    # private torch.cpu functions (no public API tells whether the CPU has AVX512-BF16 or AMX): an upgrade that
+    # removes them fails here rather than in a user's run
+    assert isinstance(torch.cpu._is_avx512_bf16_supported(), bool)
+    assert isinstance(torch.cpu._is_amx_tile_supported(), bool)
+
+
 def pretend_cpu_bf16(monkeypatch, *, avx512_bf16, amx):
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)

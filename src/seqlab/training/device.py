@@ -73,8 +73,8 @@ def check_precision(precision: PrecisionName, device: torch.device) -> None:
 
 def native_bf16(device: torch.device) -> bool:
     """Whether ``device`` multiplies bf16 matrices natively: a CUDA GPU that supports bf16
-    (``torch.cuda.is_bf16_supported``), or a CPU with AVX512-BF16 or AMX tiles (torch's CPU feature checks);
-    MPS and other devices: False."""
+    (``torch.cuda.is_bf16_supported``), or a CPU with AVX512-BF16 or AMX tiles (torch's CPU feature checks, private
+    torch.cpu functions: torch has no public one); MPS and other devices: False."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     if device.type == "cpu":
