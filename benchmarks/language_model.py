@@ -144,10 +144,10 @@ def hf_generate(model: GPT2LMHeadModel, prompt: Tensor, new_tokens: int, beams: 
 def step_products(model: GPT, rows: int, steps: int) -> None:
     """The matrix products of ``steps`` decoding steps of ``rows`` rows alone: each Linear of the decoder's layers and
     the tied V x D head, computed as ``GPT.step`` computes them (``direct_calls``: at one row, q, k, v stacked, the
-    first feed-forward layer and the head from transposed copies made once), on the model's weights and constant
-    inputs."""
+    first feed-forward layer and the head from transposed copies made once; at a few rows, q, k, v as one product
+    over their weights stacked), on the model's weights and constant inputs."""
     weight = model.wte.weight
-    derived = direct_calls.DerivedWeights() if rows == 1 else None
+    derived = direct_calls.DerivedWeights()
     groups = []  # the step's products, in its order
     for layer in model.decoder.layers:
         attention, feed_forward = layer.self_attn, layer.feed_forward
@@ -159,10 +159,10 @@ def step_products(model: GPT, rows: int, steps: int) -> None:
     for _ in range(steps):
         for group in groups:
             x = inputs[group[0].in_features]
-            if derived is None or direct_calls.one_row_linear(group, x, derived) is None:
+            if direct_calls.stacked_linear(group, x, derived) is None:
                 for m in group:
                     direct_calls.linear(m, x, few=few)
-        if derived is None or direct_calls.one_row_product(h, (weight,), (), derived) is None:
+        if direct_calls.stacked_product(h, (weight,), (), derived) is None:
             direct_calls.affine(h, weight) if few else F.linear(h, weight)
 
 

@@ -218,7 +218,7 @@ def _gpt() -> GPT:
 
 PROMPT = torch.tensor([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]])
 NEW_TOKENS = 6
-# One row takes transposed copies of the widening weights (direct_calls.one_row_linear), two rows the weights.
+# One row takes transposed copies of the widening weights, two rows q, k, v stacked (direct_calls.stacked_linear).
 PROMPTS = pytest.mark.parametrize("prompt", [PROMPT[:1], PROMPT], ids=["one row", "two rows"])
 
 
@@ -324,8 +324,8 @@ def test_generate_uses_weights_changed_in_place_after_the_prefill(prompt, after)
             change(model)
 
     tokens, logits, recording = _fast_generate(model, prompt, streamer=change_once)
-    one_row = prompt.shape[0] == 1  # then q, k, v stacked (weight and bias) and linear1 ran transposed, per layer
-    assert len(recording.fast_steps[-1].derived) == (2 * 3 if one_row else 0)
+    one_row = prompt.shape[0] == 1  # then q, k, v stacked and linear1 ran transposed, per layer; else q, k, v stacked
+    assert len(recording.fast_steps[-1].derived) == (2 * 2 if one_row else 2)
     reference = _gpt()
     expected_tokens, expected_logits = _module_path_greedy(reference, lambda: change(reference), prompt, after=after)
     assert torch.equal(tokens, expected_tokens)

@@ -97,46 +97,60 @@ def _projections(bias: bool = True) -> list[nn.Linear]:
     return [nn.Linear(4, 4, bias=bias).double() for _ in range(3)]
 
 
+@pytest.mark.parametrize("rows", [1, 2, direct_calls.FEW_ROWS])
 @pytest.mark.parametrize("bias", [True, False])
-def test_one_row_linear_equals_the_modules_outputs_side_by_side(bias):
-    """q, k, v stacked (4 -> 12, a widening product) from one transposed copy: each module's output in its place."""
-    modules, x = _projections(bias), torch.randn(1, 4, dtype=torch.float64)
+def test_stacked_linear_equals_the_modules_outputs_side_by_side(rows, bias):
+    """q, k, v stacked: at one row (4 -> 12, a widening product) from one transposed copy, at a few rows as one
+    product over the stacked weights; each module's output in its place."""
+    modules, x = _projections(bias), torch.randn(rows, 4, dtype=torch.float64)
     derived = direct_calls.DerivedWeights()
-    y = direct_calls.one_row_linear(modules, x, derived)
+    y = direct_calls.stacked_linear(modules, x, derived)
+    assert y.shape == (rows, 12) and y.is_contiguous()
     torch.testing.assert_close(y, torch.cat([m(x) for m in modules], dim=1), rtol=1e-12, atol=1e-12)
-    assert len(derived) == (2 if bias else 1)  # the stacked weight's transpose, and the stacked bias
+    assert len(derived) == 1  # the stacked weight (transposed at one row) with its stacked bias
 
 
-def test_one_row_linear_gives_none_where_it_does_not_apply():
+def test_stacked_linear_gives_none_where_it_does_not_apply():
     derived, x = direct_calls.DerivedWeights(), torch.randn(1, 4, dtype=torch.float64)
     modules = _projections()
-    assert direct_calls.one_row_linear(modules[:1], x, derived) is None  # 4 -> 4 does not widen
-    assert direct_calls.one_row_linear([*modules[:2], Doubled(4, 4).double()], x, derived) is None  # a subclass
+    assert direct_calls.stacked_linear(modules[:1], x, derived) is None  # 4 -> 4 does not widen
+    rows = torch.randn(2, 4, dtype=torch.float64)
+    assert direct_calls.stacked_linear(modules[:1], rows, derived) is None  # one product either way: affine's
+    many = torch.randn(direct_calls.FEW_ROWS + 1, 4, dtype=torch.float64)
+    assert direct_calls.stacked_linear(modules, many, derived) is None  # more than a few rows: F.linear's
+    assert direct_calls.stacked_linear([*modules[:2], Doubled(4, 4).double()], x, derived) is None  # a subclass
     hooked = _projections()
     hooked[1].register_forward_hook(lambda module, args, output: output + 1)
-    assert direct_calls.one_row_linear(hooked, x, derived) is None
+    assert direct_calls.stacked_linear(hooked, x, derived) is None
+    assert direct_calls.stacked_linear(hooked, rows, derived) is None
     mixed = [*_projections()[:2], _projections(bias=False)[0]]
-    assert direct_calls.one_row_linear(mixed, x, derived) is None  # some with a bias, some without
+    assert direct_calls.stacked_linear(mixed, x, derived) is None  # some with a bias, some without
     weight = torch.randn(12, 4, dtype=torch.float64)
-    assert direct_calls.one_row_product(x, [weight.as_subclass(Recording)], [], derived) is None
+    assert direct_calls.stacked_product(x, [weight.as_subclass(Recording)], [], derived) is None
     with torch.inference_mode():
         frozen = torch.randn(12, 4, dtype=torch.float64)  # an inference tensor tracks no version
-    assert direct_calls.one_row_product(x, [frozen], [], derived) is None
+    assert direct_calls.stacked_product(x, [frozen], [], derived) is None
+    assert direct_calls.stacked_product(rows, [weight, frozen], [], derived) is None
     assert len(derived) == 0
 
 
-def test_derived_weights_are_rebuilt_when_a_source_changes_and_reused_otherwise():
-    modules, x = _projections(), torch.randn(1, 4, dtype=torch.float64)
+@pytest.mark.parametrize("rows", [1, 3])
+def test_derived_weights_are_rebuilt_when_a_source_changes_and_reused_otherwise(rows):
+    modules, x = _projections(), torch.randn(rows, 4, dtype=torch.float64)
     derived = direct_calls.DerivedWeights()
 
     def check():
-        y = direct_calls.one_row_linear(modules, x, derived)
+        y = direct_calls.stacked_linear(modules, x, derived)
         torch.testing.assert_close(y, torch.cat([m(x) for m in modules], dim=1), rtol=1e-12, atol=1e-12)
 
+    def stacked():
+        sources = (*(m.weight for m in modules), *(m.bias for m in modules))
+        return derived.get(sources, lambda: None, kind="one row" if rows == 1 else "few rows")
+
     check()
-    weight_t = derived.get(tuple(m.weight for m in modules), lambda: None)
+    weight = stacked()
     check()
-    assert derived.get(tuple(m.weight for m in modules), lambda: None) is weight_t  # reused, not copied again
+    assert stacked() is weight  # reused, not copied again
     with torch.no_grad():
         modules[1].weight.mul_(-2.0)  # in place: the version moves
     check()

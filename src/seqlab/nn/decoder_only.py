@@ -209,10 +209,11 @@ class IncrementalStep:
     decoder holds, and a weight changed after the prompt is used by the next step. ``module_calls`` names what is
     called as a module.
 
-    At one row (B = 1, on the CPU) the widening products, q, k and v stacked and the first feed-forward layer, run
-    from transposed copies of their weights (``direct_calls.one_row_linear``), which ``derived`` keeps for the
-    steps of this object and rebuilds when a weight changes (``direct_calls.DerivedWeights``): build one per
-    decoding run, as ``GPT.prefill`` does.
+    On the CPU, at one row (B = 1) the widening products, q, k and v stacked and the first feed-forward layer, run
+    from transposed copies of their weights, and at a few rows (2 to ``direct_calls.FEW_ROWS``: beam search's) q, k
+    and v run as one product over their weights stacked (``direct_calls.stacked_linear``); ``derived`` keeps those
+    copies for the steps of this object and rebuilds them when a weight changes (``direct_calls.DerivedWeights``):
+    build one per decoding run, as ``GPT.prefill`` does.
 
     Rows whose caches hold their first steps as copies of one another (beam search's beams from one prompt, after
     ``KVCache.select_rows``; ``KVCache.shared_steps``), with no keep_mask, attend those steps read once from one
@@ -271,7 +272,7 @@ class IncrementalStep:
         if len(caches) != len(layers):
             raise ValueError(f"got {len(caches)} caches for a decoder of {len(layers)} layers")
         mask = None if keep_mask is None else keep_mask[:, None, None, :]  # (B, 1, 1, S + 1)
-        derived = self.derived if x.shape[0] == 1 and x.device.type == "cpu" else None  # one row: see the class
+        derived = self.derived if x.device.type == "cpu" else None  # see the class
         new_caches = []
         for layer, cache in zip(layers, caches, strict=True):
             if _inlinable(layer):
@@ -295,8 +296,8 @@ def _layer_step(
     derived: direct_calls.DerivedWeights | None,
 ) -> tuple[Tensor, KVCache | StaticKVCache]:
     """One ``_inlinable`` layer on x (B, 1, D) over its cache; mask (B, 1, 1, S + 1) or None, or (B, 1, 1, C) for a
-    static cache; derived: the run's derived weights for one row (B = 1), or None. Returns the layer's output
-    (B, 1, D) and the cache with x's keys and values appended."""
+    static cache; derived: the run's derived weights (``direct_calls.stacked_linear``), or None. Returns the layer's
+    output (B, 1, D) and the cache with x's keys and values appended."""
     modules, norm_first = layer._modules, layer.norm_first  # not layer.self_attn: see seqlab.nn.direct_calls
     attn, feed_forward, norm1, norm2 = modules["self_attn"], modules["feed_forward"], modules["norm1"], modules["norm2"]
     projections, ff_modules = attn._modules, feed_forward._modules
@@ -307,10 +308,10 @@ def _layer_step(
     qkv = None
     if derived is not None:
         stacked = (projections["q_proj"], projections["k_proj"], projections["v_proj"])
-        qkv = direct_calls.one_row_linear(stacked, h.view(1, D), derived)  # (1, 3D)
+        qkv = direct_calls.stacked_linear(stacked, h.view(B, D), derived)  # (B, 3D)
     # With T = 1, (B, 1, D) and (B, N, 1, Dh) have the same layout: the heads split by a view, no transpose.
     if qkv is not None:
-        q, k, v = qkv.view(3, 1, N, 1, Dh).unbind(0)  # each (1, N, 1, Dh)
+        q, k, v = qkv.view(B, 3, N, 1, Dh).unbind(1)  # each (B, N, 1, Dh)
     else:
         q = direct_calls.linear(projections["q_proj"], h, few=few).view(B, N, 1, Dh)  # (B, N, 1, Dh)
         k = direct_calls.linear(projections["k_proj"], h, few=few).view(B, N, 1, Dh)
@@ -327,8 +328,8 @@ def _layer_step(
     x = x if norm_first else direct_calls.layer_norm(norm1, x)
     h = direct_calls.layer_norm(norm2, x) if norm_first else x
     linear1 = ff_modules["linear1"]
-    widened = None if derived is None else direct_calls.one_row_linear((linear1,), h.view(1, D), derived)
-    widened = direct_calls.linear(linear1, h, few=few) if widened is None else widened.view(1, 1, -1)  # (B, 1, d_ff)
+    widened = None if derived is None else direct_calls.stacked_linear((linear1,), h.view(B, D), derived)
+    widened = direct_calls.linear(linear1, h, few=few) if widened is None else widened.view(B, 1, -1)  # (B, 1, d_ff)
     inner = ACTIVATIONS[feed_forward.activation](widened)
     x = x + direct_calls.linear(ff_modules["linear2"], inner, few=few)
     x = x if norm_first else direct_calls.layer_norm(norm2, x)

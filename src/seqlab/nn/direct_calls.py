@@ -17,13 +17,15 @@ holds its weight and bias there: ``Module.__setattr__`` refuses a plain tensor i
 A Linear's product is ``affine``: ``F.linear`` except for a few rows (a beam search's K rows), where the same sums
 in the other orientation run about 1.6 times as fast on the CPU (see ``affine``), so the result may differ from
 the module's in the last bit. At one row, a product that widens (out > in: a layer's q, k, v projections stacked,
-its first feed-forward layer, a language model's head) runs from a transposed copy of the weight
-(``one_row_product``), which ``DerivedWeights`` keeps for one decoding run and rebuilds whenever its source changes.
+its first feed-forward layer, a language model's head) runs from a transposed copy of the weight, and at a few
+rows the products of one input (q, k and v) run as one over the weights stacked (``stacked_product``), copies that
+``DerivedWeights`` keeps for one decoding run and rebuilds whenever a source changes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +49,7 @@ def is_plain(module: nn.Module, kind: type[nn.Module]) -> bool:
 
 FEW_ROWS = 8  # the most rows of x that ``affine`` computes as (W x^T)^T
 _PLAIN_TENSORS = (nn.Parameter, Tensor)  # weight classes whose product is the BLAS's (not a tensor subclass's)
+Derived = TypeVar("Derived")
 
 
 def affine(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -93,27 +96,29 @@ class DerivedWeights:
     """
 
     def __init__(self) -> None:
-        # key -> (sources, their (version, address) stamps, the derived tensor); the sources are held, so the ids
+        # key -> (sources, their [version, address] stamps, what was derived); the sources are held, so the ids
         # in a key are never reused while it is stored
-        self._entries: dict[tuple[int, ...], tuple[tuple[Tensor, ...], tuple[tuple[int, int], ...], Tensor]] = {}
+        self._entries: dict[tuple[Hashable, ...], tuple[tuple[Tensor, ...], list[int], Any]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, sources: tuple[Tensor, ...], derive: Callable[[], Tensor]) -> Tensor:
-        """``derive()``, computed from ``sources`` when first asked and again whenever one of them has changed."""
-        key = tuple(id(t) for t in sources)
-        stamp = tuple((t._version, t.data_ptr()) for t in sources)
+    def get(self, sources: tuple[Tensor, ...], derive: Callable[[], Derived], *, kind: Hashable = None) -> Derived:
+        """``derive()``, computed from ``sources`` when first asked and again whenever one of them has changed;
+        ``kind`` tells apart things derived from the same sources (e.g. two orientations). Every source must
+        track versions (not an inference tensor)."""
+        key = (kind, *map(id, sources))
+        stamp = [n for t in sources for n in (t._version, t.data_ptr())]
         entry = self._entries.get(key)
         if entry is None or entry[1] != stamp:
             entry = self._entries[key] = (sources, stamp, derive())
         return entry[2]
 
 
-def one_row_linear(modules: Sequence[nn.Module], x: Tensor, derived: DerivedWeights) -> Tensor | None:
-    """[m(x) for m in modules] concatenated, for one row x (1, in) and Linear modules of the same in_features (a
-    layer's q, k and v projections, or one module): (1, sum out), by ``one_row_product`` on their parameters. None
-    (compute each module as usual) where a module is not plain or ``one_row_product`` gives None."""
+def stacked_linear(modules: Sequence[nn.Module], x: Tensor, derived: DerivedWeights) -> Tensor | None:
+    """[m(x) for m in modules] concatenated, for x (rows, in) and Linear modules of the same in_features (a layer's
+    q, k and v projections, or one module): (rows, sum out), by ``stacked_product`` on their parameters. None
+    (compute each module as usual) where a module is not plain or ``stacked_product`` gives None."""
     weights, biases = [], []
     for module in modules:
         if not is_plain(module, nn.Linear):
@@ -122,34 +127,57 @@ def one_row_linear(modules: Sequence[nn.Module], x: Tensor, derived: DerivedWeig
         weights.append(params["weight"])
         if params["bias"] is not None:
             biases.append(params["bias"])
-    return one_row_product(x, weights, biases, derived)
+    return stacked_product(x, weights, biases, derived)
 
 
-def one_row_product(
+def stacked_product(
     x: Tensor, weights: Sequence[Tensor], biases: Sequence[Tensor], derived: DerivedWeights
 ) -> Tensor | None:
-    """x [W_1; ...; W_m]^T + [b_1; ...; b_m] for one row x (1, in), weights (out_i, in), biases (out_i,) (one per
-    weight, or none) -> (1, out_1 + ... + out_m), as ``torch.addmm(b, x, W^T)`` over a contiguous W^T (in, sum out)
-    that ``derived`` keeps. None (compute it as usual) unless the product widens, sum out > in, and every tensor
-    is a plain CPU tensor that tracks versions (not an inference tensor, not a subclass such as torchao's int8).
+    """x [W_1; ...; W_m]^T + [b_1; ...; b_m] for x (rows, in), weights (out_i, in), biases (out_i,) (one per weight,
+    or none) -> (rows, out_1 + ... + out_m), one product over a weight that ``derived`` keeps. None (compute it as
+    usual) unless every tensor is a plain CPU tensor that tracks versions (not an inference tensor, not a subclass
+    such as torchao's int8) and one of these applies:
 
-    Why widening: one row of x W^T is a matrix-vector product, and on this project's CPU (AMD EPYC, one thread,
-    torch's MKL) the one over a row-major W (dot products of rows of length in) runs slower than the one over W^T
-    (sums of its rows scaled by x) for in = 256, and faster for in = 1024. With the weights streamed from memory,
-    as in a decoding step (D = 256, V = 4096): D -> 3D (q, k, v stacked) 116-138 us against 163-205 (three D -> D
-    products: 207), D -> 4D 111-145 against 225-255, the D -> V head 387-395 against 835-942; D -> D 65-67 against
-    69-72 (no gain), and 4D -> D 206-225 against 109-128 (a loss).
+    - One row whose product widens, sum out > in: ``torch.addmm(b, x, W^T)`` over a contiguous W^T (in, sum out).
+    - 2 to ``FEW_ROWS`` rows and m >= 2 weights: ``affine``'s orientation, (W x^T)^T + b, over the stacked W
+      (sum out, in): one product instead of m (with m = 1, ``affine`` on the weight itself is the same product).
+
+    Why widening at one row: one row of x W^T is a matrix-vector product, and on this project's CPU (AMD EPYC, one
+    thread, torch's MKL) the one over a row-major W (dot products of rows of length in) runs slower than the one
+    over W^T (sums of its rows scaled by x) for in = 256, and faster for in = 1024. With the weights streamed from
+    memory, as in a decoding step (D = 256, V = 4096): D -> 3D (q, k, v stacked) 116-138 us against 163-205 (three
+    D -> D products: 207), D -> 4D 111-145 against 225-255, the D -> V head 387-395 against 835-942; D -> D 65-67
+    against 69-72 (no gain), and 4D -> D 206-225 against 109-128 (a loss).
     """
-    if (biases and len(biases) != len(weights)) or sum(w.shape[0] for w in weights) <= x.shape[-1]:
+    rows = x.shape[0]
+    one_row = rows == 1
+    if one_row:
+        if sum(w.shape[0] for w in weights) <= x.shape[1]:
+            return None
+    elif not (len(weights) > 1 and rows <= FEW_ROWS):
         return None
-    for tensor in (*weights, *biases):
+    if biases and len(biases) != len(weights):
+        return None
+    sources = (*weights, *biases)
+    for tensor in sources:
         if type(tensor) not in _PLAIN_TENSORS or tensor.is_inference() or tensor.device.type != "cpu":
             return None
-    weight_t = derived.get(tuple(weights), lambda: torch.cat(weights).t().contiguous())  # (in, sum out)
-    if not biases:
-        return torch.mm(x, weight_t)
-    bias = biases[0] if len(biases) == 1 else derived.get(tuple(biases), lambda: torch.cat(biases))
-    return torch.addmm(bias, x, weight_t)
+    if one_row:
+        weight, bias = derived.get(sources, lambda: _stacked(weights, biases, transposed=True), kind="one row")
+        return torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
+    weight, bias = derived.get(sources, lambda: _stacked(weights, biases, transposed=False), kind="few rows")
+    y = torch.mm(weight, x.t()) if bias is None else torch.addmm(bias, weight, x.t())  # (sum out, rows)
+    return y.t().contiguous()
+
+
+def _stacked(weights: Sequence[Tensor], biases: Sequence[Tensor], *, transposed: bool) -> tuple[Tensor, Tensor | None]:
+    """The weights (out_i, in) stacked, (sum out, in), or its contiguous transpose (in, sum out); the biases (out_i,)
+    stacked, (sum out,), as a column (sum out, 1) for the untransposed weight, or None without biases."""
+    weight = torch.cat(weights) if len(weights) > 1 else weights[0]
+    bias = (torch.cat(biases) if len(biases) > 1 else biases[0]) if biases else None
+    if transposed:
+        return weight.t().contiguous(), bias
+    return weight, None if bias is None else bias.unsqueeze(1)
 
 
 def layer_norm(module: nn.Module, x: Tensor) -> Tensor:

@@ -167,7 +167,7 @@ def test_one_row_steps_from_transposed_weights_equal_the_full_forward(positional
             assert_close(out.logits, module_path, rtol=1e-12, atol=1e-12)
             if t < 6:  # before the change, the caches hold what the whole sequence gives
                 assert_close(out.logits, model(sequence[:, : t + 1]).logits[:, -1], rtol=1e-12, atol=1e-12)
-    assert len(derived) == 2 * 3 + 1  # per layer q, k, v stacked and their bias, linear1; the head
+    assert len(derived) == 2 * 2 + 1  # per layer q, k, v stacked with their bias, linear1; the head
 
 
 def test_the_fast_path_uses_the_models_layer_norm_eps():

@@ -302,7 +302,8 @@ class GPT(PretrainedMixin, nn.Module):
         ``forward``'s modules (``state.incremental_step`` of the result says which ran: None for the modules).
         At one row on the CPU, the widening products (q, k, v stacked, the first feed-forward layer, the head) run
         from transposed copies of their weights that the state's ``incremental_step`` keeps for this decoding run
-        (made by ``prefill``) and rebuilds when a weight changes (``seqlab.nn.direct_calls.one_row_product``).
+        (made by ``prefill``) and rebuilds when a weight changes (``seqlab.nn.direct_calls.stacked_product``); at a
+        few rows, q, k and v run as one product over their weights stacked, which it keeps too.
 
         A static state (``static_state``) takes the fast path only, writes the token into slot S of its
         buffers (S + 1 <= C is the caller's to keep: ``CompiledGPT`` grows the buffers) and passes on no
@@ -347,13 +348,13 @@ class GPT(PretrainedMixin, nn.Module):
 
     def _step_logits(self, h: Tensor, fast: IncrementalStep) -> Tensor:
         """A step's logits (B, V) from h (B, D): at one row from the transposed head that the run's derived weights
-        keep (``direct_calls.one_row_product``), at a few rows by ``direct_calls.affine``."""
+        keep (``direct_calls.stacked_product``), at a few rows by ``direct_calls.affine``."""
         logits = None
         if fast.derived is not None and h.shape[0] == 1:
             if self.lm_head is not None:
-                logits = direct_calls.one_row_linear((self.lm_head,), h, fast.derived)
+                logits = direct_calls.stacked_linear((self.lm_head,), h, fast.derived)
             else:
-                logits = direct_calls.one_row_product(h, (self.wte.weight,), (), fast.derived)
+                logits = direct_calls.stacked_product(h, (self.wte.weight,), (), fast.derived)
         if logits is not None:
             return logits
         if self.lm_head is not None:
