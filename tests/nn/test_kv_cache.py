@@ -203,6 +203,41 @@ def test_in_place_select_rows_follows_cycles_and_repeated_sources_over_a_beam_se
             assert torch.equal(cache.keys, reference_k) and torch.equal(cache.values, reference_v)
 
 
+def test_select_rows_of_layers_equals_each_cache_reordered_alone_and_shares_one_plan():
+    """Three layers' caches reordered together, in place and by copy, over a chain like the one above: each equals
+    plain indexing, the layers' buffers hold one ``common`` after every reorder, and it (with the steps every row
+    shares) is what reordering one cache alone records."""
+    torch.manual_seed(10)
+    R = 4
+    with torch.no_grad():
+        start = KVCache.empty(1, N, DH, dtype=torch.float64, capacity=4)
+        layers = [start.append(_rand(1, N, 2, DH), _rand(1, N, 2, DH)) for _ in range(3)]
+        layers = KVCache.select_rows_of(layers, torch.zeros(R, dtype=torch.long), in_place=True)  # R != 1: copies
+        alone = layers[0].select_rows(torch.arange(R))  # a copy, reordered by itself below
+        references = [(c.keys.clone(), c.values.clone()) for c in layers]
+        for index in [[1, 0, 3, 2], [0, 0, 2, 2], [3, 1, 1, 0], [0, 1, 2, 3]] * 2:
+            index = torch.tensor(index)
+            steps = [(_rand(R, N, 1, DH), _rand(R, N, 1, DH)) for _ in layers]  # the buffers grow past 4 steps
+            layers = [c.append(k, v) for c, (k, v) in zip(layers, steps, strict=True)]
+            alone = alone.append(*steps[0])
+            references = [
+                (torch.cat([rk, k], dim=2)[index], torch.cat([rv, v], dim=2)[index])
+                for (rk, rv), (k, v) in zip(references, steps, strict=True)
+            ]
+            buffers = [c.buffer for c in layers]
+            layers = KVCache.select_rows_of(layers, index, in_place=True)
+            alone = alone.select_rows(index, in_place=True)
+            assert [c.buffer for c in layers] == buffers  # in place
+            for cache, (rk, rv) in zip(layers, references, strict=True):
+                assert torch.equal(cache.keys, rk) and torch.equal(cache.values, rv)
+                assert cache.buffer.common is layers[0].buffer.common
+            assert torch.equal(layers[0].buffer.common, alone.buffer.common)
+            assert layers[0].shared_steps() == alone.shared_steps() == int(alone.buffer.common.min())
+        copied = KVCache.select_rows_of(layers, torch.tensor([2, 2, 1, 0]))
+        assert all(c.buffer is not old.buffer for c, old in zip(copied, layers, strict=True))
+        assert all(torch.equal(c.keys, old.keys[[2, 2, 1, 0]]) for c, old in zip(copied, layers, strict=True))
+
+
 def test_in_place_select_rows_records_the_steps_rows_share_and_moves_only_the_others():
     """After the steps two rows share, a stale value there is left alone: only the differing steps move."""
     torch.manual_seed(8)

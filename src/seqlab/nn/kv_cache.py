@@ -31,6 +31,7 @@ caller masking those not yet written.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -47,11 +48,14 @@ class KVBuffer:
     Shared by the caches of one decoding chain; each cache's keys and values are views of its first S steps.
     common: (B, B) long, common[i, j] the leading steps that rows i and j hold as copies of one another (equal
     bit for bit because one was copied from the other, or both from one row), or None when nothing is known
-    (as if 0 everywhere). ``KVCache.select_rows`` sets it; appended steps leave it as it is.
+    (as if 0 everywhere). ``KVCache.select_rows`` sets it; appended steps leave it as it is. least: its smallest
+    entry (0 for None), the steps that every row shares, kept as an int so that a step reads it without a sync.
     """
 
-    def __init__(self, keys: Tensor, values: Tensor, written: int, common: Tensor | None = None) -> None:
-        self.keys, self.values, self.written, self.common = keys, values, written, common
+    def __init__(
+        self, keys: Tensor, values: Tensor, written: int, common: Tensor | None = None, least: int = 0
+    ) -> None:
+        self.keys, self.values, self.written, self.common, self.least = keys, values, written, common, least
 
     @property
     def capacity(self) -> int:
@@ -59,11 +63,13 @@ class KVBuffer:
         return self.keys.shape[2]
 
     @classmethod
-    def holding(cls, keys: Tensor, values: Tensor, capacity: int, common: Tensor | None = None) -> KVBuffer:
+    def holding(
+        cls, keys: Tensor, values: Tensor, capacity: int, common: Tensor | None = None, least: int = 0
+    ) -> KVBuffer:
         """A buffer of ``capacity`` >= S steps whose first S steps are copies of keys, values (B, N, S, Dh), whose
-        rows share ``common`` steps (see the class)."""
+        rows share ``common`` steps, ``least`` of them all (see the class)."""
         B, N, S, Dh = keys.shape
-        buffer = cls(keys.new_empty(B, N, capacity, Dh), values.new_empty(B, N, capacity, Dh), S, common)
+        buffer = cls(keys.new_empty(B, N, capacity, Dh), values.new_empty(B, N, capacity, Dh), S, common, least)
         buffer.keys[:, :, :S] = keys
         buffer.values[:, :, :S] = values
         return buffer
@@ -134,8 +140,8 @@ class KVCache(NamedTuple):
             return KVCache(torch.cat([keys, k], dim=2), torch.cat([values, v], dim=2))  # (B, N, S + t, Dh)
         t = shape[2]
         if not self._owns(buffer) or S + t > buffer.capacity:
-            common = None if buffer is None else buffer.common  # the same rows, copied
-            buffer = KVBuffer.holding(keys, values, max(2 * (S + t), MIN_CAPACITY), common)
+            common, least = (None, 0) if buffer is None else (buffer.common, buffer.least)  # the same rows, copied
+            buffer = KVBuffer.holding(keys, values, max(2 * (S + t), MIN_CAPACITY), common, least)
         buffer.keys.narrow(2, S, t).copy_(k)
         buffer.values.narrow(2, S, t).copy_(v)
         buffer.written = S + t
@@ -152,26 +158,38 @@ class KVCache(NamedTuple):
         tensors, and any other view of the buffer, then hold the reordered rows. Otherwise (and by default) the
         rows are copied into a new buffer and this cache is unchanged.
         """
+        return self._select_rows(index, in_place, {})
+
+    @staticmethod
+    def select_rows_of(caches: Sequence[KVCache], index: Tensor, *, in_place: bool = False) -> list[KVCache]:
+        """``[cache.select_rows(index, in_place=in_place) for cache in caches]``, with the rows' common steps after
+        the reorder, and the first step to move, worked out once for all the caches whose buffers hold one
+        ``common`` at one length (a model's layers, which beam search reorders together; their buffers then share
+        the new ``common`` too), instead of once per cache."""
+        plans: dict[tuple[int, int], _Reorder] = {}
+        return [cache._select_rows(index, in_place, plans) for cache in caches]
+
+    def _select_rows(self, index: Tensor, in_place: bool, plans: dict[tuple[int, int], _Reorder]) -> KVCache:
+        """``select_rows``, taking the reorder's plan from ``plans`` (keyed by the buffer's ``common`` and S) or
+        adding it there."""
         keys, values, buffer = self
         if buffer is None or keys.requires_grad:
             return KVCache(keys.index_select(0, index), values.index_select(0, index))
         B, N, S, Dh = keys.shape
-        common = _common_steps(buffer.common, index, S)
+        key = (id(buffer.common), S)
+        plan = plans.get(key)
+        if plan is None or plan.source is not buffer.common:
+            plan = plans[key] = _Reorder.of(buffer.common, index, S)
         if in_place and index.shape[0] == B and self._owns(buffer):
-            rows = torch.arange(B, device=index.device)
-            if buffer.common is None:
-                shared = torch.zeros_like(index)
-            else:
-                shared = buffer.common.gather(1, index.unsqueeze(1)).squeeze(1)  # (B,) steps row j shares with index[j]
-            start = int(shared.masked_fill(index == rows, S).amin())
+            start = plan.start
             if start < S:  # steps [start, S) differ between some row and its source
                 for held in (keys, values):
                     differing = held.narrow(2, start, S - start)
                     differing.copy_(differing.index_select(0, index))  # gathered first: cycles and repeats are safe
-            buffer.common = common
+            buffer.common, buffer.least = plan.common, plan.least
             return self
         shape = (index.shape[0], N, buffer.capacity, Dh)
-        selected = KVBuffer(keys.new_empty(shape), values.new_empty(shape), S, common)
+        selected = KVBuffer(keys.new_empty(shape), values.new_empty(shape), S, plan.common, plan.least)
         cache = selected.cache()
         torch.index_select(keys, 0, index, out=cache.keys)
         torch.index_select(values, 0, index, out=cache.values)
@@ -183,7 +201,7 @@ class KVCache(NamedTuple):
         buffer = self.buffer
         if buffer is None or buffer.common is None or self.keys.shape[0] < 2:
             return 0
-        return min(int(buffer.common.min()), self.keys.shape[2])
+        return min(buffer.least, self.keys.shape[2])
 
     def _owns(self, buffer: KVBuffer | None) -> bool:
         """Whether this cache may write in place into ``buffer``: its keys and values are the buffer's first S steps
@@ -269,6 +287,32 @@ class StaticKVCache(NamedTuple):
         """The cache of rows ``index`` (B',), in that order, in new buffers of the same capacity."""
         keys, values, length = self
         return StaticKVCache(keys.index_select(0, index), values.index_select(0, index), length)
+
+
+class _Reorder(NamedTuple):
+    """What selecting rows ``index`` (B',) works out from a buffer's ``common`` (``source``, (B, B) or None) and its
+    S steps; the same for every buffer that holds that ``common`` at S steps.
+
+    common: (B', B') the reordered rows' common steps; least: its smallest entry (S for one row); start: the first
+    step where some row differs from its source (S when none does), from which an in-place reorder (B' = B) moves
+    the rows.
+    """
+
+    source: Tensor | None
+    common: Tensor
+    least: int
+    start: int
+
+    @classmethod
+    def of(cls, source: Tensor | None, index: Tensor, steps: int) -> _Reorder:
+        common = _common_steps(source, index, steps)
+        if source is not None and source.shape[0] != index.shape[0]:  # B' != B: no in-place reorder, no start
+            return cls(source, common, int(common.min()), 0)
+        # (B,) the steps row j shares with its source index[j]
+        shared = torch.zeros_like(index) if source is None else source.gather(1, index.unsqueeze(1)).squeeze(1)
+        rows = torch.arange(index.shape[0], device=index.device)
+        least, start = torch.stack([common.min(), shared.masked_fill(index == rows, steps).amin()]).tolist()
+        return cls(source, common, least, start)
 
 
 def _common_steps(common: Tensor | None, index: Tensor, steps: int) -> Tensor:

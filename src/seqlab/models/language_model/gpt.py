@@ -367,12 +367,12 @@ class GPT(PretrainedMixin, nn.Module):
 
         in_place: give ``state`` up (beam search, which never reads a state again once reordered): each
         ``KVCache`` then permutes its rows within its own buffer, over the steps where they differ only
-        (``KVCache.select_rows(index, in_place=True)``), and ``state``'s caches change with it. Static caches are
-        always copied."""
-        caches = [
-            cache.select_rows(index, in_place=in_place) if isinstance(cache, KVCache) else cache.select_rows(index)
-            for cache in state.caches
-        ]
+        (``KVCache.select_rows(index, in_place=True)``), and ``state``'s caches change with it; what the layers'
+        reorders share is worked out once (``KVCache.select_rows_of``). Static caches are always copied."""
+        if isinstance(state.caches[0], StaticKVCache):
+            caches = [cache.select_rows(index) for cache in state.caches]
+        else:
+            caches = KVCache.select_rows_of(state.caches, index, in_place=in_place)
         next_position, keep_mask = select_rows(state.next_position, index), select_rows(state.keep_mask, index)
         return GPTState(caches, next_position, keep_mask, state.incremental_step)
 
