@@ -145,7 +145,7 @@ def test_derived_weights_are_rebuilt_when_a_source_changes_and_reused_otherwise(
 
     def stacked():
         sources = (*(m.weight for m in modules), *(m.bias for m in modules))
-        return derived.get(sources, lambda: None, kind="one row" if rows == 1 else "few rows")
+        return derived.get(sources, lambda: None, kind=rows == 1)
 
     check()
     weight = stacked()

@@ -50,4 +50,5 @@ def next_token_log_probs(logits: Tensor, *, rows: int, eos_id: int | None) -> Te
         raise ValueError(f"model.step must return logits of shape ({rows}, V), got {tuple(logits.shape)}")
     if eos_id is not None and not 0 <= eos_id < logits.shape[1]:
         raise ValueError(f"eos_id ({eos_id}) is outside the vocabulary [0, {logits.shape[1]})")
-    return torch.log_softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+    dtype = logits.dtype if logits.dtype == torch.float64 else torch.float32  # not torch.promote_types: an op call
+    return torch.log_softmax(logits, dim=-1, dtype=dtype)

@@ -273,16 +273,19 @@ class IncrementalStep:
             raise ValueError(f"got {len(caches)} caches for a decoder of {len(layers)} layers")
         mask = None if keep_mask is None else keep_mask[:, None, None, :]  # (B, 1, 1, S + 1)
         derived = self.derived if x.device.type == "cpu" else None  # see the class
+        B, _, D = x.shape
+        x = x.view(B, D)  # the rows' one position, as matrix products take it
         new_caches = []
         for layer, cache in zip(layers, caches, strict=True):
             if _inlinable(layer):
                 x, cache = _layer_step(layer, x, cache, mask, derived)
             else:
-                x, cache = layer(x, keep_mask=keep_mask, cache=cache)
+                x, cache = layer(x.view(B, 1, D), keep_mask=keep_mask, cache=cache)
+                x = x.view(B, D)
             new_caches.append(cache)
         if final_norm is not None:
             x = direct_calls.layer_norm(final_norm, x)
-        return DecoderOnlyOutput(x, new_caches)
+        return DecoderOnlyOutput(x.view(B, 1, D), new_caches)
 
 
 _ATTENTION_LINEARS = ("q_proj", "k_proj", "v_proj", "out_proj")
@@ -295,21 +298,21 @@ def _layer_step(
     mask: Tensor | None,
     derived: direct_calls.DerivedWeights | None,
 ) -> tuple[Tensor, KVCache | StaticKVCache]:
-    """One ``_inlinable`` layer on x (B, 1, D) over its cache; mask (B, 1, 1, S + 1) or None, or (B, 1, 1, C) for a
-    static cache; derived: the run's derived weights (``direct_calls.stacked_linear``), or None. Returns the layer's
-    output (B, 1, D) and the cache with x's keys and values appended."""
+    """One ``_inlinable`` layer on x (B, D), each row's one new position, over its cache; mask (B, 1, 1, S + 1) or
+    None, or (B, 1, 1, C) for a static cache; derived: the run's derived weights (``direct_calls.stacked_linear``),
+    or None. Returns the layer's output (B, D) and the cache with x's keys and values appended."""
     modules, norm_first = layer._modules, layer.norm_first  # not layer.self_attn: see seqlab.nn.direct_calls
     attn, feed_forward, norm1, norm2 = modules["self_attn"], modules["feed_forward"], modules["norm1"], modules["norm2"]
     projections, ff_modules = attn._modules, feed_forward._modules
-    B, _, D = x.shape
+    B, D = x.shape
     N, Dh = attn.num_heads, attn.head_dim
     few = direct_calls.few_rows(x)  # the products' orientation (direct_calls.affine)
     h = direct_calls.layer_norm(norm1, x) if norm_first else x
     qkv = None
     if derived is not None:
         stacked = (projections["q_proj"], projections["k_proj"], projections["v_proj"])
-        qkv = direct_calls.stacked_linear(stacked, h.view(B, D), derived)  # (B, 3D)
-    # With T = 1, (B, 1, D) and (B, N, 1, Dh) have the same layout: the heads split by a view, no transpose.
+        qkv = direct_calls.stacked_linear(stacked, h, derived)  # (B, 3D)
+    # With T = 1, (B, D) and (B, N, 1, Dh) have the same layout: the heads split by a view, no transpose.
     if qkv is not None:
         q, k, v = qkv.view(B, 3, N, 1, Dh).unbind(1)  # each (B, N, 1, Dh)
     else:
@@ -324,12 +327,12 @@ def _layer_step(
         attended = _attend_shared(q, cache.keys, cache.values, shared)
     else:
         attended = F.scaled_dot_product_attention(q, cache.keys, cache.values, attn_mask=mask)  # (B, N, 1, Dh)
-    x = x + direct_calls.linear(projections["out_proj"], attended.view(B, 1, D), few=few)  # heads merged, (B, 1, D)
+    x = x + direct_calls.linear(projections["out_proj"], attended.view(B, D), few=few)  # heads merged, (B, D)
     x = x if norm_first else direct_calls.layer_norm(norm1, x)
     h = direct_calls.layer_norm(norm2, x) if norm_first else x
     linear1 = ff_modules["linear1"]
-    widened = None if derived is None else direct_calls.stacked_linear((linear1,), h.view(B, D), derived)
-    widened = direct_calls.linear(linear1, h, few=few) if widened is None else widened.view(B, 1, -1)  # (B, 1, d_ff)
+    widened = None if derived is None else direct_calls.stacked_linear((linear1,), h, derived)
+    widened = direct_calls.linear(linear1, h, few=few) if widened is None else widened  # (B, d_ff)
     inner = ACTIVATIONS[feed_forward.activation](widened)
     x = x + direct_calls.linear(ff_modules["linear2"], inner, few=few)
     x = x if norm_first else direct_calls.layer_norm(norm2, x)

@@ -64,9 +64,11 @@ def affine(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     product.
     """
     if few_rows(x) and type(weight) in _PLAIN_TENSORS:
-        flat = x.reshape(-1, x.shape[-1]).t()  # (in, rows)
+        matrix = x.dim() == 2
+        flat = x.t() if matrix else x.reshape(-1, x.shape[-1]).t()  # (in, rows)
         y = torch.mm(weight, flat) if bias is None else torch.addmm(bias.unsqueeze(1), weight, flat)  # (out, rows)
-        return y.t().contiguous().view(*x.shape[:-1], weight.shape[0])
+        y = y.t().contiguous()
+        return y if matrix else y.view(*x.shape[:-1], weight.shape[0])
     return F.linear(x, weight, bias)
 
 
@@ -101,14 +103,20 @@ class DerivedWeights:
         self._entries: dict[tuple[Hashable, ...], tuple[tuple[Tensor, ...], list[int], Any]] = {}
 
     def __len__(self) -> int:
-        return len(self._entries)
+        """How many things are derived and kept (a None that ``derive`` gave is not counted)."""
+        return sum(entry[2] is not None for entry in self._entries.values())
 
-    def get(self, sources: tuple[Tensor, ...], derive: Callable[[], Derived], *, kind: Hashable = None) -> Derived:
+    def get(
+        self, sources: tuple[Tensor, ...], derive: Callable[[], Derived], *, kind: Hashable = None
+    ) -> Derived | None:
         """``derive()``, computed from ``sources`` when first asked and again whenever one of them has changed;
-        ``kind`` tells apart things derived from the same sources (e.g. two orientations). Every source must
-        track versions (not an inference tensor)."""
+        ``kind`` tells apart things derived from the same sources (e.g. two orientations). None where a source
+        tracks no version (an inference tensor), so that nothing derived from it could be kept up to date."""
         key = (kind, *map(id, sources))
-        stamp = [n for t in sources for n in (t._version, t.data_ptr())]
+        try:
+            stamp = [n for t in sources for n in (t._version, t.data_ptr())]
+        except RuntimeError:  # "Inference tensors do not track version counter"
+            return None
         entry = self._entries.get(key)
         if entry is None or entry[1] != stamp:
             entry = self._entries[key] = (sources, stamp, derive())
@@ -151,28 +159,32 @@ def stacked_product(
     """
     rows = x.shape[0]
     one_row = rows == 1
-    if one_row:
-        if sum(w.shape[0] for w in weights) <= x.shape[1]:
-            return None
-    elif not (len(weights) > 1 and rows <= FEW_ROWS):
+    if not (one_row or (len(weights) > 1 and rows <= FEW_ROWS)) or (biases and len(biases) != len(weights)):
         return None
-    if biases and len(biases) != len(weights):
-        return None
+    # What the checks find depends on the tensors alone, so it is derived (and kept) with the copies.
     sources = (*weights, *biases)
-    for tensor in sources:
-        if type(tensor) not in _PLAIN_TENSORS or tensor.is_inference() or tensor.device.type != "cpu":
-            return None
+    stacked = derived.get(sources, lambda: _stacked(weights, biases, transposed=one_row), kind=one_row)
+    if stacked is None:
+        return None
+    weight, bias = stacked
     if one_row:
-        weight, bias = derived.get(sources, lambda: _stacked(weights, biases, transposed=True), kind="one row")
         return torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
-    weight, bias = derived.get(sources, lambda: _stacked(weights, biases, transposed=False), kind="few rows")
     y = torch.mm(weight, x.t()) if bias is None else torch.addmm(bias, weight, x.t())  # (sum out, rows)
     return y.t().contiguous()
 
 
-def _stacked(weights: Sequence[Tensor], biases: Sequence[Tensor], *, transposed: bool) -> tuple[Tensor, Tensor | None]:
-    """The weights (out_i, in) stacked, (sum out, in), or its contiguous transpose (in, sum out); the biases (out_i,)
-    stacked, (sum out,), as a column (sum out, 1) for the untransposed weight, or None without biases."""
+def _stacked(
+    weights: Sequence[Tensor], biases: Sequence[Tensor], *, transposed: bool
+) -> tuple[Tensor, Tensor | None] | None:
+    """The weights (out_i, in) stacked, (sum out, in), or its contiguous transpose (in, sum out), which must widen
+    (sum out > in); the biases (out_i,) stacked, (sum out,), as a column (sum out, 1) for the untransposed weight, or
+    None without biases. None where that does not apply: a transpose that would not widen, or a tensor that is not
+    a plain CPU tensor."""
+    if transposed and sum(w.shape[0] for w in weights) <= weights[0].shape[1]:
+        return None
+    for tensor in (*weights, *biases):
+        if type(tensor) not in _PLAIN_TENSORS or tensor.device.type != "cpu":
+            return None
     weight = torch.cat(weights) if len(weights) > 1 else weights[0]
     bias = (torch.cat(biases) if len(biases) > 1 else biases[0]) if biases else None
     if transposed:

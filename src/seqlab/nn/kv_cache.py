@@ -142,8 +142,8 @@ class KVCache(NamedTuple):
         if not self._owns(buffer) or S + t > buffer.capacity:
             common, least = (None, 0) if buffer is None else (buffer.common, buffer.least)  # the same rows, copied
             buffer = KVBuffer.holding(keys, values, max(2 * (S + t), MIN_CAPACITY), common, least)
-        buffer.keys.narrow(2, S, t).copy_(k)
-        buffer.values.narrow(2, S, t).copy_(v)
+        buffer.keys[:, :, S : S + t] = k  # one call each (narrow and copy_ are two)
+        buffer.values[:, :, S : S + t] = v
         buffer.written = S + t
         return buffer.cache()
 
