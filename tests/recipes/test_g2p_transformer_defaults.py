@@ -13,7 +13,7 @@ import pytest
 from seqlab.config import apply_overrides
 from seqlab.errors import ConfigError
 from seqlab.recipes import g2p
-from seqlab.recipes.base import load_recipe_config, save_recipe_file
+from seqlab.recipes.saved_run import load_recipe_config, save_recipe_file
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
 TRANSFORMER_TRAIN = dataclasses.replace(g2p.Config().train, lr=1e-3, betas=(0.9, 0.98))

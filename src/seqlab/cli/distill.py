@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 from seqlab.errors import CheckpointError, ConfigError
-from seqlab.recipes.base import recipe_name_of
+from seqlab.recipes.saved_run import recipe_name_of
 from seqlab.recipes.system import SystemOptions
 
 
