@@ -98,5 +98,6 @@ def test_replacing_the_model_of_a_config_whose_train_section_was_not_given_switc
     transformer = dataclasses.replace(g2p.Config(), model=g2p.TransformerConfig())
     assert transformer.train == TRANSFORMER_TRAIN
     assert dataclasses.replace(transformer, model=g2p.RNNConfig()) == g2p.Config()
+    assert g2p.Config(model=g2p.TransformerConfig(), train=DEFAULT_TRAIN).train == TRANSFORMER_TRAIN  # by identity
     given = dataclasses.replace(g2p.Config(), train=dataclasses.replace(DEFAULT_TRAIN, lr=3e-3))
     assert dataclasses.replace(given, model=g2p.TransformerConfig()).train.lr == 3e-3

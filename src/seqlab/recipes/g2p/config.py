@@ -261,8 +261,9 @@ class Config:
     (``TransformerConfig.SECTION_DEFAULTS``): ``Config(model=TransformerConfig())`` trains at lr 1e-3 with betas
     (0.9, 0.98), ``Config()`` at the RNN's 2e-3 and (0.9, 0.999). A dataclass cannot tell a value given as the
     default from one not given, so "not given" is told by identity: the train section is one of the per-class
-    default objects (``DEFAULT_TRAIN`` itself for the RNN), as the field's default or carried over by
-    ``dataclasses.replace(config, model=...)``, which therefore switches the defaults both ways. Any other train
+    default objects (``DEFAULT_TRAIN`` itself for the RNN, ``Config(model=TransformerConfig()).train`` for the
+    Transformer), however it came: as the field's default, carried over by ``dataclasses.replace(config,
+    model=...)`` (which therefore switches the defaults both ways), or passed as ``train=``. Any other train
     section is the caller's and is kept, even one equal to the RNN's defaults (``replace(DEFAULT_TRAIN)``), and so
     is every saved run's (``load_recipe_config`` builds its sections anew).
     """
