@@ -13,8 +13,9 @@ from seqlab.cli.tables import format_value, table
 from seqlab.config import apply_overrides, describe, flatten, load_toml, parse_assignments
 from seqlab.errors import ConfigError, SeqlabError
 from seqlab.recipes import PLUGIN_ERRORS, RECIPES, Recipe, get_recipe, recipe_of_checkpoint, recipes_offering
-from seqlab.recipes.base import load_recipe_config, run_directory, run_training
-from seqlab.recipes.run_directory import RunMode
+from seqlab.recipes.base import run_training
+from seqlab.recipes.run_directory import RunMode, run_directory
+from seqlab.recipes.saved_run import load_recipe_config
 from seqlab.recipes.system import (
     BACKENDS,
     GenerationRequest,

@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 
 from seqlab.errors import CheckpointError, ConfigError
-from seqlab.recipes.base import recipe_name_of
+from seqlab.recipes.saved_run import recipe_name_of
 from seqlab.recipes.system import SystemOptions
 
 RESCORE_HELP = "runs of the same split and vocabularies (e.g. trained right to left) that re-rank the teacher's beam"

@@ -367,7 +367,8 @@ class GPT(PretrainedMixin, nn.Module):
         in_place: give ``state`` up (beam search, which never reads a state again once reordered): each
         ``KVCache`` then permutes its rows within its own buffer, over the steps where they differ only
         (``KVCache.select_rows(index, in_place=True)``), and ``state``'s caches change with it. Static caches are
-        always copied."""
+        always copied. Taking the keyword declares ``seqlab.decoding.interface.InPlaceReorderModel``: the
+        generation engine's beam search passes True."""
         caches = [
             cache.select_rows(index, in_place=in_place) if isinstance(cache, KVCache) else cache.select_rows(index)
             for cache in state.caches

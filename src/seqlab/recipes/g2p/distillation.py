@@ -19,9 +19,9 @@ from seqlab.data.cmudict import Pronunciation
 from seqlab.data.pronunciations import G2PDataConfig, load_splits
 from seqlab.errors import CheckpointError
 from seqlab.files import atomic_write
-from seqlab.recipes.base import load_recipe_config
 from seqlab.recipes.g2p.config import Config
 from seqlab.recipes.g2p.system import G2PSystem
+from seqlab.recipes.saved_run import load_recipe_config
 
 __all__ = ["DISTILLED_FILES", "cmudict_lines", "distillation_files", "teacher_data", "teacher_pronunciations"]
 

@@ -34,16 +34,11 @@ from seqlab.export import OnnxRNNSeq2Seq, OnnxTransformerSeq2Seq, load_step_mode
 from seqlab.metrics import g2p_scores
 from seqlab.models.seq2seq.rnn import RNNSeq2Seq
 from seqlab.models.seq2seq.transformer import TransformerSeq2Seq
-from seqlab.recipes.base import (
-    check_model_config,
-    check_vocabulary_size,
-    load_recipe_config,
-    model_device,
-    recipe_name_of,
-)
+from seqlab.recipes.base import model_device
 from seqlab.recipes.g2p.config import Config
 from seqlab.recipes.g2p.error_analysis import check_errors_path, error_categories, write_errors
 from seqlab.recipes.g2p.rescoring import TargetOrder, rescore_nbest, target_ids
+from seqlab.recipes.saved_run import check_model_config, check_vocabulary_size, load_recipe_config, recipe_name_of
 from seqlab.recipes.system import SystemOptions, nbest_within_beam
 
 NAME = "g2p"
