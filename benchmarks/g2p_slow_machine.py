@@ -40,9 +40,10 @@ from torch import nn
 
 from seqlab.config import apply_overrides, parse_assignments
 from seqlab.files import atomic_write
-from seqlab.recipes.base import TrainingRun, save_recipe_file
+from seqlab.recipes.base import TrainingRun
 from seqlab.recipes.g2p import training
 from seqlab.recipes.g2p.config import DEFAULT_STEPS, Config
+from seqlab.recipes.saved_run import save_recipe_file
 from seqlab.training.callbacks import MetricsLog
 from seqlab.training.checkpoint import STATE_FILE, load_training_state, save_training_state
 from seqlab.training.objectives import LossOutput

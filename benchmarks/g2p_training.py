@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
-from language_model import median_and_iqr, time_pair
+from timing import median_and_iqr, time_pair
 
 from seqlab.config import apply_overrides, flatten, load_toml, parse_assignments
 from seqlab.data.batching import Seq2SeqBatch, batch_iterator

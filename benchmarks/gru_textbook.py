@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import time
 from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+from timing import median_and_iqr
 from torch import Tensor, nn
 
 from seqlab.models import RNNLanguageModel, RNNSeq2Seq
@@ -130,13 +130,6 @@ def time_rounds(rows: list[Row], *, warmup: int, repeats: int, seed: int) -> lis
             if i >= warmup:
                 seconds[r].append(time.perf_counter() - start)
     return seconds
-
-
-def median_and_iqr(values: list[float]) -> tuple[float, float, float]:
-    if len(values) == 1:
-        return values[0], values[0], values[0]
-    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return median, q1, q3
 
 
 def main() -> None:

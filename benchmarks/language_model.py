@@ -53,12 +53,19 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from timing import median_and_iqr, time_pair
 from torch import Tensor, nn
-from transformers import GPT2Config, GPT2LMHeadModel
 
 from seqlab.decoding import generate
+from seqlab.logs import quiet_loggers
 from seqlab.models import GPT, CompiledGPT, RNNLanguageModel, RNNLanguageModelConfig
+from seqlab.models.quantized import TORCHAO_IMPORT_LOGGERS
 from seqlab.nn import direct_calls
+
+# transformers imports torchao where it is installed, which logs at import what a CPU run does not use (its
+# CUDA-only kernels did not load); seqlab's own torchao import is lazy (seqlab.models.quantized).
+with quiet_loggers(TORCHAO_IMPORT_LOGGERS):
+    from transformers import GPT2Config, GPT2LMHeadModel
 
 PROMPT_LENGTH = 16
 
@@ -164,30 +171,6 @@ def step_products(model: GPT, rows: int, steps: int) -> None:
                     direct_calls.linear(m, x, few=few)
         if direct_calls.stacked_product(h, (weight,), (), derived) is None:
             direct_calls.affine(h, weight) if few else F.linear(h, weight)
-
-
-def time_pair(
-    runs: list[Callable[[], object]], *, repeats: int, sync: Callable[[], None], clock: Callable[[], float]
-) -> list[list[float]]:
-    """Seconds per run (outer) and round (inner); the order of the two runs alternates by round; one warm-up."""
-    seconds: list[list[float]] = [[] for _ in runs]
-    for i in range(1 + repeats):
-        order = range(len(runs)) if i % 2 == 0 else reversed(range(len(runs)))
-        for r in order:
-            start = clock()
-            runs[r]()
-            sync()
-            if i > 0:
-                seconds[r].append(clock() - start)
-    return seconds
-
-
-def median_and_iqr(values: list[float]) -> tuple[float, float, float]:
-    """(median, first quartile, third quartile); all three equal the value for a single one."""
-    if len(values) == 1:
-        return values[0], values[0], values[0]
-    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return median, q1, q3
 
 
 def print_rows(

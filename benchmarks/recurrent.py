@@ -30,12 +30,12 @@ from __future__ import annotations
 import argparse
 import math
 import random
-import statistics
 import time
 from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+from timing import median_and_iqr
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -122,14 +122,6 @@ def time_rounds(
             if i >= warmup:
                 seconds[r].append(time.perf_counter() - start)
     return seconds
-
-
-def median_and_iqr(values: list[float]) -> tuple[float, float, float]:
-    """(median, first quartile, third quartile); all three equal the value for a single one."""
-    if len(values) == 1:
-        return values[0], values[0], values[0]
-    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return median, q1, q3
 
 
 def parse_shape(text: str) -> Shape:

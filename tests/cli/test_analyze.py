@@ -14,7 +14,7 @@ from seqlab.data.cmudict import read_cmudict
 from seqlab.data.tokenizers import CharTokenizer
 from seqlab.models import GPT
 from seqlab.recipes import g2p, lm
-from seqlab.recipes.base import save_recipe_file
+from seqlab.recipes.saved_run import save_recipe_file
 from seqlab.training import MetricsLog
 from seqlab.training.records import StepRecord
 

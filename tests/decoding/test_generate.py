@@ -313,3 +313,47 @@ def test_bad_prompts_give_one_line_messages():
         generate(model, torch.tensor([[1.0, 2.0]]), max_new_tokens=1)
     with pytest.raises(TypeError, match=r"^input_ids must be a tensor of token ids, got list$"):
         generate(model, [[1, 2]], max_new_tokens=1)
+
+
+class InPlacePrefixLM(PrefixLM):
+    """PrefixLM declaring ``InPlaceReorderModel``: an in-place reorder records the flag and then wrecks the state
+    it was given (what a state given up may suffer), so a search that read it again would go wrong."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_place_flags = []
+
+    def prefill(self, input_ids, keep_mask=None):  # a state of its own, not the caller's prompt tensors
+        return super().prefill(input_ids.clone(), None if keep_mask is None else keep_mask.clone())
+
+    def reorder_state(self, state, index, *, in_place=False):
+        self.in_place_flags.append(in_place)
+        reordered = select_rows(state, index)
+        if in_place:
+            state.tokens.fill_(0)
+            state.keep_mask.fill_(False)
+        return reordered
+
+
+class CopyCountingPrefixLM(PrefixLM):
+    """PrefixLM without the keyword (reordered by copy), counting its reorders."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reorders = 0
+
+    def reorder_state(self, state, index):
+        self.reorders += 1
+        return super().reorder_state(state, index)
+
+
+@pytest.mark.parametrize("eos_id", [None, 1])
+def test_beam_search_reorders_in_place_only_a_model_that_declares_it_and_the_tokens_do_not_change(eos_id):
+    ids, keep = _left_pad(PROMPTS)
+    settings = {"keep_mask": keep, "max_new_tokens": 5, "num_beams": 3, "eos_id": eos_id}
+    declared, copied = InPlacePrefixLM(), CopyCountingPrefixLM()
+    out, reference = generate(declared, ids, **settings), generate(copied, ids, **settings)
+    assert declared.in_place_flags and set(declared.in_place_flags) == {True}
+    assert copied.reorders == len(declared.in_place_flags)  # the same reorders, by copy (no keyword passed)
+    assert torch.equal(out.tokens, reference.tokens) and torch.equal(out.lengths, reference.lengths)
+    assert_close(out.log_probs, reference.log_probs)

@@ -44,6 +44,26 @@ def test_sequence_log_probs_equal_the_sum_of_step_by_step_log_probs(which):
     assert_close(got, expected)
 
 
+def test_several_models_score_the_log_of_their_mean_per_token_probability():
+    """An ensemble's log p(y | x) = sum_t log mean_m p_m(y_t | y_<t, x), each p_m stepped token by token here."""
+    models = _models()
+    pairs = [([3, 4, 5, 6], [5, 6, 7]), ([7, 3], [8]), ([5], [])]
+    expected = []
+    for source, target in pairs:
+        states = [m.encode(torch.tensor([source]), torch.tensor([len(source)])) for m in models]
+        total, previous = 0.0, BOS
+        for token in [*target, EOS]:
+            outs = [m.step(torch.tensor([previous]), st) for m, st in zip(models, states, strict=True)]
+            total += math.log(sum(torch.softmax(o.logits, dim=-1)[0, token].item() for o in outs) / len(models))
+            states, previous = [o.state for o in outs], token
+        expected.append(total)
+    batch = collate_seq2seq(pairs)
+    assert_close(sequence_log_probs(models, batch), torch.tensor(expected, dtype=torch.float64))
+    assert torch.equal(sequence_log_probs([models[0]], batch), sequence_log_probs(models[0], batch))
+    with pytest.raises(ValueError, match=r"^sequence_log_probs needs at least one model$"):
+        sequence_log_probs([], batch)
+
+
 def test_weight_zero_keeps_the_search_order_and_scores_exactly():
     search, second = [-1.0, -1.5, -3.0], [-9.0, -0.1, -0.2]  # the second model disagrees completely
     assert rerank(search, second, weight=0.0) == (list(range(3)), search)

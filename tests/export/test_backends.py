@@ -30,9 +30,9 @@ from seqlab.models.forecaster import Forecaster, ForecasterConfig
 from seqlab.models.language_model.gpt import GPT
 from seqlab.models.tagger import TaggerOutput
 from seqlab.recipes import bert_mlm, chirps, forecast, load_system, protein, tagger, vowels
-from seqlab.recipes.base import save_recipe_file
 from seqlab.recipes.protein.config import ProteinModelConfig
 from seqlab.recipes.protein.system import residue_tokenizer
+from seqlab.recipes.saved_run import save_recipe_file
 from seqlab.recipes.system import SystemOptions
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"

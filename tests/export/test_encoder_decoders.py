@@ -21,8 +21,8 @@ from seqlab.decoding import beam_search, greedy_search
 from seqlab.export import OnnxTransformerSeq2Seq, export_onnx, load_step_model, read_manifest
 from seqlab.models.t5 import T5
 from seqlab.recipes import t5_g2p, translate
-from seqlab.recipes.base import save_recipe_file
 from seqlab.recipes.common.search import SearchDecodeConfig
+from seqlab.recipes.saved_run import save_recipe_file
 from seqlab.recipes.translate.system import SPECIALS
 
 LETTERS, PHONEMES = list("abcdehilnorstw"), ["AH", "EH", "HH", "L", "OW", "R", "S", "T", "W", "D"]

@@ -21,7 +21,7 @@ from seqlab.data.forecasting import Scaler
 from seqlab.export import export_onnx
 from seqlab.models.forecaster import Forecaster
 from seqlab.recipes import RECIPES, kuramoto_sivashinsky, load_system
-from seqlab.recipes.base import save_recipe_file
+from seqlab.recipes.saved_run import save_recipe_file
 from seqlab.recipes.system import SystemOptions
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"

@@ -10,8 +10,9 @@ from safetensors.torch import load_file
 import seqlab
 from seqlab.data.pronunciations import G2PDataConfig
 from seqlab.recipes import RECIPES, g2p
-from seqlab.recipes.base import load_recipe_config, run_training
+from seqlab.recipes.base import run_training
 from seqlab.recipes.lm import config as lm_config
+from seqlab.recipes.saved_run import load_recipe_config
 from seqlab.training.checkpoint import STATE_FILE, load_training_state
 from seqlab.training.train_config import ScheduledSamplingTrainConfig
 from seqlab.training.trainer import TrainConfig, Trainer

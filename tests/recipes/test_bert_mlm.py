@@ -23,8 +23,8 @@ from seqlab.data.wordpiece import WordPieceTokenizer
 from seqlab.errors import CheckpointError
 from seqlab.models import BertForMaskedLM, BertForPreTraining, load_pretrained
 from seqlab.recipes import bert_mlm, load_system
-from seqlab.recipes.base import load_recipe_config
 from seqlab.recipes.common import masked_lm
+from seqlab.recipes.saved_run import load_recipe_config
 
 WORDS = [
     "the",

@@ -13,10 +13,10 @@ from seqlab.data.vocab import Vocabulary
 from seqlab.errors import ConfigError
 from seqlab.models import ELMo, ELMoConfig, Seq2VecClassifier
 from seqlab.recipes import classify
-from seqlab.recipes.base import load_recipe_config
 from seqlab.recipes.classify.config import BiLSTMArmConfig, ELMoArmConfig, ScratchBertArmConfig
 from seqlab.recipes.classify.models import BiLMPretraining
 from seqlab.recipes.common.text_classifier import ClassifierTraining, bilstm_config
+from seqlab.recipes.saved_run import load_recipe_config
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "checkpoints" / "classify_9a192c4"
 

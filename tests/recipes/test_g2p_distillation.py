@@ -97,15 +97,33 @@ def test_distill_command_writes_the_files_and_says_how_to_train_on_them(tmp_path
     assert read_cmudict(out / "test.txt") == test
 
 
-def test_distill_refuses_an_ensemble_member_of_another_split(tmp_path):
+def test_a_rescored_teacher_writes_its_re_ranked_best(tmp_path):
+    rnn, transformer = _teacher_run(tmp_path, "rnn", RNN), _teacher_run(tmp_path, "tf", TRANSFORMER)
+    out = tmp_path / "kd"
+    argv = ("--rescore", transformer, "--rescore-weight", "1", "--num-beams", "3")
+    result = run_cli("distill", rnn, *argv, "--out", out)
+    assert result.code == 0, result.err
+    teacher = G2PSystem.load(RNN, SystemOptions(rescore=(TRANSFORMER,), rescore_weight=1.0))
+    train, _, _ = load_splits(DATA)
+    words = [p.word for p in train]
+    assert read_cmudict(out / "train.txt") == teacher_pronunciations(teacher, words, num_beams=3)
+    alone = teacher_pronunciations(G2PSystem.load(RNN), words, num_beams=3)
+    assert read_cmudict(out / "train.txt") != alone  # the weight-1 rescorer changes some words' best
+    result = run_cli("distill", rnn, *argv[:2], "--rescore-weight", "1.5", "--out", tmp_path / "kd2")
+    assert_error(result, "--rescore-weight (1.5) must be in [0, 1]")
+    assert not (tmp_path / "kd2").exists()
+
+
+def test_distill_refuses_an_ensemble_member_or_rescorer_of_another_split(tmp_path):
     rnn = _teacher_run(tmp_path, "rnn", RNN)
     other = _teacher_run(tmp_path, "other", TRANSFORMER)
     recipe = json.loads((other / "recipe.json").read_text())
     recipe["config"]["data"]["split_seed"] = 1
     (other / "recipe.json").write_text(json.dumps(recipe))
-    result = run_cli("distill", rnn, "--ensemble", other, "--out", tmp_path / "kd")
-    assert_error(result, f"--ensemble {other}: trained on other data or another split than {rnn}")
-    assert not (tmp_path / "kd").exists()
+    for flag in ("--ensemble", "--rescore"):
+        result = run_cli("distill", rnn, flag, other, "--out", tmp_path / "kd")
+        assert_error(result, f"{flag} {other}: trained on other data or another split than {rnn}")
+        assert not (tmp_path / "kd").exists()
 
 
 def test_distill_refuses_a_bad_beam_width_and_a_run_of_another_recipe(tmp_path):

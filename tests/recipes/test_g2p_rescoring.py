@@ -2,6 +2,7 @@
 the 0.1.0 fixture runs (an LSTM and a Transformer trained on ``train.dict``, with the same vocabularies)."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,32 @@ def test_rescoring_picks_the_best_weighted_sum_of_the_beam(weight):
     assert _predict(RNN, *WORDS, "--rescore", TRANSFORMER, "--rescore-weight", str(weight)) == expected
 
 
+def test_several_rescoring_runs_score_as_one_ensemble():
+    """With two rescoring runs, the best is the argmax of (1 - w) log p_run + w log p_ensemble over the 5-best,
+    p_ensemble(y) = prod_t of the runs' mean probability of y_t, computed here step by step."""
+    run = g2p.G2PSystem.load(RNN)
+    rescorers = [g2p.G2PSystem.load(TRANSFORMER), run]
+    expected = []
+    for word, hyps in zip(WORDS, run.transcribe(WORDS, source="t", nbest=5), strict=True):
+        combined = [0.5 * lp + 0.5 * _ensemble_log_prob(rescorers, word, phonemes) for phonemes, lp in hyps]
+        expected.append(f"{word}  {' '.join(hyps[combined.index(max(combined))][0])}")
+    assert _predict(RNN, *WORDS, "--rescore", TRANSFORMER, RNN) == expected
+
+
+def _ensemble_log_prob(systems, word, phonemes):
+    """log prod_t mean_m p_m(phoneme_t | ...) over the left-to-right ``systems``, stepped one phoneme at a time."""
+    ids = systems[0].letters.encode(list(word))
+    models = [system.model.eval() for system in systems]
+    states = [m.encode(torch.tensor([ids]), torch.tensor([len(ids)])) for m in models]
+    total, previous = 0.0, systems[0].phonemes.bos_id
+    with torch.no_grad():
+        for token in [*systems[0].phonemes.encode(list(phonemes)), systems[0].phonemes.eos_id]:
+            outs = [m.step(torch.tensor([previous]), st) for m, st in zip(models, states, strict=True)]
+            total += math.log(sum(torch.softmax(o.logits.double(), dim=-1)[0, token].item() for o in outs) / 2)
+            states, previous = [o.state for o in outs], token
+    return total
+
+
 def test_a_right_to_left_run_learns_reversed_pronunciations_and_rescores(tmp_path):
     out = tmp_path / "rtl"
     files = [f"data.{split}_path={DICTIONARY}" for split in ("train", "valid", "test")]
@@ -94,6 +121,8 @@ def test_a_right_to_left_run_learns_reversed_pronunciations_and_rescores(tmp_pat
     assert 0 <= _evaluate(RNN, "--rescore", out)["wer"] <= 100
     message = f"--ensemble {out}: reads pronunciations in another order than {RNN}"
     assert_error(run_cli("predict", RNN, "cat", "--ensemble", out), message)  # a mixture would mix directions
+    message = f"--rescore {RNN}: reads pronunciations in another order than {out}"
+    assert_error(run_cli("predict", RNN, "cat", "--rescore", out, RNN), message)
 
 
 def test_bad_rescoring_options_are_refused_in_one_line():

@@ -1,6 +1,7 @@
 """``model.arch=transformer`` picks the Transformer's own training defaults (issue 25.1): dropout 0, Adam at lr 1e-3
-with beta_2 0.98, where the RNN keeps dropout 0.1, lr 2e-3 and beta_2 0.999. Values the user gives win, in the same
-overrides or earlier ones; saved runs load with what they saved (and a run saved before the Transformer had its own
+with beta_2 0.98, where the RNN keeps dropout 0.1, lr 2e-3 and beta_2 0.999; ``Config(model=TransformerConfig())``
+built in Python gets the same. Values the user gives win, in the same overrides or earlier ones, or as a train
+section given in Python; saved runs load with what they saved (and a run saved before the Transformer had its own
 dropout default, with the shared 0.1 it trained with)."""
 
 import dataclasses
@@ -13,7 +14,8 @@ import pytest
 from seqlab.config import apply_overrides
 from seqlab.errors import ConfigError
 from seqlab.recipes import g2p
-from seqlab.recipes.base import load_recipe_config, save_recipe_file
+from seqlab.recipes.g2p.config import DEFAULT_TRAIN
+from seqlab.recipes.saved_run import load_recipe_config, save_recipe_file
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
 TRANSFORMER_TRAIN = dataclasses.replace(g2p.Config().train, lr=1e-3, betas=(0.9, 0.98))
@@ -73,3 +75,29 @@ def test_an_arch_default_the_section_refuses_beside_the_keys_given_is_left_at_th
 def test_a_bad_value_given_with_the_arch_names_itself():
     with pytest.raises(ConfigError, match=r"^--set: \[model\] dropout \(1\.5\) must be in \[0, 1\)$"):
         apply_overrides(g2p.Config(), {"model.arch": "transformer", "model.dropout": "1.5"})
+
+
+@pytest.mark.parametrize("model", [{}, {"d_model": 64, "dropout": 0.1}])
+def test_a_config_built_in_python_gets_the_same_training_defaults_as_the_command_line(model):
+    built = g2p.Config(model=g2p.TransformerConfig(**model))
+    assert built == apply_overrides(
+        g2p.Config(), {"model.arch": "transformer", **{f"model.{k}": v for k, v in model.items()}}
+    )
+    assert built.train == TRANSFORMER_TRAIN
+    assert g2p.Config(model=g2p.RNNConfig()) == g2p.Config() and g2p.Config().train is DEFAULT_TRAIN
+
+
+def test_a_train_section_given_in_python_is_kept_even_at_the_rnns_values():
+    rnn_values = dataclasses.replace(DEFAULT_TRAIN)  # equal to the RNN's defaults, but the caller's
+    assert g2p.Config(model=g2p.TransformerConfig(), train=rnn_values).train.lr == 2e-3
+    given = dataclasses.replace(DEFAULT_TRAIN, batch_size=32)
+    assert g2p.Config(model=g2p.TransformerConfig(), train=given).train == given
+
+
+def test_replacing_the_model_of_a_config_whose_train_section_was_not_given_switches_the_defaults_both_ways():
+    transformer = dataclasses.replace(g2p.Config(), model=g2p.TransformerConfig())
+    assert transformer.train == TRANSFORMER_TRAIN
+    assert dataclasses.replace(transformer, model=g2p.RNNConfig()) == g2p.Config()
+    assert g2p.Config(model=g2p.TransformerConfig(), train=DEFAULT_TRAIN).train == TRANSFORMER_TRAIN  # by identity
+    given = dataclasses.replace(g2p.Config(), train=dataclasses.replace(DEFAULT_TRAIN, lr=3e-3))
+    assert dataclasses.replace(given, model=g2p.TransformerConfig()).train.lr == 3e-3

@@ -28,11 +28,12 @@ from seqlab.errors import ConfigError
 from seqlab.models import GPT, CompiledGPT, RNNLanguageModel, SSMLanguageModel, load_pretrained
 from seqlab.models.language_model import zaremba_small
 from seqlab.recipes import lm, load_system
-from seqlab.recipes.base import load_recipe_config, run_training
+from seqlab.recipes.base import run_training
 from seqlab.recipes.common.causal_blocks import CausalBlockTraining
 from seqlab.recipes.lm import system as lm_system
 from seqlab.recipes.lm.config import GPTModelConfig, LMDataConfig, LSTMModelConfig, apply_preset
 from seqlab.recipes.lm.training import RecurrentTraining, examples, read_splits
+from seqlab.recipes.saved_run import load_recipe_config
 from seqlab.recipes.system import AttentionSource, GenerationRequest, SystemOptions, TextGenerator
 from seqlab.training.trainer import TrainConfig
 

@@ -17,7 +17,7 @@ from seqlab.data.vocab import Vocabulary
 from seqlab.errors import ConfigError
 from seqlab.models import BertForTokenClassification, RNNSequenceTagger, load_pretrained
 from seqlab.recipes import load_system, tagger
-from seqlab.recipes.base import load_recipe_config
+from seqlab.recipes.saved_run import load_recipe_config
 from seqlab.recipes.tagger import (
     IGNORE,
     RNNTaggerConfig,

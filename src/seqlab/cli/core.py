@@ -13,8 +13,9 @@ from seqlab.cli.tables import format_value, table
 from seqlab.config import apply_overrides, describe, flatten, load_toml, parse_assignments
 from seqlab.errors import ConfigError, SeqlabError
 from seqlab.recipes import PLUGIN_ERRORS, RECIPES, Recipe, get_recipe, recipe_of_checkpoint, recipes_offering
-from seqlab.recipes.base import load_recipe_config, run_directory, run_training
-from seqlab.recipes.run_directory import RunMode
+from seqlab.recipes.base import run_training
+from seqlab.recipes.run_directory import RunMode, run_directory
+from seqlab.recipes.saved_run import load_recipe_config
 from seqlab.recipes.system import (
     BACKENDS,
     GenerationRequest,
@@ -40,7 +41,10 @@ OPTION_FLAGS = {
 BACKEND_HELP = "run the model in torch (default) or onnxruntime (needs `seqlab export RUN --format onnx`)"
 COMPILE_HELP = "run a GPT's decoding steps compiled with torch.compile (compiling takes 15 s to minutes first)"
 ENSEMBLE_HELP = "more run directories of the same recipe and vocabularies, decoded together with CHECKPOINT"
-RESCORE_HELP = "a run of the same vocabularies (e.g. trained right to left) that re-ranks CHECKPOINT's beam"
+RESCORE_HELP = (
+    "runs of the same vocabularies (e.g. trained right to left) that re-rank CHECKPOINT's beam; several score as "
+    "one ensemble"
+)
 WEIGHT_HELP = "weight w in [0, 1] of --rescore's scores: (1 - w) * beam score + w * its score (default 0.5)"
 
 
@@ -86,7 +90,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--num-beams", type=int, help="beam width K (default: the checkpoint's; 1 = greedy)")
     evaluate.add_argument("--ensemble", type=Path, nargs="+", metavar="DIR", help=ENSEMBLE_HELP)
     evaluate.add_argument("--errors", type=Path, metavar="FILE", help="write every wrong prediction to a new TSV file")
-    evaluate.add_argument("--rescore", type=Path, metavar="DIR", help=RESCORE_HELP)
+    evaluate.add_argument("--rescore", type=Path, nargs="+", metavar="DIR", help=RESCORE_HELP)
     evaluate.add_argument("--rescore-weight", type=float, metavar="W", help=WEIGHT_HELP)
     evaluate.set_defaults(handler=_evaluate, nbest=None)
 
@@ -97,7 +101,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("--beam-size", type=int, dest="beam_size", help=argparse.SUPPRESS)  # the old --num-beams
     predict.add_argument("--nbest", type=int, help="hypotheses printed per input (default: 1)")
     predict.add_argument("--ensemble", type=Path, nargs="+", metavar="DIR", help=ENSEMBLE_HELP)
-    predict.add_argument("--rescore", type=Path, metavar="DIR", help=RESCORE_HELP)
+    predict.add_argument("--rescore", type=Path, nargs="+", metavar="DIR", help=RESCORE_HELP)
     predict.add_argument("--rescore-weight", type=float, metavar="W", help=WEIGHT_HELP)
     predict.add_argument("--backend", choices=BACKENDS, help=BACKEND_HELP)
     predict.set_defaults(handler=_predict, errors=None)
@@ -251,7 +255,7 @@ def _options(args: argparse.Namespace, flags: dict[str, str]) -> SystemOptions:
     """The ``SystemOptions`` of the command line; a bad value is named by its flag (``flags``: field -> flag)."""
     given = {name: getattr(args, name) for name in OPTION_FLAGS if getattr(args, name, None) is not None}
     try:
-        return SystemOptions(**{k: tuple(v) if k == "ensemble" else v for k, v in given.items()})
+        return SystemOptions(**{k: tuple(v) if k in ("ensemble", "rescore") else v for k, v in given.items()})
     except ConfigError as e:
         raise ConfigError(_with_flags(str(e), flags)) from None
 

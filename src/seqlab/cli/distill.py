@@ -1,7 +1,8 @@
-"""``seqlab distill TEACHER [--ensemble DIR ...] --out DIR``: the data of a sequence-level knowledge-distilled g2p
-student (Kim and Rush 2016; ``seqlab.recipes.g2p.distillation``).
+"""``seqlab distill TEACHER [--ensemble DIR ...] [--rescore DIR ...] --out DIR``: the data of a sequence-level
+knowledge-distilled g2p student (Kim and Rush 2016; ``seqlab.recipes.g2p.distillation``).
 
-The teacher (with ``--ensemble``, the ensemble) transcribes the training split it was trained on, by beam search;
+The teacher (with ``--ensemble``, the ensemble; with ``--rescore``, its beam re-ranked by those runs, as ``seqlab
+evaluate`` re-ranks it) transcribes the training split it was trained on, by beam search;
 OUT gets ``train.txt`` (its pronunciations; with ``--union`` the references too), ``valid.txt`` and ``test.txt``
 (the split's references), and the command prints the ``seqlab train g2p`` arguments that train a student on them.
 """
@@ -12,8 +13,11 @@ import argparse
 from pathlib import Path
 
 from seqlab.errors import CheckpointError, ConfigError
-from seqlab.recipes.base import recipe_name_of
+from seqlab.recipes.saved_run import recipe_name_of
 from seqlab.recipes.system import SystemOptions
+
+RESCORE_HELP = "runs of the same split and vocabularies (e.g. trained right to left) that re-rank the teacher's beam"
+WEIGHT_HELP = "weight w in [0, 1] of --rescore's scores: (1 - w) * beam score + w * their score (default 0.5)"
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -24,6 +28,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     distill.add_argument("teacher", type=Path, help="the g2p run that transcribes")
     distill.add_argument("--ensemble", type=Path, nargs="+", default=[], metavar="DIR", help="more runs of the same "
                          "split and vocabularies, decoded together with TEACHER")  # fmt: skip
+    distill.add_argument("--rescore", type=Path, nargs="+", default=[], metavar="DIR", help=RESCORE_HELP)
+    distill.add_argument("--rescore-weight", type=float, metavar="W", help=WEIGHT_HELP)
     distill.add_argument("--out", type=Path, required=True, help="directory for train.txt, valid.txt and test.txt "
                          "(created if missing; existing files are refused)")  # fmt: skip
     distill.add_argument("--num-beams", type=int, help="the teacher's beam width K (default: TEACHER's)")
@@ -41,8 +47,14 @@ def _distill(args: argparse.Namespace) -> int:
     name = recipe_name_of(args.teacher)
     if name != "g2p":
         raise CheckpointError(f"{args.teacher}: a {name} run; distill takes g2p runs")
-    data = teacher_data(args.teacher, args.ensemble)
-    teacher = G2PSystem.load(args.teacher, SystemOptions(ensemble=tuple(args.ensemble)))
+    data = teacher_data(args.teacher, args.ensemble, args.rescore)
+    try:
+        options = SystemOptions(
+            ensemble=tuple(args.ensemble), rescore=tuple(args.rescore), rescore_weight=args.rescore_weight
+        )
+    except ConfigError as e:
+        raise ConfigError(str(e).replace("rescore_weight", "--rescore-weight", 1)) from None  # the one checked value
+    teacher = G2PSystem.load(args.teacher, options)
     taken = [args.out / name for name in DISTILLED_FILES if (args.out / name).exists()]
     if taken:
         raise ConfigError(f"--out {args.out}: {taken[0].name} exists (distill never overwrites data)")

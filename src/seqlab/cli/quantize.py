@@ -21,8 +21,8 @@ from seqlab.export.quantize import METHODS, check_method, quantize_model
 from seqlab.files import atomic_write, is_bookkeeping, output_directory
 from seqlab.models import load_pretrained
 from seqlab.models.pretrained import CONFIG_FILE, WEIGHTS_FILE
-from seqlab.recipes.base import recipe_name_of
 from seqlab.recipes.run_directory import RESULTS_FILE
+from seqlab.recipes.saved_run import recipe_name_of
 from seqlab.training.callbacks import METRICS_FILE
 from seqlab.training.checkpoint import STATE_FILE
 

@@ -6,7 +6,14 @@ from seqlab.decoding.coverage import CoverageStepModel, coverage_penalty
 from seqlab.decoding.ensemble import EnsembleStepModel
 from seqlab.decoding.generate import GenerateOutput, generate
 from seqlab.decoding.greedy import greedy_search
-from seqlab.decoding.interface import SearchOutput, StepModel, StepOutput, select_rows
+from seqlab.decoding.interface import (
+    InPlaceReorderModel,
+    SearchOutput,
+    StepModel,
+    StepOutput,
+    reorders_in_place,
+    select_rows,
+)
 from seqlab.decoding.processors import (
     LogitsProcessor,
     logits_processor,
@@ -23,6 +30,7 @@ __all__ = [
     "CoverageStepModel",
     "EnsembleStepModel",
     "GenerateOutput",
+    "InPlaceReorderModel",
     "LogitsProcessor",
     "SearchOutput",
     "StepModel",
@@ -34,6 +42,7 @@ __all__ = [
     "logits_processor",
     "min_p",
     "no_repeat_ngram",
+    "reorders_in_place",
     "repetition_penalty",
     "sample",
     "select_rows",

@@ -15,10 +15,11 @@ import torch
 from torch import Tensor
 
 from seqlab.decoding.beam_search import beam_search
+from seqlab.decoding.interface import reorders_in_place
 from seqlab.decoding.left_to_right import GenerateOutput, decode_left_to_right
 from seqlab.decoding.processors import LogitsProcessor, logits_processor
 from seqlab.errors import ConfigError
-from seqlab.models import GPT, CompiledGPT
+from seqlab.models import CompiledGPT
 from seqlab.models.interfaces import LanguageModelStepModel, StepOutput, check_token_ids, select_rows
 from seqlab.validation import check_bool, check_int, check_real, check_token_id
 
@@ -218,13 +219,14 @@ class _PrefilledStepModel:
     """The step interface that ``beam_search`` drives, over a model that has already read the prompts.
 
     State: (model state, the prefill's logits until the first step returns them; the start tokens are already
-    consumed). ``beam_search`` never reads a state again once it has reordered it, so a GPT's caches are reordered
-    in place (``GPT.reorder_state(..., in_place=True)``: only the steps where the beams differ are moved).
+    consumed). ``beam_search`` never reads a state again once it has reordered it, so the state of a model that
+    declares ``InPlaceReorderModel`` (``seqlab.decoding.interface``; a GPT's KV caches: only the steps where the
+    beams differ are moved) is reordered in place, any other model's by copy.
     """
 
     def __init__(self, model: LanguageModelStepModel) -> None:
         self.model = model
-        self.in_place = isinstance(model, GPT)
+        self.in_place = reorders_in_place(model)
 
     def step(self, tokens: Tensor, state: tuple[Any, Tensor | None]) -> StepOutput:
         model_state, logits = state

@@ -1,4 +1,5 @@
-"""What every search shares: its result type, input checks and next-token log-probabilities.
+"""What every search shares: its result type, input checks, next-token log-probabilities, and the one optional
+capability a step model may declare (``InPlaceReorderModel``).
 
 The step interface itself (``StepModel``, ``StepOutput``, ``select_rows``) is defined with the models, in
 ``seqlab.models.interfaces``, and re-exported here.
@@ -6,14 +7,24 @@ The step interface itself (``StepModel``, ``StepOutput``, ``select_rows``) is de
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import inspect
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import Tensor
 
 from seqlab.models.interfaces import StepModel, StepOutput, select_rows
 
-__all__ = ["SearchOutput", "StepModel", "StepOutput", "check_search_inputs", "next_token_log_probs", "select_rows"]
+__all__ = [
+    "InPlaceReorderModel",
+    "SearchOutput",
+    "StepModel",
+    "StepOutput",
+    "check_search_inputs",
+    "next_token_log_probs",
+    "reorders_in_place",
+    "select_rows",
+]
 
 
 class SearchOutput(NamedTuple):
@@ -52,3 +63,27 @@ def next_token_log_probs(logits: Tensor, *, rows: int, eos_id: int | None) -> Te
         raise ValueError(f"eos_id ({eos_id}) is outside the vocabulary [0, {logits.shape[1]})")
     dtype = logits.dtype if logits.dtype == torch.float64 else torch.float32  # not torch.promote_types: an op call
     return torch.log_softmax(logits, dim=-1, dtype=dtype)
+
+
+class InPlaceReorderModel(StepModel, Protocol):
+    """A step model whose state can be reordered in place, declared by ``reorder_state`` taking ``in_place``.
+
+    ``reorder_state(state, index, *, in_place=False)``: as ``StepModel.reorder_state``; with ``in_place=True`` the
+    caller gives ``state`` up (it never reads it again), so the model may reorder its buffers where they are
+    instead of copying them (``GPT``'s ``KVCache``s move only the steps where the rows differ) and ``state`` may
+    change with the result. A model whose ``reorder_state`` lacks the keyword is always reordered by copy; one that
+    takes it but cannot reorder some part of its state in place copies that part.
+    """
+
+    def reorder_state(self, state: Any, index: Tensor, *, in_place: bool = False) -> Any: ...
+
+
+def reorders_in_place(model: StepModel) -> bool:
+    """Whether ``model`` declares ``InPlaceReorderModel``: its ``reorder_state`` takes a keyword ``in_place``.
+
+    The keyword is the declaration, so it cannot disagree with what the method does (a separate flag could); a
+    method taking only ``**kwargs`` does not declare it and is reordered by copy.
+    """
+    parameters = inspect.signature(model.reorder_state).parameters
+    declared = parameters.get("in_place")
+    return declared is not None and declared.kind in (declared.KEYWORD_ONLY, declared.POSITIONAL_OR_KEYWORD)

@@ -33,21 +33,30 @@ class Reranked(NamedTuple):
 
 
 @torch.no_grad()
-def sequence_log_probs(model: nn.Module, batch: Seq2SeqBatch, *, pad_id: int = 0) -> Tensor:
+def sequence_log_probs(models: nn.Module | Sequence[nn.Module], batch: Seq2SeqBatch, *, pad_id: int = 0) -> Tensor:
     """log p(y | x) = sum_t log p(y_t | y_<t, x) of each row's target, EOS included, under teacher forcing (nats).
 
     Args:
-        model: called as ``model(src, src_lengths, tgt_in)``, returning an object with ``logits`` (B, T, V); put
-            it in eval mode first for deterministic scores.
+        models: a model, or N >= 1 models over the same target vocabulary scored as one ensemble whose
+            p(y_t | y_<t, x) is the mean of theirs (as ``EnsembleStepModel``'s "mean" decodes). Each is called as
+            ``model(src, src_lengths, tgt_in)``, returning an object with ``logits`` (B, T, V); put them in eval
+            mode first for deterministic scores.
         batch: Seq2SeqBatch (``collate_seq2seq``); tgt_out = y + [EOS], padded with ``pad_id``.
         pad_id: target positions equal to it add nothing.
     Returns: (B,) float, the log-probability of each row's whole target.
-    Raises: nothing beyond what the model raises for malformed inputs.
+    Raises: ValueError for an empty sequence of models; nothing else beyond what the models raise for malformed
+        inputs.
     """
-    logits = model(batch.src, batch.src_lengths, batch.tgt_in).logits  # (B, T, V)
-    log_probs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)  # fp16 -> fp32
-    picked = log_probs.gather(-1, batch.tgt_out.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    return picked.masked_fill(batch.tgt_out == pad_id, 0.0).sum(dim=1)
+    members = [models] if isinstance(models, nn.Module) else list(models)
+    if not members:
+        raise ValueError("sequence_log_probs needs at least one model")
+    picked = []
+    for model in members:
+        logits = model(batch.src, batch.src_lengths, batch.tgt_in).logits  # (B, T, V)
+        log_probs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)  # fp16 -> fp32
+        picked.append(log_probs.gather(-1, batch.tgt_out.unsqueeze(-1)).squeeze(-1))  # (B, T)
+    token = torch.logsumexp(torch.stack(picked), dim=0) - math.log(len(members))  # log of the mean probability
+    return token.masked_fill(batch.tgt_out == pad_id, 0.0).sum(dim=1)
 
 
 def rerank(search_scores: Sequence[float], second_scores: Sequence[float] | None, *, weight: float) -> Reranked:

@@ -45,9 +45,17 @@ METHODS = ("dynamic-int8",)
 INSTALL_HINT = "install torchao (pip install 'seqlab[quantize]')"
 TORCHAO = "torchao.quantization"
 # Loggers that report, while torchao is imported, what does not concern a CPU run: CUDA-only extensions that did not
-# load, and a torch.compile registration that torch now deprecates.
-_IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
-__all__ = ["METHODS", "QUANTIZATION_KEY", "Quantization", "quantization_of", "quantize_linears"]
+# load, and a torch.compile registration that torch now deprecates. Also for an import of a library that imports
+# torchao itself where it is installed (transformers, in the benchmarks).
+TORCHAO_IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
+__all__ = [
+    "METHODS",
+    "QUANTIZATION_KEY",
+    "TORCHAO_IMPORT_LOGGERS",
+    "Quantization",
+    "quantization_of",
+    "quantize_linears",
+]
 
 
 @dataclass(frozen=True)
@@ -192,12 +200,12 @@ def _tied_names(model: nn.Module, stored: dict[str, Tensor]) -> set[str]:
 
 
 def _torchao() -> ModuleType:
-    """``torchao.quantization``, imported on first use without the log lines of ``_IMPORT_LOGGERS``.
+    """``torchao.quantization``, imported on first use without the log lines of ``TORCHAO_IMPORT_LOGGERS``.
 
     Raises: ModuleNotFoundError (saying what to install) if torchao is not installed.
     """
     try:
-        with quiet_loggers(_IMPORT_LOGGERS):
+        with quiet_loggers(TORCHAO_IMPORT_LOGGERS):
             return importlib.import_module(TORCHAO)
     except ImportError:
         raise ModuleNotFoundError(f"quantization needs torchao: {INSTALL_HINT}") from None

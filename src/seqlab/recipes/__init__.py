@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from seqlab.errors import CheckpointError, ConfigError
-from seqlab.recipes.base import RECIPE_FILE, RECIPE_MEMBERS, Recipe, Report, recipe_name_of
+from seqlab.recipes.base import RECIPE_MEMBERS, Recipe, Report
+from seqlab.recipes.run_directory import RECIPE_FILE
+from seqlab.recipes.saved_run import recipe_name_of
 from seqlab.recipes.system import GenerationChunk, GenerationRequest, System, SystemOptions
 
 

@@ -35,8 +35,9 @@ from seqlab.data.wordpiece import MASK, WordPieceTokenizer
 from seqlab.errors import CheckpointError, DataError
 from seqlab.export import OnnxModel, load_onnx_model
 from seqlab.models import BertConfig, BertForMaskedLM, BertForPreTraining, load_pretrained
-from seqlab.recipes.base import Report, TrainingRun, load_recipe_config
+from seqlab.recipes.base import Report, TrainingRun
 from seqlab.recipes.common.masked_lm import batch_at, consecutive, examples, mlm_logits, score, window
+from seqlab.recipes.saved_run import load_recipe_config
 from seqlab.recipes.system import SystemOptions
 from seqlab.training.masked_lm import MaskedTokens, masked_lm_loss
 from seqlab.training.next_sentence import PreTrainingBatch, pretraining_loss

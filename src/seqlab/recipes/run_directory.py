@@ -1,5 +1,6 @@
-"""The run directory of ``seqlab train``: ``seqlab.files.OutputDirectory`` of kind "train", with a training run's
-own message for an occupied ``--out``.
+"""The run directory of ``seqlab train``: where it goes (``run_directory``: ``--out``, else the first free
+``runs/RECIPE``), and ``seqlab.files.OutputDirectory`` of kind "train", with a training run's own message for an
+occupied ``--out``.
 
 Three ways to open one (``RunMode``):
 
@@ -24,13 +25,13 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from seqlab.errors import ConfigError
-from seqlab.files import RECIPE_FILE, OutputDirectory, OutputMode
+from seqlab.files import RECIPE_FILE, OutputDirectory, OutputMode, check_output_path, has_results
 from seqlab.training.checkpoint import STATE_FILE
 
 RESULTS_FILE = "results.json"  # written last, by a run that finished
 RunMode = OutputMode
 RUN_KIND = "train"  # the kind of a training run's directory (seqlab.files.output_kind)
-__all__ = ["RECIPE_FILE", "RESULTS_FILE", "RUN_KIND", "RunDirectory", "RunMode", "refuse_occupied"]
+__all__ = ["RECIPE_FILE", "RESULTS_FILE", "RUN_KIND", "RunDirectory", "RunMode", "refuse_occupied", "run_directory"]
 
 
 def refuse_occupied(directory: Path) -> ConfigError:
@@ -56,3 +57,25 @@ class RunDirectory(OutputDirectory):
 
     def occupied(self) -> ConfigError:
         return refuse_occupied(self.target)
+
+
+def run_directory(requested: Path | None, recipe: str, *, overwrite: bool) -> Path:
+    """The run directory of ``seqlab train``: ``requested`` (``--out``; refused if it holds results, unless
+    ``overwrite``), else the first free ``runs/RECIPE``, ``runs/RECIPE-2``, ...
+
+    The recipe creates it only once its data and configuration have been checked, so a failed start leaves nothing.
+
+    Raises:
+        ConfigError: ``requested`` is unusable (``seqlab.files.check_output_path``), or a directory with results
+            without ``overwrite``.
+    """
+    if requested is not None:
+        check_output_path(requested)
+        if has_results(requested) and not overwrite:
+            raise refuse_occupied(requested)
+        return requested
+    candidate, n = Path("runs") / recipe, 1
+    while candidate.exists():
+        n += 1
+        candidate = Path("runs") / f"{recipe}-{n}"
+    return candidate

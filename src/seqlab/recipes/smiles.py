@@ -58,7 +58,7 @@ from seqlab.data.molecules import (
 )
 from seqlab.errors import CheckpointError, DataError
 from seqlab.models import GPT, load_pretrained
-from seqlab.recipes.base import Report, TrainingRun, check_model_config, load_recipe_config
+from seqlab.recipes.base import Report, TrainingRun
 from seqlab.recipes.common.item_stream import (
     GPTSectionConfig,
     ItemLoss,
@@ -73,6 +73,7 @@ from seqlab.recipes.common.item_stream import (
     unigram_baseline,
     unigram_samples,
 )
+from seqlab.recipes.saved_run import check_model_config, load_recipe_config
 from seqlab.recipes.system import GenerationChunk, GenerationRequest, SystemOptions
 from seqlab.training.trainer import TrainConfig
 from seqlab.validation import check_bool, check_choice, check_int, check_real

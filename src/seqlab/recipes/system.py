@@ -51,7 +51,8 @@ class SystemOptions:
         num_beams: K, the beam width of predictions (1 = greedy search).
         nbest: hypotheses returned per input (<= num_beams).
         ensemble: further run directories decoded together with the loaded one (mean of their probabilities).
-        rescore: a run directory whose scores re-rank the beam (e.g. one trained right to left).
+        rescore: run directories whose scores re-rank the beam (e.g. trained right to left); several score as one
+            ensemble (the mean of their probabilities).
         rescore_weight: w in [0, 1], the weight of ``rescore``'s scores.
         errors: a new file that ``evaluate`` fills with the wrong predictions.
         backend: what runs the model's decoding steps: "torch" (the default) or "onnxruntime" (the graphs that
@@ -65,7 +66,7 @@ class SystemOptions:
     num_beams: int | None = None
     nbest: int | None = None
     ensemble: tuple[Path, ...] = ()
-    rescore: Path | None = None
+    rescore: tuple[Path, ...] = ()
     rescore_weight: float | None = None
     errors: Path | None = None
     backend: str | None = None

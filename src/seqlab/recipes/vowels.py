@@ -38,14 +38,8 @@ from seqlab.files import atomic_write
 from seqlab.models.classifier import Seq2VecClassifier, Seq2VecClassifierConfig
 from seqlab.models.recurrent_layers import RECURRENT_LAYERS, CellName
 from seqlab.nn.pooling import POOLING_NAMES, PoolingName
-from seqlab.recipes.base import (
-    Report,
-    TrainingRun,
-    check_model_config,
-    check_vocabulary_size,
-    load_recipe_config,
-    model_device,
-)
+from seqlab.recipes.base import Report, TrainingRun, model_device
+from seqlab.recipes.saved_run import check_model_config, check_vocabulary_size, load_recipe_config
 from seqlab.recipes.system import SystemOptions
 from seqlab.training.objectives import token_weighted_loss
 from seqlab.training.trainer import LossOutput, TrainConfig

@@ -368,7 +368,9 @@ class GPT(PretrainedMixin, nn.Module):
         in_place: give ``state`` up (beam search, which never reads a state again once reordered): each
         ``KVCache`` then permutes its rows within its own buffer, over the steps where they differ only
         (``KVCache.select_rows(index, in_place=True)``), and ``state``'s caches change with it; what the layers'
-        reorders share is worked out once (``KVCache.select_rows_of``). Static caches are always copied."""
+        reorders share is worked out once (``KVCache.select_rows_of``). Static caches are always copied. Taking the
+        keyword declares ``seqlab.decoding.interface.InPlaceReorderModel``: the generation engine's beam search
+        passes True."""
         if isinstance(state.caches[0], StaticKVCache):
             caches = [cache.select_rows(index) for cache in state.caches]
         else:

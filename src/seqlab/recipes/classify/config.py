@@ -4,7 +4,8 @@ the biLM's pre-training and the classifier's training.
 Every arch takes ``model.init_from`` (``seqlab.recipes.init_from``). The character arms (``bilstm``, ``static``,
 ``elmo``) share the task encoder's sizes (``CharacterArmConfig``); ``tcn`` reads characters with a causal TCN; the
 BERT arms (``minilm``, ``bert``) share the folder of their tokenizer (``BertArmConfig``). Runs saved before the arch
-choice hold every arch's keys: they load, the other archs' keys dropped (``seqlab.recipes.base.load_recipe_config``).
+choice hold every arch's keys: they load, the other archs' keys dropped
+(``seqlab.recipes.saved_run.load_recipe_config``).
 """
 
 from __future__ import annotations

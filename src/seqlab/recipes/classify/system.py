@@ -19,10 +19,10 @@ from seqlab.export import OnnxModel, load_onnx_model
 from seqlab.files import atomic_write
 from seqlab.models.bert import BertTaskModel
 from seqlab.models.pretrained import load_pretrained
-from seqlab.recipes.base import load_recipe_config, read_json_list
 from seqlab.recipes.classify.config import Config
 from seqlab.recipes.common.labelled_text import character_ids, class_ids
 from seqlab.recipes.common.text_classifier import predict_classes, predict_logits
+from seqlab.recipes.saved_run import load_recipe_config, read_json_list
 from seqlab.recipes.system import SystemOptions
 
 VOCAB_FILE = "vocab.json"

@@ -20,8 +20,8 @@ from safetensors.torch import save_file
 from seqlab.errors import CheckpointError, ConfigError
 from seqlab.files import atomic_path, atomic_write, is_bookkeeping, output_directory, storage_error
 from seqlab.models.pretrained import CONFIG_FILE, WEIGHTS_FILE
-from seqlab.recipes.base import recipe_name_of
 from seqlab.recipes.run_directory import RECIPE_FILE, RESULTS_FILE
+from seqlab.recipes.saved_run import recipe_name_of
 from seqlab.training.averaging import average_checkpoints
 from seqlab.training.callbacks import METRICS_FILE
 from seqlab.training.checkpoint import STATE_FILE

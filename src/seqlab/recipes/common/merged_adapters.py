@@ -17,7 +17,7 @@ from seqlab.errors import ConfigError
 from seqlab.files import atomic_write, is_bookkeeping, output_directory
 from seqlab.models.pretrained import CONFIG_FILE, WEIGHTS_FILE, load_pretrained
 from seqlab.nn.lora import merge_lora
-from seqlab.recipes.base import recipe_name_of
+from seqlab.recipes.saved_run import recipe_name_of
 from seqlab.training.checkpoint import STATE_FILE
 
 SOURCE_FILE = "merged_from.json"

@@ -20,8 +20,9 @@ from seqlab.errors import CheckpointError, DataError
 from seqlab.files import atomic_write
 from seqlab.metrics import anomaly_correlation, field_rmse
 from seqlab.models.field_forecaster import FieldTransformer, rollout_fields
-from seqlab.recipes.base import check_model_config, load_recipe_config, model_device
+from seqlab.recipes.base import model_device
 from seqlab.recipes.fields.config import Config, DataConfig
+from seqlab.recipes.saved_run import check_model_config, load_recipe_config
 from seqlab.recipes.system import SystemOptions
 
 SCALING_FILE = "scaling.json"

@@ -17,10 +17,11 @@ from seqlab.errors import CheckpointError, DataError
 from seqlab.export import OnnxModel, load_onnx_model
 from seqlab.files import atomic_write
 from seqlab.models.forecaster import Forecaster, rollout
-from seqlab.recipes.base import load_recipe_config, model_device
+from seqlab.recipes.base import model_device
 from seqlab.recipes.forecast.config import Config
 from seqlab.recipes.forecast.data import prepare_series
 from seqlab.recipes.forecast.evaluation import forecast_scores, persistence, seasonal_naive
+from seqlab.recipes.saved_run import load_recipe_config
 from seqlab.recipes.system import SystemOptions
 
 SCALING_FILE = "scaling.json"

@@ -10,7 +10,7 @@ the default ``[train]`` section and the whole ``Config``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Literal
 
 from seqlab.data.pronunciations import G2PDataConfig
@@ -131,9 +131,8 @@ class TransformerConfig(SharedModelConfig):
     betas (0.9, 0.98). With the RNN's dropout 0.1, lr 2e-3 and beta_2 0.999 the small Transformer of
     ``docs/recipes/g2p.md`` (d_model 64) was 17.5 WER points behind the RNN at 2,000 steps; with dropout 0, beta_2
     0.98 and lr 5e-3, 3.2. This default size (d_model 256) does not learn at lr 5e-3 without warmup and learns
-    faster at 1e-3 than at 2e-3 (issue 25.1). A config built in Python (``Config(model=TransformerConfig())``)
-    keeps the train section it is given: ``apply_overrides(Config(), {"model.arch": "transformer"})`` is the one
-    with these defaults.
+    faster at 1e-3 than at 2e-3 (issue 25.1). A config built in Python, ``Config(model=TransformerConfig())``, gets
+    them too (``Config``: a train section not given follows the model).
 
     Raises: ConfigError (a ValueError) for a value out of range, naming the field and the value, or for a d_model
         that num_heads does not divide, an odd head_dim with rotary positions, or a window set without local
@@ -156,8 +155,9 @@ class TransformerConfig(SharedModelConfig):
     guided_attention_heads: int | None = None  # first heads of each chosen layer it applies to; None = all
     guided_attention_layers: int | None = None  # last decoder layers it applies to; None = all
 
-    # Its own training defaults (``seqlab.config.apply_overrides``: model.arch=transformer sets them unless given):
-    # the RNN's lr 2e-3 and beta_2 0.999 train it far slower; measured in docs/recipes/g2p.md (issue 25.1).
+    # Its own training defaults (set unless given: by model.arch=transformer, ``seqlab.config.apply_overrides``, and
+    # by ``Config(model=TransformerConfig())``): the RNN's lr 2e-3 and beta_2 0.999 train it far slower; measured in
+    # docs/recipes/g2p.md (issue 25.1).
     SECTION_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {"train": {"lr": 1e-3, "betas": (0.9, 0.98)}}
     # Runs saved before the Transformer had its own dropout default held the shared one; a file without it means it.
     OLDER_RUNS: ClassVar[Mapping[str, Any]] = {"dropout": 0.1}
@@ -210,6 +210,18 @@ DEFAULT_TRAIN = ScheduledSamplingTrainConfig(
 )
 
 
+def _train_defaults(model_class: type[RNNConfig | TransformerConfig]) -> ScheduledSamplingTrainConfig:
+    """``DEFAULT_TRAIN`` with the train keys of ``model_class.SECTION_DEFAULTS`` (the class's own training
+    defaults; ``seqlab.config.apply_overrides``), or ``DEFAULT_TRAIN`` itself for a class without any."""
+    own = getattr(model_class, "SECTION_DEFAULTS", {}).get("train", {})
+    return replace(DEFAULT_TRAIN, **own) if own else DEFAULT_TRAIN
+
+
+# The train section of each model class when the caller gives none: the one object per class that Config's
+# __post_init__ recognises (by identity) as "not given".
+_ARCH_TRAIN = {cls: _train_defaults(cls) for cls in (RNNConfig, TransformerConfig)}
+
+
 @dataclass(frozen=True)
 class DecodeConfig(SearchDecodeConfig):
     """The g2p ``[decode]`` section: beam search (``SearchDecodeConfig``) and the coverage penalty of Wu et al.
@@ -244,14 +256,26 @@ class Config:
     floor of the step size: the decay took the test WER from 30.7% to 28.4%, and ending it at 16,000 steps rather
     than 13,000 to 27.4%, at 20,000 to 26.9% (issue 12's levers table). Training checkpoints every 500 steps
     (each writes 13 MB).
+
+    A train section not given follows the model, as ``--set model.arch=...`` and a TOML file do
+    (``TransformerConfig.SECTION_DEFAULTS``): ``Config(model=TransformerConfig())`` trains at lr 1e-3 with betas
+    (0.9, 0.98), ``Config()`` at the RNN's 2e-3 and (0.9, 0.999). A dataclass cannot tell a value given as the
+    default from one not given, so "not given" is told by identity: the train section is one of the per-class
+    default objects (``DEFAULT_TRAIN`` itself for the RNN, ``Config(model=TransformerConfig()).train`` for the
+    Transformer), however it came: as the field's default, carried over by ``dataclasses.replace(config,
+    model=...)`` (which therefore switches the defaults both ways), or passed as ``train=``. Any other train
+    section is the caller's and is kept, even one equal to the RNN's defaults (``replace(DEFAULT_TRAIN)``), and so
+    is every saved run's (``load_recipe_config`` builds its sections anew).
     """
 
     data: G2PDataConfig = field(default_factory=G2PDataConfig)
     model: RNNConfig | TransformerConfig = field(default_factory=RNNConfig)
-    train: ScheduledSamplingTrainConfig = field(default_factory=lambda: DEFAULT_TRAIN)
+    train: ScheduledSamplingTrainConfig = field(default_factory=lambda: DEFAULT_TRAIN)  # see __post_init__
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
     def __post_init__(self) -> None:
+        if any(self.train is default for default in _ARCH_TRAIN.values()):  # not given: the model's own defaults
+            object.__setattr__(self, "train", _ARCH_TRAIN.get(type(self.model), self.train))
         guided = isinstance(self.model, TransformerConfig) and self.model.guided_attention_weight > 0
         sampled = self.train.teacher_forcing < 1 or self.train.teacher_forcing_schedule != "constant"
         if guided and sampled:

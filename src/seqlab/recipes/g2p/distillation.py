@@ -19,26 +19,27 @@ from seqlab.data.cmudict import Pronunciation
 from seqlab.data.pronunciations import G2PDataConfig, load_splits
 from seqlab.errors import CheckpointError
 from seqlab.files import atomic_write
-from seqlab.recipes.base import load_recipe_config
 from seqlab.recipes.g2p.config import Config
 from seqlab.recipes.g2p.system import G2PSystem
+from seqlab.recipes.saved_run import load_recipe_config
 
 __all__ = ["DISTILLED_FILES", "cmudict_lines", "distillation_files", "teacher_data", "teacher_pronunciations"]
 
 DISTILLED_FILES = ("train.txt", "valid.txt", "test.txt")
 
 
-def teacher_data(teacher: Path, members: Sequence[Path] = ()) -> G2PDataConfig:
-    """The ``[data]`` section of run ``teacher``, which every ensemble member must share: a member trained on
-    another split may have learnt the student's validation or test words.
+def teacher_data(teacher: Path, members: Sequence[Path] = (), rescorers: Sequence[Path] = ()) -> G2PDataConfig:
+    """The ``[data]`` section of run ``teacher``, which every ensemble member and rescoring run must share: a run
+    trained on another split may have learnt the student's validation or test words.
 
-    Raises: CheckpointError: a run's ``recipe.json`` is missing or malformed, or a member's data section differs
-        (one line naming the member).
+    Raises: CheckpointError: a run's ``recipe.json`` is missing or malformed, or a member's or rescoring run's data
+        section differs (one line naming it and its flag).
     """
     data = load_recipe_config(teacher, Config).data
-    for member in members:
-        if load_recipe_config(member, Config).data != data:
-            raise CheckpointError(f"--ensemble {member}: trained on other data or another split than {teacher}")
+    for flag, runs in (("--ensemble", members), ("--rescore", rescorers)):
+        for run in runs:
+            if load_recipe_config(run, Config).data != data:
+                raise CheckpointError(f"{flag} {run}: trained on other data or another split than {teacher}")
     return data
 
 
@@ -46,7 +47,7 @@ def teacher_pronunciations(
     teacher: G2PSystem, words: Sequence[str], *, num_beams: int, source: str = "training split"
 ) -> list[Pronunciation]:
     """The teacher's best pronunciation of each distinct word (first-appearance order), by beam search with
-    ``num_beams`` beams over its model and ensemble (``G2PSystem.transcribe``).
+    ``num_beams`` beams over its model and ensemble, re-ranked by its rescoring runs (``G2PSystem.transcribe``).
 
     Raises: DataError: a word the teacher cannot read (as ``G2PSystem.encode_words``, naming ``source``).
     """
@@ -77,7 +78,8 @@ def distillation_files(
     by ``teacher`` (with ``union``, the references too), and the split's validation and test references.
 
     Args:
-        teacher: the run (with ``ensemble``, the ensemble) that transcribes; its vocabularies must read the words.
+        teacher: the run (with ``ensemble``, the ensemble; with ``rescorers``, re-ranked) that transcribes; its
+            vocabularies must read the words.
         data: the ``[data]`` section that splits the pronunciations (the student's split is the same).
         directory: where the files go, created (with its parents) once the teacher has decoded; they are written
             atomically, replacing files of the same names.

@@ -3,7 +3,9 @@
 A run trained with ``model.target_order = "right_to_left"`` learns the reversed pronunciations (``hello`` ->
 ``OW L AH HH``); ``seqlab evaluate RUN --rescore RTL_RUN --rescore-weight W`` decodes RUN's beam, scores each of
 its ``decode.num_beams`` hypotheses with the right-to-left model (reversed, under teacher forcing) and re-ranks them by
-(1 - W) * beam score + W * rescorer score (``seqlab.decoding.rescoring``). W = 0 returns RUN's own best.
+(1 - W) * beam score + W * rescorer score (``seqlab.decoding.rescoring``). W = 0 returns RUN's own best. Several
+rescoring runs (``--rescore RTL_1 RTL_2``, trained in one order) score as one ensemble, the mean of their per-phoneme
+probabilities, as ``--ensemble`` decodes.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def target_ids(phonemes: Vocabulary, pronunciation: Sequence[str], order: Target
 def rescore_nbest(
     nbest: Sequence[Hypotheses],
     sources: Sequence[Sequence[int]],
-    rescorer: nn.Module,
+    rescorers: Sequence[nn.Module],
     phonemes: Vocabulary,
     *,
     order: TargetOrder,
@@ -52,7 +54,8 @@ def rescore_nbest(
     Args:
         nbest: per word, (phonemes, search score) pairs, best first, as the beam ranked them.
         sources: per word, its letter ids (the rescorer's source).
-        rescorer: a g2p model over the same letters and ``phonemes``, trained in ``order``.
+        rescorers: g2p models over the same letters and ``phonemes``, trained in ``order``; several score as one
+            ensemble (the mean of their per-phoneme probabilities, ``sequence_log_probs``).
         phonemes: the phoneme vocabulary shared by both models.
         order: the rescorer's target order; its score is log p(reversed y | x) for "right_to_left".
         weight: w in [0, 1]; 0 returns ``nbest`` unchanged without running the rescorer.
@@ -70,7 +73,7 @@ def rescore_nbest(
         for src, hyps in zip(sources, nbest, strict=True)
         for hyp, _ in hyps
     ]
-    scores = _normalised_log_probs(rescorer, pairs, phonemes, length_penalty=length_penalty, batch_size=batch_size)
+    scores = _normalised_log_probs(rescorers, pairs, phonemes, length_penalty=length_penalty, batch_size=batch_size)
     reranked, position = [], 0
     for hyps in nbest:
         second = scores[position : position + len(hyps)]
@@ -81,17 +84,18 @@ def rescore_nbest(
 
 
 def _normalised_log_probs(
-    model: nn.Module,
+    models: Sequence[nn.Module],
     pairs: Sequence[tuple[list[int], list[int]]],
     phonemes: Vocabulary,
     *,
     length_penalty: float,
     batch_size: int,
 ) -> list[float]:
-    """log p(target + EOS | source) / n ** length_penalty of each (source ids, target ids) pair under ``model``
-    (teacher-forced, in eval mode), n the target's length plus EOS; ``batch_size`` pairs at a time."""
-    model.eval()
-    device = next(model.parameters()).device
+    """log p(target + EOS | source) / n ** length_penalty of each (source ids, target ids) pair under the ensemble
+    of ``models`` (teacher-forced, in eval mode), n the target's length plus EOS; ``batch_size`` pairs at a time."""
+    for model in models:
+        model.eval()
+    device = next(models[0].parameters()).device
     scores: list[float] = []
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start : start + batch_size]
@@ -99,5 +103,6 @@ def _normalised_log_probs(
             device
         )
         lengths = batch.tgt_lengths.to(torch.float64)
-        scores += (sequence_log_probs(model, batch, pad_id=phonemes.pad_id).double() / lengths**length_penalty).tolist()
+        log_probs = sequence_log_probs(models, batch, pad_id=phonemes.pad_id).double()
+        scores += (log_probs / lengths**length_penalty).tolist()
     return scores

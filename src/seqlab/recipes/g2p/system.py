@@ -4,7 +4,7 @@ and the exposure bias of its teacher-forced training.
 
 Options (``SystemOptions``): ``num_beams`` and ``nbest`` for predictions; ``ensemble``, further runs over the same
 vocabularies decoded together with this one (``EnsembleStepModel``, mean probability); ``rescore`` and
-``rescore_weight``, a run that re-ranks the beam (``seqlab.recipes.g2p.rescoring``); ``errors``, a new file that
+``rescore_weight``, runs that re-rank the beam (``seqlab.recipes.g2p.rescoring``); ``errors``, a new file that
 ``evaluate`` fills with the wrong words (``seqlab.recipes.g2p.error_analysis``).
 """
 
@@ -34,16 +34,11 @@ from seqlab.export import OnnxRNNSeq2Seq, OnnxTransformerSeq2Seq, load_step_mode
 from seqlab.metrics import g2p_scores
 from seqlab.models.seq2seq.rnn import RNNSeq2Seq
 from seqlab.models.seq2seq.transformer import TransformerSeq2Seq
-from seqlab.recipes.base import (
-    check_model_config,
-    check_vocabulary_size,
-    load_recipe_config,
-    model_device,
-    recipe_name_of,
-)
+from seqlab.recipes.base import model_device
 from seqlab.recipes.g2p.config import Config
 from seqlab.recipes.g2p.error_analysis import check_errors_path, error_categories, write_errors
 from seqlab.recipes.g2p.rescoring import TargetOrder, rescore_nbest, target_ids
+from seqlab.recipes.saved_run import check_model_config, check_vocabulary_size, load_recipe_config, recipe_name_of
 from seqlab.recipes.system import SystemOptions, nbest_within_beam
 
 NAME = "g2p"
@@ -83,7 +78,8 @@ class G2PSystem:
     Attributes:
         model: the encoder-decoder; letters, phonemes: its source and target vocabularies; config: the recipe's.
         ensemble: further models over the same vocabularies, decoded together with ``model`` when not empty.
-        rescorer: another system over the same vocabularies that re-ranks the beam with weight ``rescore_weight``.
+        rescorers: other systems over the same vocabularies, trained in one target order, that re-rank the beam
+            with weight ``rescore_weight``, as one ensemble (the mean of their per-phoneme probabilities).
         num_beams: K of predictions (None: ``config.decode.num_beams``); nbest: hypotheses per predicted word.
         errors: a new file that ``evaluate`` fills with the wrong words, or None.
         step_model: what searches decode with instead of ``model``: the run's exported graphs under onnxruntime
@@ -99,7 +95,7 @@ class G2PSystem:
     phonemes: Vocabulary
     config: Config
     ensemble: tuple[RNNSeq2Seq | TransformerSeq2Seq, ...] = ()
-    rescorer: G2PSystem | None = None
+    rescorers: tuple[G2PSystem, ...] = ()
     rescore_weight: float = 0.0
     num_beams: int | None = None
     nbest: int = 1
@@ -114,20 +110,21 @@ class G2PSystem:
 
     @classmethod
     def load(cls, directory: Path, options: SystemOptions = SystemOptions()) -> G2PSystem:
-        """The run in ``directory`` with ``options``: the runs ``options.ensemble`` decoded with it, the run
+        """The run in ``directory`` with ``options``: the runs ``options.ensemble`` decoded with it, the runs
         ``options.rescore`` re-ranking its beam with weight ``options.rescore_weight`` (default ``RESCORE_WEIGHT``),
         ``num_beams`` and ``nbest`` for predictions, ``errors`` for ``evaluate``.
 
         Raises:
             CheckpointError: a file is missing or malformed, a vocabulary's size is not the weights', ``recipe.json``
                 describes another model than ``config.json``; an ensemble or rescoring run is not a g2p run, has
-                other vocabularies, or (ensemble) reads pronunciations in another order (one line naming it).
+                other vocabularies, or reads pronunciations in another order (an ensemble run than this one's, a
+                rescoring run than the first rescoring run's; one line naming it).
             ConfigError: ``rescore_weight`` without ``rescore``; ``nbest`` above the beam width; an ``errors`` file
                 that exists or whose directory does not; ``backend`` "onnxruntime" with ``ensemble``, or without
                 onnxruntime installed; ``ensemble`` or onnxruntime with the run's ``decode.coverage_penalty``.
             CheckpointError: (onnxruntime) the export in ``directory/onnx`` is missing, stale or of another model.
         """
-        if options.rescore is None and options.rescore_weight is not None:
+        if not options.rescore and options.rescore_weight is not None:
             raise ConfigError("--rescore-weight needs --rescore, the run whose scores it weighs")
         onnxruntime = options.backend == "onnxruntime"
         if onnxruntime and options.ensemble:
@@ -145,13 +142,17 @@ class G2PSystem:
         ensemble = tuple(
             system._member(other, directory, "--ensemble", same_order=True).model for other in options.ensemble
         )
-        rescorer = None if options.rescore is None else system._member(options.rescore, directory, "--rescore")
+        rescorers = tuple(system._member(other, directory, "--rescore") for other in options.rescore)
+        for other, rescorer in zip(options.rescore[1:], rescorers[1:], strict=True):
+            if rescorer.config.model.target_order != rescorers[0].config.model.target_order:
+                first = options.rescore[0]
+                raise CheckpointError(f"--rescore {other}: reads pronunciations in another order than {first}")
         weight = RESCORE_WEIGHT if options.rescore_weight is None else options.rescore_weight
         return dataclasses.replace(
             system,
             ensemble=ensemble,
-            rescorer=rescorer,
-            rescore_weight=weight if rescorer is not None else 0.0,
+            rescorers=rescorers,
+            rescore_weight=weight if rescorers else 0.0,
             num_beams=options.num_beams,
             nbest=nbest,
             errors=options.errors,
@@ -244,7 +245,7 @@ class G2PSystem:
     ) -> list[Hypotheses]:
         """The ``nbest`` pronunciations of each word, best first, with their log-probabilities (nats), by beam
         search with ``num_beams`` beams (None: the decode section's; 1: greedy search) over ``model`` and the
-        ``ensemble``; with a ``rescorer``, the whole beam re-ranked, with the combined scores (``rescoring``).
+        ``ensemble``; with ``rescorers``, the whole beam re-ranked, with the combined scores (``rescoring``).
 
         Raises: ConfigError if ``nbest`` exceeds the beam width; DataError as ``encode_words``.
         """
@@ -252,7 +253,7 @@ class G2PSystem:
         num_beams = decode.num_beams if num_beams is None else num_beams
         nbest = nbest_within_beam(SystemOptions(nbest=nbest), num_beams)
         ids = self.encode_words(words, source=source)
-        rescoring = self.rescorer is not None and self.rescore_weight > 0 and num_beams > 1
+        rescoring = bool(self.rescorers) and self.rescore_weight > 0 and num_beams > 1
         results: list[Hypotheses] = []
         for start in range(0, len(ids), decode.batch_size):
             chunk = ids[start : start + decode.batch_size]
@@ -263,9 +264,9 @@ class G2PSystem:
             results = rescore_nbest(
                 results,
                 ids,
-                self.rescorer.model,
+                [rescorer.model for rescorer in self.rescorers],
                 self.phonemes,
-                order=self.rescorer.config.model.target_order,
+                order=self.rescorers[0].config.model.target_order,
                 weight=self.rescore_weight,
                 length_penalty=decode.length_penalty,
                 batch_size=decode.batch_size,

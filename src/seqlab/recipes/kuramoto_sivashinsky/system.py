@@ -21,8 +21,9 @@ from seqlab.errors import CheckpointError, DataError
 from seqlab.export import OnnxModel, load_onnx_model
 from seqlab.files import atomic_write
 from seqlab.models.forecaster import Forecaster, rollout
-from seqlab.recipes.base import check_model_config, load_recipe_config, model_device
+from seqlab.recipes.base import model_device
 from seqlab.recipes.kuramoto_sivashinsky.config import Config, DataConfig
+from seqlab.recipes.saved_run import check_model_config, load_recipe_config
 from seqlab.recipes.system import SystemOptions
 
 DYNAMICS_FILE = "dynamics.json"

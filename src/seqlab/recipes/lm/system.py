@@ -17,9 +17,9 @@ from seqlab.data.tokenizers import TOKENIZER_FILE, Tokenizer, load_tokenizer
 from seqlab.errors import CheckpointError, ConfigError, DataError
 from seqlab.export import OnnxGPT, load_step_model
 from seqlab.models import GPT, CompiledGPT, RNNLanguageModel, SSMLanguageModel, TCNLanguageModel, load_pretrained
-from seqlab.recipes.base import check_model_config, check_vocabulary_size, load_recipe_config
 from seqlab.recipes.common.text_generation import continuation_pieces, prompt_tokens
 from seqlab.recipes.lm.config import Config, LMDecodeConfig
+from seqlab.recipes.saved_run import check_model_config, check_vocabulary_size, load_recipe_config
 from seqlab.recipes.system import GenerationChunk, GenerationRequest, SystemOptions
 from seqlab.training.language_modeling import Perplexity, perplexity_of_stream, perplexity_sliding_window
 

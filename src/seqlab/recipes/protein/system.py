@@ -19,7 +19,6 @@ from seqlab.errors import CheckpointError, ConfigError, DataError
 from seqlab.export import OnnxModel, load_onnx_model
 from seqlab.metrics import unigram_score
 from seqlab.models import GPT, BertForMaskedLM, load_pretrained
-from seqlab.recipes.base import check_model_config, load_recipe_config
 from seqlab.recipes.common import masked_lm
 from seqlab.recipes.common.item_stream import (
     ItemLoss,
@@ -28,6 +27,7 @@ from seqlab.recipes.common.item_stream import (
     test_perplexity,
 )
 from seqlab.recipes.protein.config import FILL, NAME, Config, masking
+from seqlab.recipes.saved_run import check_model_config, load_recipe_config
 from seqlab.recipes.system import GenerationChunk, GenerationRequest, SystemOptions
 from seqlab.training.masked_lm import IGNORE_INDEX
 

@@ -23,7 +23,8 @@ from seqlab.errors import DataError, UnknownSymbolError
 from seqlab.export import OnnxTransformerSeq2Seq, load_step_model
 from seqlab.metrics import phoneme_error_rate, word_error_rate
 from seqlab.models.t5 import T5
-from seqlab.recipes.base import check_vocabulary_size, load_recipe_config, model_device
+from seqlab.recipes.base import model_device
+from seqlab.recipes.saved_run import check_vocabulary_size, load_recipe_config
 from seqlab.recipes.system import SystemOptions, with_beam_width
 from seqlab.recipes.t5_g2p.config import PREFIXES, Config, Direction
 

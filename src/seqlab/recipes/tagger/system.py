@@ -19,7 +19,8 @@ from seqlab.export import OnnxModel, load_onnx_model
 from seqlab.files import atomic_write
 from seqlab.models.bert import BertForTokenClassification
 from seqlab.models.pretrained import load_pretrained
-from seqlab.recipes.base import load_recipe_config, model_device, read_json_list
+from seqlab.recipes.base import model_device
+from seqlab.recipes.saved_run import load_recipe_config, read_json_list
 from seqlab.recipes.system import SystemOptions
 from seqlab.recipes.tagger.config import Config
 from seqlab.recipes.tagger.stress import DIGITS, IGNORE, StressScores, group_patterns, join_stress, stress_scores

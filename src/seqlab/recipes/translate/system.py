@@ -24,7 +24,8 @@ from seqlab.errors import CheckpointError, DataError
 from seqlab.export import OnnxRNNSeq2Seq, OnnxTransformerSeq2Seq, load_step_model
 from seqlab.models.seq2seq.rnn import RNNSeq2Seq
 from seqlab.models.seq2seq.transformer import TransformerSeq2Seq
-from seqlab.recipes.base import check_vocabulary_size, load_recipe_config, model_device
+from seqlab.recipes.base import model_device
+from seqlab.recipes.saved_run import check_vocabulary_size, load_recipe_config
 from seqlab.recipes.system import SystemOptions, with_beam_width
 from seqlab.recipes.translate.config import Config
 from seqlab.recipes.translate.data import Parallel, read_parallel

@@ -19,11 +19,12 @@ from seqlab.decoding.generate import generate as generate_ids
 from seqlab.errors import ConfigError, DataError
 from seqlab.files import atomic_write
 from seqlab.models.vec2seq import ConditionedRNNGenerator
-from seqlab.recipes.base import load_recipe_config, model_device, read_json_list
+from seqlab.recipes.base import model_device
 from seqlab.recipes.common.labelled_text import (
     character_ids,
     class_ids,
 )
+from seqlab.recipes.saved_run import load_recipe_config, read_json_list
 from seqlab.recipes.system import GenerationChunk, GenerationRequest, SystemOptions
 from seqlab.recipes.vec2seq.config import Config
 
