@@ -6,6 +6,7 @@ Checked in a fresh interpreter (subprocess, never fork: the tests have run torch
 imported everything.
 """
 
+import gc
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 import seqlab
+from seqlab.cli import main
 from seqlab.cli.analyze import HELP_OFFERING
 from seqlab.recipes import BUILT_IN_RECIPES, recipes_offering
 
@@ -83,3 +85,18 @@ def test_the_recipes_that_draw_import_matplotlib_only_when_they_draw():
 
 def test_the_recipes_named_in_the_analyses_help_are_those_whose_systems_offer_them():
     assert {protocol: ", ".join(recipes_offering(protocol)) for protocol in HELP_OFFERING} == HELP_OFFERING
+
+
+def test_the_process_own_command_freezes_its_objects_and_a_caller_passing_argv_keeps_its_collector(capsys):
+    # The process's own command (argv None: the console script, python -m seqlab) ends the process: the objects
+    # alive are frozen out of the cyclic collector's walks (seqlab.cli.main). A caller in a longer process is not.
+    script = "import gc, sys; from seqlab.cli import main; sys.argv = ['seqlab', 'recipes']; main(); "
+    script += "print(gc.get_freeze_count())"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(SOURCE)])}
+    process = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert process.returncode == 0, process.stderr
+    assert int(process.stdout.splitlines()[-1]) > 100_000  # torch's modules and their objects, at least
+    frozen = gc.get_freeze_count()
+    assert main(["recipes"]) == 0
+    assert gc.get_freeze_count() == frozen
+    capsys.readouterr()

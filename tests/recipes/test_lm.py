@@ -279,6 +279,30 @@ def test_the_default_training_anneals_a_cosine_that_ends_with_the_budget():
     assert (train.schedule, train.max_steps, train.time_budget) == ("cosine", None, 480.0)
 
 
+def test_a_gpt_validates_every_500_batches_and_the_other_archs_every_250_unless_given():
+    def epoch_of(*assignments: str) -> int:
+        return apply_overrides(lm.Config(), parse_assignments(list(assignments))).data.batches_per_epoch
+
+    assert epoch_of() == 500
+    for arch in ("lstm", "gru", "gru_textbook", "rnn", "tcn", "ssm"):
+        assert epoch_of(f"model.arch={arch}") == 250
+        assert epoch_of(f"model.arch={arch}", "data.batches_per_epoch=100") == 100
+    assert epoch_of("model.arch=gpt", "data.batches_per_epoch=100") == 100
+    back = apply_overrides(apply_overrides(lm.Config(), {"model.arch": "lstm"}), {"model.arch": "gpt"})
+    assert back.data.batches_per_epoch == 500
+
+
+def test_a_gpt_trains_the_same_model_whatever_its_epoch_length(corpus, tmp_path):
+    # Epochs only place the validations: the random blocks come from one generator across epochs.
+    for batches in (2, 3):
+        settings = parse_assignments([f"data.train_path={corpus}", *STEPS, *TINY_GPT])
+        config = apply_overrides(lm.Config(), {**settings, "data.batches_per_epoch": batches})
+        run_training(lm, config, tmp_path / f"run{batches}", progress=False, log=lambda line: None)
+    weights = [load_pretrained(tmp_path / f"run{batches}").state_dict() for batches in (2, 3)]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+
+
 def test_the_model_section_is_a_choice_of_arch():
     config = apply_overrides(lm.Config(), parse_assignments(["model.arch=gru", "model.hidden_size=8"]))
     assert (config.model.arch, config.model.hidden_size, config.model.model_config(vocab_size=5).cell) == (

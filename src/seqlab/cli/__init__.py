@@ -12,6 +12,7 @@ and exit code 2; no traceback, and no existing output directory is touched witho
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import traceback
@@ -34,8 +35,19 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``seqlab`` console script; returns the exit code."""
+    """Entry point of the ``seqlab`` console script and of ``python -m seqlab``; returns the exit code.
+
+    With ``argv`` None the command is the process's own (``sys.argv``), and the process ends after it: the
+    objects alive once the commands are imported, and again when the command returns, are moved out of the cyclic
+    garbage collector's reach (``gc.freeze``): its full collections while the command sets up, and those of the
+    interpreter's exit, which still frees every object, then no longer walk the ~300,000 objects of torch's
+    modules (``seqlab train lm``: 0.7 s of CPU less a run; issue 25). A caller that passes ``argv`` (the tests)
+    keeps its collector as it was.
+    """
     parser = _build_parser()
+    own_process = argv is None
+    if own_process:
+        gc.freeze()
     debug = os.environ.get("SEQLAB_DEBUG", "") not in ("", "0")
     try:
         args = parser.parse_args(argv)
@@ -56,6 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = "" if debug else " (run with --debug or SEQLAB_DEBUG=1 for the traceback)"
         print(f"seqlab: internal error: {type(e).__name__}: {message}{hint}", file=sys.stderr)
         return EXIT_INTERNAL
+    finally:
+        if own_process:
+            gc.freeze()
 
 
 def _one_line_warning(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> None:

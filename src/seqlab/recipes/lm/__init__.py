@@ -5,7 +5,8 @@ Data: the default corpus (the King James Bible, ``seqlab.data.text``) or the use
 contiguous train / valid / test pieces. Metrics: whole-file loss of the test split in nats per token, its
 perplexity exp(loss), and bits per character (total nats / (characters of the split * ln 2), for any tokenizer).
 
-Training, one "epoch" being ``data.batches_per_epoch`` optimizer micro-batches for either architecture:
+Training, one "epoch" (validated at its end) being ``data.batches_per_epoch`` optimizer micro-batches, 500 for a
+GPT and 250 for the other archs unless set (``config.STREAM_SECTION_DEFAULTS``):
 - ``gpt``: random blocks of ``model.context_length`` tokens of the train split (nanoGPT's ``get_batch``).
 - ``ssm``: the same random blocks, read by S4D state-space blocks in their parallel (convolution) form.
 - ``lstm`` | ``gru`` | ``gru_textbook`` | ``rnn`` | ``tcn``: truncated BPTT over ``train.batch_size`` parallel streams

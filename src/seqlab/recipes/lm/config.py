@@ -27,6 +27,12 @@ from seqlab.training.trainer import TrainConfig
 from seqlab.validation import MAX_DEPTH, MAX_WIDTH, check_bool, check_choice, check_int, check_real
 
 TOKENIZERS = ("char", "word", "bpe")
+# The data section's defaults of the archs other than gpt (``seqlab.config.apply_overrides``: --set model.arch=X sets
+# them unless given): an epoch of 250 micro-batches, an epoch of the Zaremba presets' per-epoch decay among them. A
+# GPT validates every 500 (LMDataConfig's default; a config built in Python keeps the data section it is given):
+# its model at a given step is the same (the blocks come from one generator across epochs), and at nanoGPT's shape
+# each validation with its checkpoint costs 0.5 s of CPU, 2 s of 2,000 steps (issue 25).
+STREAM_SECTION_DEFAULTS: Mapping[str, Mapping[str, Any]] = {"data": {"batches_per_epoch": 250}}
 PRESETS = {"zaremba_small": zaremba_small, "zaremba_medium": zaremba_medium, "zaremba_large": zaremba_large}
 
 
@@ -54,7 +60,7 @@ class LMDataConfig:
     vocab_size: int = 1024  # bpe: V, counting the 256 bytes and <|endoftext|>
     bptt_len: int = 35  # recurrent, tcn: k1, steps per truncated-BPTT window
     bptt_k2: int | None = None  # recurrent, tcn: k2 >= k1, steps a window's loss flows back; None = bptt_len
-    batches_per_epoch: int = 250  # micro-batches between two validations
+    batches_per_epoch: int = 500  # micro-batches between two validations (gpt; the other archs 250)
     valid_tokens: int = 8192  # tokens validated: gpt, ssm in blocks spread over the valid split; others its start
 
     def __post_init__(self) -> None:
@@ -132,6 +138,8 @@ class RecurrentModelConfig(InitFromConfig):
     tie_embeddings: bool = False  # output matrix = embedding matrix (needs E == H)
     init_range: float | None = None  # every weight ~ U(-r, r); None = the layers' defaults
 
+    SECTION_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = STREAM_SECTION_DEFAULTS
+
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("embedding_size", "hidden_size"):
@@ -208,6 +216,8 @@ class TCNModelConfig(InitFromConfig):
     kernel_size: int = 3  # k of every causal convolution
     weight_norm: bool = False  # weight-normalised convolutions (Salimans & Kingma, 2016)
 
+    SECTION_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = STREAM_SECTION_DEFAULTS
+
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("embedding_size", "hidden_size"):
@@ -235,6 +245,8 @@ class SSMModelConfig(InitFromConfig):
     num_layers: int = 4  # L, S4D blocks
     state_size: int = 64  # N, real state size per channel (N/2 complex modes)
     init: Literal["lin", "inv"] = "lin"  # S4D-Lin or S4D-Inv initialisation of A
+
+    SECTION_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = STREAM_SECTION_DEFAULTS
 
     def __post_init__(self) -> None:
         super().__post_init__()

