@@ -292,6 +292,16 @@ def test_a_gpt_validates_every_500_batches_and_the_other_archs_every_250_unless_
     assert back.data.batches_per_epoch == 500
 
 
+def test_a_config_built_in_python_gets_each_archs_data_defaults_as_the_command_line_does():
+    for arch in ("gpt", "lstm", "gru", "gru_textbook", "rnn", "tcn", "ssm"):
+        from_cli = apply_overrides(lm.Config(), {"model.arch": arch})
+        assert lm.Config(model=type(from_cli.model)()) == from_cli
+    lstm = lm.Config(model=LSTMModelConfig())
+    assert dataclasses.replace(lstm, model=GPTModelConfig()).data.batches_per_epoch == 500  # follows the model
+    given = LMDataConfig(batches_per_epoch=500)  # equal to a GPT's default, but the caller's
+    assert lm.Config(data=given, model=LSTMModelConfig()).data is given
+
+
 def test_a_gpt_trains_the_same_model_whatever_its_epoch_length(corpus, tmp_path):
     # Epochs only place the validations: the random blocks come from one generator across epochs.
     for batches in (2, 3):

@@ -284,15 +284,40 @@ class LMDecodeConfig:
             raise ConfigError(f"num_beams ({self.num_beams}) > 1 cannot be combined with sampling")
 
 
+DEFAULT_DATA = LMDataConfig()  # the data section of a Config given none, for a GPT
+# The data section of each model class when the caller gives none: the one object per class that Config's
+# __post_init__ recognises (by identity) as "not given".
+_ARCH_DATA = {
+    cls: dataclasses.replace(DEFAULT_DATA, **cls.SECTION_DEFAULTS["data"])
+    if "data" in getattr(cls, "SECTION_DEFAULTS", {})
+    else DEFAULT_DATA
+    for cls in (
+        GPTModelConfig,
+        LSTMModelConfig,
+        GRUModelConfig,
+        GRUTextbookModelConfig,
+        RNNModelConfig,
+        TCNModelConfig,
+        SSMModelConfig,
+    )
+}
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole recipe: sections data, model, train, decode.
+
+    A data section not given follows the model, as ``--set model.arch=...`` and a TOML file do (``SECTION_DEFAULTS``
+    of the model classes: a GPT's epoch is 500 micro-batches, the other archs' 250). As in g2p's ``Config``, "not
+    given" is told by identity: the data section is one of the per-class default objects (``_ARCH_DATA``), as the
+    field's default or carried over by ``dataclasses.replace(config, model=...)``; any other data section is the
+    caller's and is kept, as is every saved run's.
 
     Raises: ConfigError if data.bptt_k2 is set for model.arch gpt or ssm (they train on blocks, not by truncated
         BPTT).
     """
 
-    data: LMDataConfig = field(default_factory=LMDataConfig)
+    data: LMDataConfig = field(default_factory=lambda: DEFAULT_DATA)  # see __post_init__
     model: (
         GPTModelConfig
         | LSTMModelConfig
@@ -316,6 +341,8 @@ class Config:
     decode: LMDecodeConfig = field(default_factory=LMDecodeConfig)
 
     def __post_init__(self) -> None:
+        if any(self.data is default for default in _ARCH_DATA.values()):  # not given: the model's own defaults
+            object.__setattr__(self, "data", _ARCH_DATA.get(type(self.model), self.data))
         if self.data.bptt_k2 is not None and isinstance(self.model, (GPTModelConfig, SSMModelConfig)):
             raise ConfigError(
                 f"data.bptt_k2: does not apply to model.arch={self.model.arch}, trained on random blocks (a key of "
