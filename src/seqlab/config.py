@@ -137,6 +137,11 @@ def apply_overrides(config: ConfigT, overrides: Mapping[str, Any], *, source: st
     in the same overrides or set earlier to a value other than the previous architecture's default (as for the
     shared fields above).
 
+    A section may also give defaults for other sections from its values, by a ``section_defaults()`` method
+    (``{"train": {"schedule": "epoch_decay"}}``: the lm recipe's LSTM ``preset``). A section given in these
+    overrides takes them for its keys not given and still at the recipe's defaults, before it is validated; the
+    choice sections are read first, so a preset set in the same overrides counts.
+
     Args:
         config: a frozen dataclass whose fields are frozen dataclasses (the sections).
         overrides: ``{"section.key": value}``; string values are converted to the field's type
@@ -158,7 +163,10 @@ def apply_overrides(config: ConfigT, overrides: Mapping[str, Any], *, source: st
             raise ConfigError(f"{source} {dotted}: unknown key; sections are {', '.join(sections)}")
         grouped.setdefault(section, {})[key] = raw
     replaced = {}
-    for section, given in grouped.items():
+    # Choice sections first: their section_defaults() may fill keys of the others.
+    order = sorted(grouped, key=lambda name: architectures(section_hints[name]) is None)
+    for section in order:
+        given = grouped[section]
         choices = architectures(section_hints[section])
         current = getattr(config, section)
         if choices is not None:
@@ -173,6 +181,7 @@ def apply_overrides(config: ConfigT, overrides: Mapping[str, Any], *, source: st
             if key not in hints:
                 raise _unknown_key(source, section, key, current, choices)
             fields[key] = _convert(raw, hints[key], f"{source} {section}.{key}")
+        fields = {**_given_defaults(config, replaced, section, current), **fields}
         try:
             replaced[section] = dataclasses.replace(current, **fields)
         except (ValueError, TypeError) as e:
@@ -183,6 +192,21 @@ def apply_overrides(config: ConfigT, overrides: Mapping[str, Any], *, source: st
     for section, switch in switches:
         _follow_arch(config, replaced, grouped, switch, f"{source} {section}.{ARCH}={_arch_of(switch[1])}")
     return dataclasses.replace(config, **replaced)
+
+
+def _given_defaults(config: Any, replaced: Mapping[str, Any], section: str, current: Any) -> dict[str, Any]:
+    """The keys of ``section`` that the other sections' ``section_defaults()`` give (as replaced so far), where
+    ``current`` still holds the recipe's default."""
+    recipe = getattr(type(config)(), section)
+    fields: dict[str, Any] = {}
+    for name in (f.name for f in dataclasses.fields(config)):
+        if name == section:
+            continue
+        hook = getattr(replaced.get(name, getattr(config, name)), "section_defaults", None)
+        for key, value in (hook() if hook is not None else {}).get(section, {}).items():
+            if getattr(current, key) == getattr(recipe, key):
+                fields[key] = value
+    return fields
 
 
 def _follow_arch(

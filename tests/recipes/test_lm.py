@@ -274,6 +274,27 @@ def test_a_preset_run_trains_each_epoch_at_the_presets_lr_at_that_epoch(corpus, 
     assert steps == [(epoch, training.lr_at(epoch)) for epoch in range(1, 8)]  # 1, 1, 1, 1, 1/2, 1/4, 1/8
 
 
+def test_a_preset_without_a_time_limit_is_its_epoch_decay_run_not_a_cosine_without_an_end():
+    """``train.time_budget=none`` beside a preset: the preset's train keys fill the train section before it is
+    validated (a cosine with no budget and no max_steps would be refused), in one --set or in a later one; keys
+    given keep their values; without a preset the refusal stands."""
+
+    def parsed(*assignments: str, config: lm.Config | None = None) -> lm.Config:
+        return apply_overrides(config or lm.Config(), parse_assignments(list(assignments)))
+
+    preset = ("model.arch=lstm", "model.preset=zaremba_small")
+    unlimited = parsed("train.time_budget=none", *preset)  # the train key first: the model section is read first
+    assert unlimited == parsed(*preset, "train.time_budget=none", "train.schedule=epoch_decay")
+    assert apply_preset(unlimited).train == dataclasses.replace(apply_preset(parsed(*preset)).train, time_budget=None)
+    training = zaremba_small(vocab_size=2).training
+    assert (unlimited.train.schedule, unlimited.train.lr, unlimited.train.max_epochs) == ("epoch_decay", 1.0, 13)
+    assert (unlimited.train.decay_factor, unlimited.train.decay_after) == (training.decay_factor, training.decay_after)
+    assert parsed("train.time_budget=none", config=parsed(*preset)).train == unlimited.train
+    assert parsed(*preset, "train.time_budget=none", "train.lr=0.5").train.lr == 0.5
+    with pytest.raises(ConfigError, match="schedule 'cosine' needs max_steps or time_budget"):
+        parsed("model.arch=lstm", "train.time_budget=none")
+
+
 def test_the_default_training_anneals_a_cosine_that_ends_with_the_budget():
     train = lm.Config().train
     assert (train.schedule, train.max_steps, train.time_budget) == ("cosine", None, 480.0)

@@ -176,6 +176,16 @@ class LSTMModelConfig(RecurrentModelConfig):
         super().__post_init__()
         check_choice("preset", self.preset, (None, *PRESETS))
 
+    def section_defaults(self) -> dict[str, dict[str, Any]]:
+        """The preset's values for the data and train sections (``preset_values``; {} without a preset), which
+        ``seqlab.config.apply_overrides`` gives the keys of those sections not given and still at the recipe's
+        defaults, so that ``--set model.preset=zaremba_small train.time_budget=none`` is an epoch-decay run
+        without a time limit, not a cosine without an end."""
+        if self.preset is None:
+            return {}
+        values = preset_values(self.preset)
+        return {section: values[section] for section in ("data", "train")}
+
 
 @dataclass(frozen=True)
 class GRUModelConfig(RecurrentModelConfig):
@@ -350,17 +360,13 @@ class Config:
             )
 
 
-def apply_preset(config: Config) -> Config:
-    """``config`` with the LSTM's ``model.preset`` filling every field still at its default (the LSTM section's,
-    the recipe's data and train sections'): the sizes, dropout and init range, data.bptt_len, and train
-    optimizer sgd, lr 1, clip_norm, batch_size 20, max_epochs and the per-epoch decay (schedule epoch_decay with
-    the preset's decay_factor and decay_after, so epoch e trains at ``lr_at(e)``; module docstring).
-    Any other config is returned as it is.
-    """
-    if not isinstance(config.model, LSTMModelConfig) or config.model.preset is None:
-        return config
-    model, training = PRESETS[config.model.preset](vocab_size=2)
-    wanted = {
+def preset_values(preset: str) -> dict[str, dict[str, Any]]:
+    """``{section: {key: value}}`` that the Zaremba preset named ``preset`` sets: the LSTM section's sizes, dropout
+    and init range, data.bptt_len, and train optimizer sgd, lr 1, clip_norm, batch_size 20, max_epochs and the
+    per-epoch decay (schedule epoch_decay with the preset's decay_factor and decay_after, so epoch e trains at
+    ``lr_at(e)``; module docstring)."""
+    model, training = PRESETS[preset](vocab_size=2)
+    return {
         "model": {
             "embedding_size": model.embedding_size,
             "hidden_size": model.hidden_size,
@@ -380,9 +386,17 @@ def apply_preset(config: Config) -> Config:
             "decay_after": training.decay_after,
         },
     }
+
+
+def apply_preset(config: Config) -> Config:
+    """``config`` with the LSTM's ``model.preset`` filling every field still at its default (the LSTM section's,
+    the recipe's data and train sections'; ``preset_values``). Any other config is returned as it is.
+    """
+    if not isinstance(config.model, LSTMModelConfig) or config.model.preset is None:
+        return config
     defaults = {"model": LSTMModelConfig(), "data": LMDataConfig(), "train": Config().train}
     sections = {}
-    for section, values in wanted.items():
+    for section, values in preset_values(config.model.preset).items():
         current, default = getattr(config, section), defaults[section]
         fill = {k: v for k, v in values.items() if getattr(current, k) == getattr(default, k)}
         sections[section] = dataclasses.replace(current, **fill)
