@@ -197,16 +197,16 @@ def apply_overrides(config: ConfigT, overrides: Mapping[str, Any], *, source: st
 def _given_defaults(config: Any, replaced: Mapping[str, Any], section: str, current: Any) -> dict[str, Any]:
     """The keys of ``section`` that the other sections' ``section_defaults()`` give (as replaced so far), where
     ``current`` still holds the recipe's default."""
-    recipe = getattr(type(config)(), section)
-    fields: dict[str, Any] = {}
+    given: dict[str, Any] = {}
     for name in (f.name for f in dataclasses.fields(config)):
-        if name == section:
-            continue
         hook = getattr(replaced.get(name, getattr(config, name)), "section_defaults", None)
-        for key, value in (hook() if hook is not None else {}).get(section, {}).items():
-            if getattr(current, key) == getattr(recipe, key):
-                fields[key] = value
-    return fields
+        if name != section and hook is not None:
+            given.update(hook().get(section, {}))
+    if not given:
+        return {}
+    recipe = getattr(type(config)(), section)
+    missing = object()
+    return {key: value for key, value in given.items() if getattr(current, key) == getattr(recipe, key, missing)}
 
 
 def _follow_arch(
