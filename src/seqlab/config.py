@@ -139,8 +139,9 @@ def apply_overrides(config: ConfigT, overrides: Mapping[str, Any], *, source: st
 
     A section may also give defaults for other sections from its values, by a ``section_defaults()`` method
     (``{"train": {"schedule": "epoch_decay"}}``: the lm recipe's LSTM ``preset``). A section given in these
-    overrides takes them for its keys not given and still at the recipe's defaults, before it is validated; the
-    choice sections are read first, so a preset set in the same overrides counts.
+    overrides takes them for its keys not given and still at the recipe's defaults, before it is validated (those
+    its given keys refuse are left out); the choice sections are read first, so a preset set in the same overrides
+    counts.
 
     Args:
         config: a frozen dataclass whose fields are frozen dataclasses (the sections).
@@ -181,11 +182,18 @@ def apply_overrides(config: ConfigT, overrides: Mapping[str, Any], *, source: st
             if key not in hints:
                 raise _unknown_key(source, section, key, current, choices)
             fields[key] = _convert(raw, hints[key], f"{source} {section}.{key}")
-        fields = {**_given_defaults(config, replaced, section, current), **fields}
+        defaults = {k: v for k, v in _given_defaults(config, replaced, section, current).items() if k not in fields}
         try:
-            replaced[section] = dataclasses.replace(current, **fields)
+            replaced[section] = dataclasses.replace(current, **{**defaults, **fields})
         except (ValueError, TypeError) as e:
-            raise ConfigError(f"{source}: [{section}] {e}") from None
+            if not defaults:
+                raise ConfigError(f"{source}: [{section}] {e}") from None
+            # A given key that the defaults contradict (train.schedule=cosine beside a preset's decay_factor): the
+            # given keys alone, then each default they accept.
+            try:
+                replaced[section] = _set_accepted(dataclasses.replace(current, **fields), defaults)
+            except (ValueError, TypeError) as e:
+                raise ConfigError(f"{source}: [{section}] {e}") from None
     switches = [
         (s, (type(getattr(config, s)), type(v))) for s, v in replaced.items() if type(v) is not type(getattr(config, s))
     ]

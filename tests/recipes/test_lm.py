@@ -291,6 +291,9 @@ def test_a_preset_without_a_time_limit_is_its_epoch_decay_run_not_a_cosine_witho
     assert (unlimited.train.decay_factor, unlimited.train.decay_after) == (training.decay_factor, training.decay_after)
     assert parsed("train.time_budget=none", config=parsed(*preset)).train == unlimited.train
     assert parsed(*preset, "train.time_budget=none", "train.lr=0.5").train.lr == 0.5
+    # A given key that a preset's default contradicts keeps its value; the defaults it refuses are left out.
+    cosine = parsed(*preset, "train.time_budget=none", "train.schedule=cosine", "train.max_steps=100").train
+    assert (cosine.schedule, cosine.max_steps, cosine.decay_factor, cosine.optimizer) == ("cosine", 100, 1.0, "sgd")
     with pytest.raises(ConfigError, match="schedule 'cosine' needs max_steps or time_budget"):
         parsed("model.arch=lstm", "train.time_budget=none")
 
