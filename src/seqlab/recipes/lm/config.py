@@ -364,7 +364,9 @@ def preset_values(preset: str) -> dict[str, dict[str, Any]]:
     """``{section: {key: value}}`` that the Zaremba preset named ``preset`` sets: the LSTM section's sizes, dropout
     and init range, data.bptt_len, and train optimizer sgd, lr 1, clip_norm, batch_size 20, max_epochs and the
     per-epoch decay (schedule epoch_decay with the preset's decay_factor and decay_after, so epoch e trains at
-    ``lr_at(e)``; module docstring)."""
+    ``lr_at(e)``; Zaremba et al. 2014, sec. 4.1; module docstring).
+
+    Raises: KeyError for a name not in ``PRESETS`` (``LSTMModelConfig`` refuses one first)."""
     model, training = PRESETS[preset](vocab_size=2)
     return {
         "model": {
